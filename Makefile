@@ -1,0 +1,32 @@
+# One venv per checkout; torch is pinned before anything that depends on it.
+PY      ?= python3.11
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+
+.PHONY: test demo bench lit pytest clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -d $(VENV) || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -c constraints.txt torch==2.13.0
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(MAKE) pytest lit
+
+pytest: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo 'pytest: no tests collected'; rc=0; fi; exit $$rc
+
+lit: $(STAMP)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/lit -sv filecheck
+
+demo: $(STAMP)
+	$(BIN)/python -m nasir.demo
+
+bench: $(STAMP)
+	$(BIN)/python -m nasir.benchmarks
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

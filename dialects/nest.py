@@ -1,0 +1,459 @@
+"""The nest dialect: every heavy op of a network as one polyhedral loop nest.
+
+A `nest.compute` op says *what* is computed, as attributes that transforms rewrite locally:
+
+- **domain**: named dimensions with extents, parallel ones first, then reduction ones. Affine maps
+  number them d0, d1, ... in that order.
+- **maps**: one affine map per input, from the domain to the input's indices. Reads outside the
+  input's bounds yield the combiner's identity (0 for `mac`, skipped for `max`/`avg`), which is how
+  padding is expressed.
+- **out_map**: from the domain's parallel dims to the output's indices (a bijection onto them).
+- **combiner**: `mac` (sum over the reduction dims of in0 * in1), `max`, `avg` (mean over the
+  in-bounds window positions of in0), or `copy` (no reduction dims: out = in0).
+- **epilogue**: element-wise steps applied to each finished output value, in order (see
+  `EPILOGUE_STEPS`); `add 2` adds input 2 read through its map.
+- **schedule** (optional): *how* the nest is executed (see `Schedule`); absent means domain order.
+
+A 3x3 convolution with padding 1, bias and ReLU:
+
+    %y = nest.compute %x, %w, %b {name = "conv1",
+        domain = #nest.domain<[n = 1, co = 16, oh = 32, ow = 32], [ci = 3, kh = 3, kw = 3]>,
+        maps = [affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d0, d4, d2 + d5 - 1, d3 + d6 - 1)>,
+                affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d1, d4, d5, d6)>,
+                affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d1)>],
+        out_map = affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d0, d1, d2, d3)>,
+        combiner = "mac", epilogue = ["add 2", "relu"]}
+        : (tensor<1x3x32x32xf32>, tensor<16x3x3x3xf32>, tensor<16xf32>) -> tensor<1x16x32x32xf32>
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from xdsl.dialects.builtin import (
+    AffineMapAttr,
+    ArrayAttr,
+    DictionaryAttr,
+    IntAttr,
+    IntegerAttr,
+    StringAttr,
+    TensorType,
+    i64,
+)
+from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, SSAValue
+from xdsl.ir.affine import (
+    AffineBinaryOpExpr,
+    AffineBinaryOpKind,
+    AffineConstantExpr,
+    AffineDimExpr,
+    AffineExpr,
+    AffineMap,
+)
+from xdsl.irdl import (
+    IRDLOperation,
+    ParsePropInAttrDict,
+    irdl_attr_definition,
+    irdl_op_definition,
+    opt_prop_def,
+    prop_def,
+    result_def,
+    traits_def,
+    var_operand_def,
+)
+from xdsl.parser import AttrParser
+from xdsl.printer import Printer
+from xdsl.traits import Pure
+from xdsl.utils.exceptions import VerifyException
+
+from nasir.dialects.nn import shape_of, tensor
+
+COMBINERS = {"mac": 2, "max": 1, "avg": 1, "copy": 1}
+"""Combiner name -> number of leading inputs it reads; later inputs serve the epilogue."""
+
+EPILOGUE_STEPS = {
+    # step: (operand references, float parameters)
+    "add": (1, 0), "sub": (1, 0), "mul": (1, 0), "div": (1, 0),
+    "relu": (0, 0), "sigmoid": (0, 0), "hard_swish": (0, 0),
+    "leaky_relu": (0, 1), "clip": (0, 2), "hard_sigmoid": (0, 2), "scale": (0, 1),
+}
+"""Epilogue steps: `add K`/`sub K`/`mul K`/`div K` combine with input K; `scale C` multiplies by
+C; `clip LO HI`, `leaky_relu ALPHA`, `hard_sigmoid ALPHA BETA` as in ONNX."""
+
+
+# --- domain ------------------------------------------------------------------------------------
+
+@irdl_attr_definition
+class DomainAttr(ParametrizedAttribute):
+    """Named iteration space: `#nest.domain<[n = 1, co = 64], [ci = 64, kh = 3]>`.
+
+    The first list holds the parallel dims, the second the reduction dims.
+    """
+
+    name = "nest.domain"
+
+    names: ArrayAttr[StringAttr]
+    extents: ArrayAttr[IntAttr]
+    num_parallel: IntAttr
+
+    @staticmethod
+    def make(parallel: Sequence[tuple[str, int]], reduction: Sequence[tuple[str, int]] = ()) -> "DomainAttr":
+        dims = list(parallel) + list(reduction)
+        return DomainAttr(
+            ArrayAttr([StringAttr(n) for n, _ in dims]),
+            ArrayAttr([IntAttr(e) for _, e in dims]),
+            IntAttr(len(parallel)),
+        )
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> list[Attribute]:
+        def dim() -> tuple[str, int]:
+            name = parser.parse_identifier()
+            parser.parse_punctuation("=")
+            return name, parser.parse_integer()
+
+        with parser.in_angle_brackets():
+            par = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, dim)
+            red: list[tuple[str, int]] = []
+            if parser.parse_optional_punctuation(","):
+                red = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, dim)
+        made = DomainAttr.make(par, red)
+        return [made.names, made.extents, made.num_parallel]
+
+    def print_parameters(self, printer: Printer) -> None:
+        def dims(items):
+            return "[" + ", ".join(f"{n} = {e}" for n, e in items) + "]"
+
+        text = dims(self.parallel)
+        if self.reduction:
+            text += ", " + dims(self.reduction)
+        printer.print_string(f"<{text}>")
+
+    def verify(self) -> None:
+        names = self.dim_names
+        if len(names) != len(self.extents.data):
+            raise VerifyException("domain: names and extents differ in length")
+        if len(set(names)) != len(names):
+            raise VerifyException(f"domain: duplicate dimension names in {names}")
+        if any(e.data < 1 for e in self.extents.data):
+            raise VerifyException(f"domain: extents must be positive, got {self.dims}")
+        if not 0 <= self.num_parallel.data <= len(names):
+            raise VerifyException("domain: bad number of parallel dims")
+
+    @property
+    def dim_names(self) -> list[str]:
+        return [n.data for n in self.names.data]
+
+    @property
+    def dims(self) -> list[tuple[str, int]]:
+        return [(n.data, e.data) for n, e in zip(self.names.data, self.extents.data)]
+
+    @property
+    def parallel(self) -> list[tuple[str, int]]:
+        return self.dims[: self.num_parallel.data]
+
+    @property
+    def reduction(self) -> list[tuple[str, int]]:
+        return self.dims[self.num_parallel.data:]
+
+    def extent(self, name: str) -> int:
+        return dict(self.dims)[name]
+
+    def index(self, name: str) -> int:
+        try:
+            return self.dim_names.index(name)
+        except ValueError:
+            raise KeyError(f"domain has no dimension '{name}' (it has {', '.join(self.dim_names)})") from None
+
+    @property
+    def size(self) -> int:
+        return math.prod(e for _, e in self.dims)
+
+
+# --- affine helpers ----------------------------------------------------------------------------
+
+def expr_range(expr: AffineExpr, extents: Sequence[int]) -> tuple[int, int]:
+    """Smallest and largest value of `expr` over the box 0 <= d_i < extents[i] (conservative)."""
+    if isinstance(expr, AffineConstantExpr):
+        return expr.value, expr.value
+    if isinstance(expr, AffineDimExpr):
+        return 0, extents[expr.position] - 1
+    if isinstance(expr, AffineBinaryOpExpr):
+        llo, lhi = expr_range(expr.lhs, extents)
+        rlo, rhi = expr_range(expr.rhs, extents)
+        if expr.kind == AffineBinaryOpKind.Add:
+            return llo + rlo, lhi + rhi
+        if expr.kind == AffineBinaryOpKind.Mul:
+            products = [llo * rlo, llo * rhi, lhi * rlo, lhi * rhi]
+            return min(products), max(products)
+        if expr.kind == AffineBinaryOpKind.FloorDiv and rlo == rhi and rlo > 0:
+            return llo // rlo, lhi // rlo
+        if expr.kind == AffineBinaryOpKind.CeilDiv and rlo == rhi and rlo > 0:
+            return -(-llo // rlo), -(-lhi // rlo)
+        if expr.kind == AffineBinaryOpKind.Mod and rlo == rhi and rlo > 0:
+            if llo >= 0 and lhi < rlo:
+                return llo, lhi
+            return 0, rlo - 1
+    raise VerifyException(f"unsupported affine expression {expr}")
+
+
+def used_dims(expr: AffineExpr) -> set[int]:
+    """Positions of the domain dims an expression reads."""
+    if isinstance(expr, AffineDimExpr):
+        return {expr.position}
+    if isinstance(expr, AffineBinaryOpExpr):
+        return used_dims(expr.lhs) | used_dims(expr.rhs)
+    return set()
+
+
+def map_dims(amap: AffineMap) -> set[int]:
+    return set().union(*(used_dims(e) for e in amap.results)) if amap.results else set()
+
+
+def parse_step(step: str) -> tuple[str, list[int], list[float]]:
+    """`"clip 0 6"` -> ("clip", [], [0.0, 6.0]); `"add 2"` -> ("add", [2], [])."""
+    kind, *args = step.split()
+    if kind not in EPILOGUE_STEPS:
+        raise VerifyException(f"unknown epilogue step '{kind}' (known: {', '.join(EPILOGUE_STEPS)})")
+    n_ops, n_params = EPILOGUE_STEPS[kind]
+    if len(args) != n_ops + n_params:
+        raise VerifyException(f"epilogue step '{step}' takes {n_ops + n_params} arguments")
+    return kind, [int(a) for a in args[:n_ops]], [float(a) for a in args[n_ops:]]
+
+
+def format_step(kind: str, operands: Sequence[int] = (), params: Sequence[float] = ()) -> str:
+    return " ".join([kind, *map(str, operands), *(repr(float(p)) for p in params)])
+
+
+# --- the op ------------------------------------------------------------------------------------
+
+@irdl_op_definition
+class ComputeOp(IRDLOperation):
+    """One loop nest (see the module docstring for the attributes and their meaning)."""
+
+    name = "nest.compute"
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$inputs attr-dict `:` functional-type($inputs, results)"
+    traits = traits_def(Pure())
+
+    inputs = var_operand_def(TensorType)
+    result = result_def(TensorType)
+    layer = prop_def(StringAttr, prop_name="name")
+    domain = prop_def(DomainAttr)
+    maps = prop_def(ArrayAttr[AffineMapAttr])
+    out_map = prop_def(AffineMapAttr)
+    combiner = prop_def(StringAttr)
+    epilogue = prop_def(ArrayAttr[StringAttr])
+    schedule = opt_prop_def(DictionaryAttr)
+
+    @classmethod
+    def make(
+        cls,
+        name: str,
+        inputs: Sequence[SSAValue],
+        domain: DomainAttr,
+        maps: Sequence[AffineMap],
+        out_map: AffineMap,
+        out_shape: Sequence[int],
+        combiner: str = "mac",
+        epilogue: Sequence[str] = (),
+        schedule: "Schedule | None" = None,
+    ) -> "ComputeOp":
+        props: dict[str, Attribute] = {
+            "name": StringAttr(name),
+            "domain": domain,
+            "maps": ArrayAttr([AffineMapAttr(m) for m in maps]),
+            "out_map": AffineMapAttr(out_map),
+            "combiner": StringAttr(combiner),
+            "epilogue": ArrayAttr([StringAttr(s) for s in epilogue]),
+        }
+        if schedule is not None:
+            props["schedule"] = schedule.to_attr()
+        return cls.create(operands=list(inputs), properties=props, result_types=[tensor(out_shape)])
+
+    # Convenient views -------------------------------------------------------------------------
+    @property
+    def layer_name(self) -> str:
+        return self.layer.data
+
+    @property
+    def access_maps(self) -> list[AffineMap]:
+        return [m.data for m in self.maps.data]
+
+    @property
+    def output_map(self) -> AffineMap:
+        return self.out_map.data
+
+    @property
+    def kind(self) -> str:
+        return self.combiner.data
+
+    @property
+    def steps(self) -> list[tuple[str, list[int], list[float]]]:
+        return [parse_step(s.data) for s in self.epilogue.data]
+
+    def get_schedule(self) -> "Schedule":
+        return Schedule.from_attr(self.schedule, self.domain)
+
+    # Verification ----------------------------------------------------------------------------
+    def verify_(self) -> None:
+        dom = self.domain
+        extents = [e for _, e in dom.dims]
+        ndims, npar = len(extents), dom.num_parallel.data
+        where = f"nest '{self.layer_name}'"
+        if self.kind not in COMBINERS:
+            raise VerifyException(f"{where}: unknown combiner '{self.kind}' (known: {', '.join(COMBINERS)})")
+        arity = COMBINERS[self.kind]
+        if len(self.inputs) < arity:
+            raise VerifyException(f"{where}: combiner '{self.kind}' needs {arity} inputs")
+        if self.kind == "copy" and npar != ndims:
+            raise VerifyException(f"{where}: combiner 'copy' takes no reduction dims")
+        if len(self.access_maps) != len(self.inputs):
+            raise VerifyException(f"{where}: {len(self.inputs)} inputs but {len(self.access_maps)} maps")
+        for i, (amap, operand) in enumerate(zip(self.access_maps, self.inputs)):
+            rank = len(shape_of(operand))
+            if amap.num_dims != ndims or len(amap.results) != rank:
+                raise VerifyException(
+                    f"{where}: map {i} is {amap.num_dims}-d -> {len(amap.results)} but the domain has "
+                    f"{ndims} dims and input {i} has rank {rank}")
+            for e in amap.results:
+                expr_range(e, extents)
+        out_shape = shape_of(self.result)
+        omap = self.output_map
+        if omap.num_dims != ndims or len(omap.results) != len(out_shape):
+            raise VerifyException(f"{where}: out_map does not fit the domain and the result rank {len(out_shape)}")
+        if map_dims(omap) - set(range(npar)):
+            raise VerifyException(f"{where}: out_map may only use parallel dims")
+        for axis, e in enumerate(omap.results):
+            lo, hi = expr_range(e, extents)
+            if lo < 0 or hi >= out_shape[axis]:
+                raise VerifyException(
+                    f"{where}: out_map result {axis} spans [{lo}, {hi}] outside the output extent {out_shape[axis]}")
+        if math.prod(extents[:npar]) != math.prod(out_shape):
+            raise VerifyException(
+                f"{where}: parallel dims cover {math.prod(extents[:npar])} points but the output has "
+                f"{math.prod(out_shape)} elements")
+        for kind, refs, _ in self.steps:
+            for k in refs:
+                if not arity <= k < len(self.inputs):
+                    raise VerifyException(f"{where}: epilogue step '{kind} {k}' refers to no epilogue input")
+                if map_dims(self.access_maps[k]) - set(range(npar)):
+                    raise VerifyException(f"{where}: epilogue input {k} may only be indexed by parallel dims")
+                shape = shape_of(self.inputs[k])
+                for axis, e in enumerate(self.access_maps[k].results):
+                    lo, hi = expr_range(e, extents)
+                    if lo < 0 or hi >= shape[axis]:
+                        raise VerifyException(f"{where}: epilogue input {k} is read out of bounds on axis {axis}")
+        if self.schedule is not None:
+            self.get_schedule().verify(dom)
+
+    @property
+    def macs(self) -> int:
+        """Multiply-accumulates (or window reads for pools) the nest performs."""
+        return self.domain.size if self.kind in ("mac", "max", "avg") else 0
+
+
+# --- schedule ----------------------------------------------------------------------------------
+
+@dataclass
+class Schedule:
+    """How a nest runs: loop structure derived from the domain by splits and fusions, then ordered.
+
+    - `splits`: (loop, factor) in application order; loop `co` becomes `co.o` (outer, extent
+      ceil(E / factor)) and `co.i` (inner, extent factor). A factor need not divide the extent:
+      lowering guards the tail.
+    - `fusions`: (outer, inner) adjacent loops merged into one loop named `outer*inner`.
+    - `order`: the loop names outermost first (default: creation order).
+    - `vector`: the loop executed with vector instructions (innermost), `unroll`: loop -> factor,
+      `parallel`: the loop spread over threads, `pack`: input index -> packed layout
+      (e.g. "NCHW16c", "OIHW16i16o").
+
+    Stored on the op as a dictionary attribute:
+    `schedule = {splits = [["co", 16]], order = ["n", "co.o", ...], vector = "co.i", parallel = "co.o"}`.
+    """
+
+    splits: list[tuple[str, int]] = field(default_factory=list)
+    fusions: list[tuple[str, str]] = field(default_factory=list)
+    order: list[str] = field(default_factory=list)
+    vector: str | None = None
+    unroll: dict[str, int] = field(default_factory=dict)
+    parallel: str | None = None
+    pack: dict[int, str] = field(default_factory=dict)
+
+    def loops(self, domain: DomainAttr) -> list[tuple[str, int]]:
+        """The loops (name, extent) in execution order, outermost first."""
+        loops = dict(domain.dims)
+        created = list(loops)
+        for name, factor in self.splits:
+            if name not in loops:
+                raise VerifyException(f"schedule: cannot split unknown loop '{name}'")
+            if factor < 1:
+                raise VerifyException(f"schedule: split factor of '{name}' must be positive")
+            extent = loops.pop(name)
+            pos = created.index(name)
+            created[pos: pos + 1] = [f"{name}.o", f"{name}.i"]
+            loops[f"{name}.o"], loops[f"{name}.i"] = -(-extent // factor), factor
+        for outer, inner in self.fusions:
+            if outer not in loops or inner not in loops:
+                raise VerifyException(f"schedule: cannot fuse unknown loops '{outer}', '{inner}'")
+            fused = f"{outer}*{inner}"
+            loops[fused] = loops.pop(outer) * loops.pop(inner)
+            created.remove(inner)
+            created[created.index(outer)] = fused
+        order = self.order or created
+        if sorted(order) != sorted(created):
+            raise VerifyException(f"schedule: order {order} is not a permutation of the loops {created}")
+        return [(name, loops[name]) for name in order]
+
+    def verify(self, domain: DomainAttr) -> None:
+        names = [n for n, _ in self.loops(domain)]
+        for label, loop in (("vector", self.vector), ("parallel", self.parallel)):
+            if loop is not None and loop not in names:
+                raise VerifyException(f"schedule: {label} loop '{loop}' is not one of {names}")
+        for loop, factor in self.unroll.items():
+            if loop not in names or factor < 1:
+                raise VerifyException(f"schedule: bad unroll '{loop}' x{factor}")
+
+    def to_attr(self) -> DictionaryAttr:
+        entries: dict[str, Attribute] = {}
+        if self.splits:
+            entries["splits"] = ArrayAttr([ArrayAttr([StringAttr(n), IntegerAttr(f, i64)]) for n, f in self.splits])
+        if self.fusions:
+            entries["fusions"] = ArrayAttr([ArrayAttr([StringAttr(a), StringAttr(b)]) for a, b in self.fusions])
+        if self.order:
+            entries["order"] = ArrayAttr([StringAttr(n) for n in self.order])
+        if self.vector is not None:
+            entries["vector"] = StringAttr(self.vector)
+        if self.unroll:
+            entries["unroll"] = DictionaryAttr({k: IntegerAttr(v, i64) for k, v in self.unroll.items()})
+        if self.parallel is not None:
+            entries["parallel"] = StringAttr(self.parallel)
+        if self.pack:
+            entries["pack"] = DictionaryAttr({str(k): StringAttr(v) for k, v in self.pack.items()})
+        return DictionaryAttr(entries)
+
+    @staticmethod
+    def from_attr(attr: DictionaryAttr | None, domain: DomainAttr | None = None) -> "Schedule":
+        if attr is None:
+            return Schedule()
+        d = attr.data
+        s = Schedule()
+        if "splits" in d:
+            s.splits = [(p.data[0].data, p.data[1].value.data) for p in d["splits"].data]
+        if "fusions" in d:
+            s.fusions = [(p.data[0].data, p.data[1].data) for p in d["fusions"].data]
+        if "order" in d:
+            s.order = [n.data for n in d["order"].data]
+        if "vector" in d:
+            s.vector = d["vector"].data
+        if "unroll" in d:
+            s.unroll = {k: v.value.data for k, v in d["unroll"].data.items()}
+        if "parallel" in d:
+            s.parallel = d["parallel"].data
+        if "pack" in d:
+            s.pack = {int(k): v.data for k, v in d["pack"].data.items()}
+        return s
+
+
+NEST = Dialect("nest", [ComputeOp], [DomainAttr])

@@ -1,0 +1,581 @@
+"""The nn dialect: the graph level of nasir.
+
+A model is a `func.func @main` over ranked float32 tensors with static shapes; each op is one tensor
+operation of a CNN export. Weights are `nn.weight` ops that name an entry of the model's weight store
+(see `nasir.model`); their values are never attributes of the ops that use them.
+
+    func.func @main(%input: tensor<1x3x32x32xf32>) -> tensor<1x10xf32> {
+      %w = nn.weight {name = "conv1.weight"} : tensor<16x3x3x3xf32>
+      %0 = nn.conv2d %input, %w {dilations = array<i64: 1, 1>, groups = 1 : i64,
+             pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>}
+             : (tensor<1x3x32x32xf32>, tensor<16x3x3x3xf32>) -> tensor<1x16x32x32xf32>
+      %1 = nn.relu %0 : (tensor<1x16x32x32xf32>) -> tensor<1x16x32x32xf32>
+      ...
+    }
+
+Every op knows its output shape (`infer_shape`); builders use it and verifiers check it, so a
+result type that disagrees with the operands is rejected when the IR is parsed or rewritten.
+Pads are stored as [top, left, bottom, right] (ONNX order is begins then ends: same thing in 2-D).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import ClassVar
+
+from xdsl.dialects.builtin import (
+    I64,
+    ArrayAttr,
+    BoolAttr,
+    DenseArrayBase,
+    DenseResourceAttr,
+    FloatAttr,
+    IntegerAttr,
+    StringAttr,
+    TensorType,
+    f32,
+    i64,
+)
+from xdsl.ir import Attribute, Dialect, SSAValue
+from xdsl.irdl import (
+    IRDLOperation,
+    ParsePropInAttrDict,
+    irdl_op_definition,
+    opt_prop_def,
+    prop_def,
+    result_def,
+    traits_def,
+    var_operand_def,
+)
+from xdsl.traits import Pure
+from xdsl.utils.exceptions import VerifyException
+
+Shape = tuple[int, ...]
+
+
+def tensor(shape: Sequence[int]) -> TensorType:
+    """The float32 tensor type of `shape`."""
+    return TensorType(f32, list(shape))
+
+
+def shape_of(value: SSAValue | Attribute) -> Shape:
+    """Static shape of a tensor value or type."""
+    ty = value.type if isinstance(value, SSAValue) else value
+    if not isinstance(ty, TensorType):
+        raise VerifyException(f"expected a tensor, got {ty}")
+    return tuple(ty.get_shape())
+
+
+def ints(values: Sequence[int]) -> DenseArrayBase:
+    return DenseArrayBase.from_list(i64, list(values))
+
+
+def broadcast_shapes(*shapes: Shape) -> Shape:
+    """Numpy/ONNX multidirectional broadcasting."""
+    rank = max(len(s) for s in shapes)
+    out = []
+    for axis in range(rank):
+        dims = {s[axis - rank + len(s)] for s in shapes if axis - rank + len(s) >= 0}
+        dims.discard(1)
+        if len(dims) > 1:
+            raise VerifyException(f"shapes {list(shapes)} do not broadcast")
+        out.append(dims.pop() if dims else 1)
+    return tuple(out)
+
+
+def pool_extent(size: int, kernel: int, stride: int, pad_begin: int, pad_end: int,
+                dilation: int = 1, ceil_mode: bool = False) -> int:
+    """Output extent of a window op along one axis (ONNX Conv/Pool semantics)."""
+    span = dilation * (kernel - 1) + 1
+    room = size + pad_begin + pad_end - span
+    if room < 0:
+        raise VerifyException(f"window {span} larger than padded input {size + pad_begin + pad_end}")
+    if not ceil_mode:
+        return room // stride + 1
+    out = -(-room // stride) + 1
+    # The last window must start inside the input or the begin padding (PyTorch/ONNX rule).
+    if (out - 1) * stride >= size + pad_begin:
+        out -= 1
+    return out
+
+
+class NNOp(IRDLOperation):
+    """Base of nn ops: operands, properties in the attribute dictionary, one tensor result."""
+
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "operands attr-dict `:` functional-type(operands, results)"
+    traits = traits_def(Pure())
+    result = result_def(TensorType)
+    layer = opt_prop_def(StringAttr, prop_name="name")
+
+    # Number of leading operands that are data; the rest are optional extras (e.g. bias).
+    ARITY: ClassVar[tuple[int, int]] = (1, 1)
+
+    operands_ = var_operand_def(TensorType)
+
+    @classmethod
+    def infer_shape(cls, shapes: list[Shape], props: dict[str, Attribute]) -> Shape:
+        raise NotImplementedError
+
+    @classmethod
+    def make(cls, operands: Sequence[SSAValue], **props: Attribute):
+        """Build the op with its inferred result type."""
+        props = {k: v for k, v in props.items() if v is not None and k != "name"}
+        shape = cls.infer_shape([shape_of(o) for o in operands], props)
+        return cls.create(operands=list(operands), properties=props, result_types=[tensor(shape)])
+
+    def props_dict(self) -> dict[str, Attribute]:
+        return dict(self.properties)
+
+    @property
+    def layer_name(self) -> str:
+        return self.layer.data if self.layer is not None else ""
+
+    def named(self, name: str):
+        """Set the layer name users address this op by (ONNX node name); returns self."""
+        self.properties["name"] = StringAttr(name)
+        return self
+
+    def verify_(self) -> None:
+        lo, hi = self.ARITY
+        if not lo <= len(self.operands) <= hi:
+            raise VerifyException(f"{self.name} takes {lo}..{hi} operands, got {len(self.operands)}")
+        expected = self.infer_shape([shape_of(o) for o in self.operands], self.props_dict())
+        got = shape_of(self.result)
+        if tuple(got) != tuple(expected):
+            raise VerifyException(f"{self.name}: result shape {list(got)} but operands give {list(expected)}")
+
+
+def _ints(props: dict[str, Attribute], key: str, default: Sequence[int]) -> tuple[int, ...]:
+    attr = props.get(key)
+    return tuple(attr.get_values()) if isinstance(attr, DenseArrayBase) else tuple(default)
+
+
+def _int(props: dict[str, Attribute], key: str, default: int) -> int:
+    attr = props.get(key)
+    return attr.value.data if isinstance(attr, IntegerAttr) else default
+
+
+def _float(props: dict[str, Attribute], key: str, default: float) -> float:
+    attr = props.get(key)
+    return attr.value.data if isinstance(attr, FloatAttr) else default
+
+
+def _bool(props: dict[str, Attribute], key: str, default: bool = False) -> bool:
+    attr = props.get(key)
+    if isinstance(attr, IntegerAttr):
+        return bool(attr.value.data)
+    return default
+
+
+# --- leaves -------------------------------------------------------------------------------------
+
+@irdl_op_definition
+class WeightOp(IRDLOperation):
+    """A named tensor of the weight store: `%w = nn.weight {name = "fc.bias"} : tensor<10xf32>`.
+
+    When a model is printed with weights, `value` holds a `dense_resource` handle whose blob sits in
+    the file's `dialect_resources` section; otherwise the value lives only in the weight store.
+    """
+
+    name = "nn.weight"
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "attr-dict `:` type($result)"
+    traits = traits_def(Pure())
+    weight_name = prop_def(StringAttr, prop_name="name")
+    value = opt_prop_def(DenseResourceAttr)
+    result = result_def(TensorType)
+
+    @classmethod
+    def make(cls, weight_name: str, shape: Sequence[int]) -> "WeightOp":
+        return cls.create(properties={"name": StringAttr(weight_name)}, result_types=[tensor(shape)])
+
+    @property
+    def key(self) -> str:
+        return self.weight_name.data
+
+
+# --- convolution and dense ---------------------------------------------------------------------
+
+@irdl_op_definition
+class Conv2DOp(NNOp):
+    """2-D convolution, NCHW input, OIHW weight (I = C_in / groups), optional bias[O]."""
+
+    name = "nn.conv2d"
+    ARITY: ClassVar[tuple[int, int]] = (2, 3)
+    strides = prop_def(DenseArrayBase)
+    pads = prop_def(DenseArrayBase)
+    dilations = prop_def(DenseArrayBase)
+    groups = prop_def(IntegerAttr)
+
+    @classmethod
+    def infer_shape(cls, shapes, props):
+        (n, c, h, w), (o, i, kh, kw) = shapes[0], shapes[1]
+        g = _int(props, "groups", 1)
+        sh, sw = _ints(props, "strides", (1, 1))
+        pt, pl, pb, pr = _ints(props, "pads", (0, 0, 0, 0))
+        dh, dw = _ints(props, "dilations", (1, 1))
+        if c != i * g or o % g:
+            raise VerifyException(
+                f"conv2d: input channels {c}, weight {list(shapes[1])} and groups {g} disagree")
+        if len(shapes) == 3 and shapes[2] != (o,):
+            raise VerifyException(f"conv2d: bias shape {list(shapes[2])} must be [{o}]")
+        return (n, o, pool_extent(h, kh, sh, pt, pb, dh), pool_extent(w, kw, sw, pl, pr, dw))
+
+    @classmethod
+    def new(cls, x, w, b=None, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), groups=1):
+        operands = [x, w] + ([b] if b is not None else [])
+        return cls.make(operands, strides=ints(strides), pads=ints(pads),
+                        dilations=ints(dilations), groups=IntegerAttr(groups, i64))
+
+
+@irdl_op_definition
+class GemmOp(NNOp):
+    """Y = alpha * op(A) @ op(B) + beta * C, op = transpose if trans_a / trans_b (ONNX Gemm)."""
+
+    name = "nn.gemm"
+    ARITY: ClassVar[tuple[int, int]] = (2, 3)
+    alpha = prop_def(FloatAttr)
+    beta = prop_def(FloatAttr)
+    trans_a = prop_def(IntegerAttr)
+    trans_b = prop_def(IntegerAttr)
+
+    @classmethod
+    def infer_shape(cls, shapes, props):
+        a, b = shapes[0], shapes[1]
+        if len(a) != 2 or len(b) != 2:
+            raise VerifyException("gemm takes 2-D operands")
+        m, k = a[::-1] if _bool(props, "trans_a") else a
+        k2, n = b[::-1] if _bool(props, "trans_b") else b
+        if k != k2:
+            raise VerifyException(f"gemm: inner dimensions {k} and {k2} differ")
+        if len(shapes) == 3:
+            broadcast_shapes((m, n), shapes[2])
+        return (m, n)
+
+    @classmethod
+    def new(cls, a, b, c=None, alpha=1.0, beta=1.0, trans_a=False, trans_b=False):
+        operands = [a, b] + ([c] if c is not None else [])
+        return cls.make(operands, alpha=FloatAttr(alpha, f32), beta=FloatAttr(beta, f32),
+                        trans_a=IntegerAttr(int(trans_a), i64), trans_b=IntegerAttr(int(trans_b), i64))
+
+
+@irdl_op_definition
+class MatMulOp(NNOp):
+    """numpy.matmul semantics (batched, broadcasting), ranks >= 2 after the usual 1-D promotion."""
+
+    name = "nn.matmul"
+    ARITY: ClassVar[tuple[int, int]] = (2, 2)
+
+    @classmethod
+    def infer_shape(cls, shapes, props):
+        a, b = shapes
+        a2 = (1,) + a if len(a) == 1 else a
+        b2 = b + (1,) if len(b) == 1 else b
+        if a2[-1] != b2[-2]:
+            raise VerifyException(f"matmul: inner dimensions {a2[-1]} and {b2[-2]} differ")
+        out = broadcast_shapes(a2[:-2], b2[:-2]) + (a2[-2], b2[-1])
+        if len(a) == 1:
+            out = out[:-2] + out[-1:]
+        if len(b) == 1:
+            out = out[:-1]
+        return out
+
+    @classmethod
+    def new(cls, a, b):
+        return cls.make([a, b])
+
+
+# --- element-wise ------------------------------------------------------------------------------
+
+class UnaryOp(NNOp):
+    @classmethod
+    def infer_shape(cls, shapes, props):
+        return shapes[0]
+
+    @classmethod
+    def new(cls, x, **props):
+        return cls.make([x], **props)
+
+
+@irdl_op_definition
+class ReluOp(UnaryOp):
+    """max(x, 0)"""
+    name = "nn.relu"
+
+
+@irdl_op_definition
+class SigmoidOp(UnaryOp):
+    """1 / (1 + exp(-x))"""
+    name = "nn.sigmoid"
+
+
+@irdl_op_definition
+class HardSwishOp(UnaryOp):
+    """x * clip(x / 6 + 1/2, 0, 1)"""
+    name = "nn.hard_swish"
+
+
+@irdl_op_definition
+class LeakyReluOp(UnaryOp):
+    """x if x >= 0 else alpha * x"""
+    name = "nn.leaky_relu"
+    alpha = prop_def(FloatAttr)
+
+
+@irdl_op_definition
+class HardSigmoidOp(UnaryOp):
+    """clip(alpha * x + beta, 0, 1)"""
+    name = "nn.hard_sigmoid"
+    alpha = prop_def(FloatAttr)
+    beta = prop_def(FloatAttr)
+
+
+@irdl_op_definition
+class ClipOp(UnaryOp):
+    """clip(x, min, max); ONNX's input-form bounds are folded into these properties."""
+    name = "nn.clip"
+    min = prop_def(FloatAttr)
+    max = prop_def(FloatAttr)
+
+
+@irdl_op_definition
+class SoftmaxOp(UnaryOp):
+    """softmax over `axis` (opset >= 13 semantics; older exports are rewritten by the frontend)."""
+    name = "nn.softmax"
+    axis = prop_def(IntegerAttr)
+
+
+@irdl_op_definition
+class LRNOp(UnaryOp):
+    """Local response normalisation across channels (ONNX LRN)."""
+    name = "nn.lrn"
+    size = prop_def(IntegerAttr)
+    alpha = prop_def(FloatAttr)
+    beta = prop_def(FloatAttr)
+    bias = prop_def(FloatAttr)
+
+
+class BinaryOp(NNOp):
+    ARITY: ClassVar[tuple[int, int]] = (2, 2)
+
+    @classmethod
+    def infer_shape(cls, shapes, props):
+        return broadcast_shapes(*shapes)
+
+    @classmethod
+    def new(cls, a, b):
+        return cls.make([a, b])
+
+
+@irdl_op_definition
+class AddOp(BinaryOp):
+    """a + b with broadcasting"""
+    name = "nn.add"
+
+
+@irdl_op_definition
+class SubOp(BinaryOp):
+    """a - b with broadcasting"""
+    name = "nn.sub"
+
+
+@irdl_op_definition
+class MulOp(BinaryOp):
+    """a * b with broadcasting"""
+    name = "nn.mul"
+
+
+@irdl_op_definition
+class DivOp(BinaryOp):
+    """a / b with broadcasting"""
+    name = "nn.div"
+
+
+@irdl_op_definition
+class BatchNormOp(NNOp):
+    """Inference batch-norm over axis 1: (x - mean) / sqrt(var + eps) * scale + bias.
+
+    Operands: x, scale, bias, mean, var. Kept as its own op (not folded) at the graph level so the
+    torch backend can run it in training mode for Fisher Potential.
+    """
+
+    name = "nn.batch_norm"
+    ARITY: ClassVar[tuple[int, int]] = (5, 5)
+    epsilon = prop_def(FloatAttr)
+
+    @classmethod
+    def infer_shape(cls, shapes, props):
+        c = shapes[0][1]
+        for s in shapes[1:]:
+            if s != (c,):
+                raise VerifyException(f"batch_norm: parameter shape {list(s)} must be [{c}]")
+        return shapes[0]
+
+    @classmethod
+    def new(cls, x, scale, bias, mean, var, epsilon=1e-5):
+        return cls.make([x, scale, bias, mean, var], epsilon=FloatAttr(epsilon, f32))
+
+
+# --- pooling -----------------------------------------------------------------------------------
+
+class PoolOp(NNOp):
+    kernel = prop_def(DenseArrayBase)
+    strides = prop_def(DenseArrayBase)
+    pads = prop_def(DenseArrayBase)
+    ceil_mode = prop_def(IntegerAttr)
+
+
+    @classmethod
+    def infer_shape(cls, shapes, props):
+        n, c, h, w = shapes[0]
+        kh, kw = _ints(props, "kernel", (1, 1))
+        sh, sw = _ints(props, "strides", (1, 1))
+        pt, pl, pb, pr = _ints(props, "pads", (0, 0, 0, 0))
+        dh, dw = _ints(props, "dilations", (1, 1))
+        ceil = _bool(props, "ceil_mode")
+        return (n, c, pool_extent(h, kh, sh, pt, pb, dh, ceil), pool_extent(w, kw, sw, pl, pr, dw, ceil))
+
+
+@irdl_op_definition
+class MaxPoolOp(PoolOp):
+    """Max over each window; padding never wins."""
+
+    name = "nn.max_pool"
+    dilations = prop_def(DenseArrayBase)
+
+    @classmethod
+    def new(cls, x, kernel, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), ceil_mode=False):
+        return cls.make([x], kernel=ints(kernel), strides=ints(strides), pads=ints(pads),
+                        dilations=ints(dilations), ceil_mode=IntegerAttr(int(ceil_mode), i64))
+
+
+@irdl_op_definition
+class AvgPoolOp(PoolOp):
+    """Mean over each window; `count_include_pad` decides whether padding counts in the divisor."""
+
+    name = "nn.avg_pool"
+    count_include_pad = prop_def(IntegerAttr)
+
+    @classmethod
+    def new(cls, x, kernel, strides=(1, 1), pads=(0, 0, 0, 0), ceil_mode=False, count_include_pad=False):
+        return cls.make([x], kernel=ints(kernel), strides=ints(strides), pads=ints(pads),
+                        ceil_mode=IntegerAttr(int(ceil_mode), i64),
+                        count_include_pad=IntegerAttr(int(count_include_pad), i64))
+
+
+class GlobalPoolOp(UnaryOp):
+    @classmethod
+    def infer_shape(cls, shapes, props):
+        return shapes[0][:2] + (1,) * (len(shapes[0]) - 2)
+
+
+@irdl_op_definition
+class GlobalAvgPoolOp(GlobalPoolOp):
+    """Mean over all spatial positions, keeping them as size-1 dims."""
+    name = "nn.global_avg_pool"
+
+
+@irdl_op_definition
+class GlobalMaxPoolOp(GlobalPoolOp):
+    """Max over all spatial positions, keeping them as size-1 dims."""
+    name = "nn.global_max_pool"
+
+
+# --- data movement -----------------------------------------------------------------------------
+
+@irdl_op_definition
+class ReshapeOp(NNOp):
+    """Row-major reshape to the result type (Flatten, Squeeze, Unsqueeze and Reshape all become this)."""
+
+    name = "nn.reshape"
+
+    @classmethod
+    def new(cls, x, shape: Sequence[int]):
+        return cls.create(operands=[x], result_types=[tensor(shape)])
+
+    @classmethod
+    def infer_shape(cls, shapes, props):
+        raise NotImplementedError("reshape takes its shape from the result type")
+
+    def verify_(self) -> None:
+        if math.prod(shape_of(self.operands[0])) != math.prod(shape_of(self.result)):
+            raise VerifyException(
+                f"reshape: {list(shape_of(self.operands[0]))} and {list(shape_of(self.result))} differ in size")
+
+
+@irdl_op_definition
+class TransposeOp(NNOp):
+    """Permute dimensions: out.shape[i] = in.shape[perm[i]]."""
+
+    name = "nn.transpose"
+    perm = prop_def(DenseArrayBase)
+
+    @classmethod
+    def infer_shape(cls, shapes, props):
+        perm = _ints(props, "perm", tuple(reversed(range(len(shapes[0])))))
+        if sorted(perm) != list(range(len(shapes[0]))):
+            raise VerifyException(f"transpose: {list(perm)} is not a permutation")
+        return tuple(shapes[0][p] for p in perm)
+
+    @classmethod
+    def new(cls, x, perm):
+        return cls.make([x], perm=ints(perm))
+
+
+@irdl_op_definition
+class ConcatOp(NNOp):
+    """Concatenate along `axis` (non-negative)."""
+
+    name = "nn.concat"
+    ARITY: ClassVar[tuple[int, int]] = (1, 1 << 30)
+    axis = prop_def(IntegerAttr)
+
+    @classmethod
+    def infer_shape(cls, shapes, props):
+        axis = _int(props, "axis", 0)
+        first = shapes[0]
+        for s in shapes[1:]:
+            if len(s) != len(first) or any(a != b for d, (a, b) in enumerate(zip(s, first)) if d != axis):
+                raise VerifyException(f"concat on axis {axis}: shapes {list(map(list, shapes))} disagree")
+        return first[:axis] + (sum(s[axis] for s in shapes),) + first[axis + 1:]
+
+    @classmethod
+    def new(cls, values, axis):
+        return cls.make(list(values), axis=IntegerAttr(axis, i64))
+
+
+@irdl_op_definition
+class PadOp(NNOp):
+    """Constant padding: pads = [begin_0, ..., begin_r-1, end_0, ..., end_r-1] (ONNX order)."""
+
+    name = "nn.pad"
+    pads = prop_def(DenseArrayBase)
+    value = prop_def(FloatAttr)
+
+    @classmethod
+    def infer_shape(cls, shapes, props):
+        s = shapes[0]
+        p = _ints(props, "pads", (0,) * 2 * len(s))
+        out = tuple(d + p[i] + p[i + len(s)] for i, d in enumerate(s))
+        if any(d <= 0 for d in out):
+            raise VerifyException(f"pad: result shape {list(out)} is empty")
+        return out
+
+    @classmethod
+    def new(cls, x, pads, value=0.0):
+        return cls.make([x], pads=ints(pads), value=FloatAttr(value, f32))
+
+
+NN = Dialect(
+    "nn",
+    [
+        WeightOp, Conv2DOp, GemmOp, MatMulOp,
+        ReluOp, SigmoidOp, HardSwishOp, LeakyReluOp, HardSigmoidOp, ClipOp, SoftmaxOp, LRNOp,
+        AddOp, SubOp, MulOp, DivOp, BatchNormOp,
+        MaxPoolOp, AvgPoolOp, GlobalAvgPoolOp, GlobalMaxPoolOp,
+        ReshapeOp, TransposeOp, ConcatOp, PadOp,
+    ],
+    [],
+)

@@ -1,0 +1,15 @@
+"""nasir: neural architecture search as program transformation, on xDSL.
+
+    import nasir
+    model = nasir.load("resnet34.onnx")          # or nasir.zoo.load("resnet34")
+    print(model.summary())
+    exe = nasir.compile(model, target="llvm")
+    y = exe(x)
+"""
+
+from nasir import zoo
+from nasir.api import compile, load
+from nasir.errors import NasirError
+from nasir.model import Model
+
+__all__ = ["Model", "NasirError", "compile", "load", "zoo"]

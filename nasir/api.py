@@ -1,0 +1,44 @@
+"""The Python entry points behind `nasir.load` and `nasir.compile`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nasir.errors import FrontendError, NasirError
+from nasir.model import Model, load_text
+
+TARGETS = ("llvm", "torch", "tvm")
+
+
+def load(path: str | Path, input_shapes: dict[str, tuple[int, ...]] | list[tuple[int, ...]] | None = None) -> Model:
+    """Import a model: an ONNX file, or nasir IR text (`.mlir`, weights from a `.npz` beside it).
+
+    `input_shapes` fixes dynamic input dimensions, by input name or in input order.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FrontendError(f"{path}: no such file")
+    if path.suffix == ".mlir":
+        return load_text(path)
+    from nasir.frontend.onnx_import import import_onnx
+
+    return import_onnx(path, input_shapes)
+
+
+def compile(model: Model, target: str = "llvm", threads: int = 1, **options):
+    """Compile `model` for `target` ("llvm": native CPU code, "torch": PyTorch reference, "tvm")."""
+    if not isinstance(model, Model):
+        raise NasirError(f"compile() takes a nasir.Model, got {type(model).__name__}")
+    if target == "torch":
+        from nasir.lowering.torch_backend import compile_torch
+
+        return compile_torch(model, **options)
+    if target == "llvm":
+        from nasir.runtime.llvm_executable import compile_llvm
+
+        return compile_llvm(model, threads=threads, **options)
+    if target == "tvm":
+        from nasir.lowering.tvm_backend import compile_tvm
+
+        return compile_tvm(model, **options)
+    raise NasirError(f"unknown target '{target}' (choose from {', '.join(TARGETS)})")

@@ -1,0 +1,62 @@
+"""The xDSL context nasir parses and rewrites in: nasir's dialects plus the upstream ones it lowers to."""
+
+from __future__ import annotations
+
+import numpy as np
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.utils.exceptions import ParseError, VerifyException
+
+from nasir.errors import NasirError
+
+
+class IRError(NasirError):
+    """Textual IR that does not parse or verify."""
+
+
+def dialects():
+    from xdsl.dialects.arith import Arith
+    from xdsl.dialects.builtin import Builtin
+    from xdsl.dialects.func import Func
+    from xdsl.dialects.llvm import LLVM
+    from xdsl.dialects.math import Math
+    from xdsl.dialects.memref import MemRef
+    from xdsl.dialects.scf import Scf
+    from xdsl.dialects.vector import Vector
+
+    from nasir.dialects.nest import NEST
+    from nasir.dialects.nn import NN
+
+    return [Builtin, Func, Arith, Math, MemRef, Scf, Vector, LLVM, NN, NEST]
+
+
+def make_context() -> Context:
+    ctx = Context()
+    for d in dialects():
+        ctx.load_dialect(d)
+    return ctx
+
+
+def parse_module(text: str, name: str = "<input>") -> tuple[ModuleOp, dict[str, np.ndarray]]:
+    """Parse and verify IR text; returns the module and any `dense_resource` weight blobs in it."""
+    from xdsl.dialect_interfaces.op_asm import OpAsmDialectInterface
+    from xdsl.dialects.builtin import Builtin
+    from xdsl.parser import Parser
+
+    from nasir.dialects import nn
+
+    ctx = make_context()
+    try:
+        module = Parser(ctx, text, name).parse_module()
+        module.verify()
+    except (ParseError, VerifyException) as e:
+        raise IRError(f"{name}: {e}") from None
+    interface = Builtin.get_interface(OpAsmDialectInterface)
+    blobs = {}
+    for op in module.walk():
+        if isinstance(op, nn.WeightOp) and op.value is not None:
+            hexdata = interface.lookup(op.value.resource_handle.data)
+            if hexdata:
+                raw = bytes.fromhex(hexdata[2 + 8:])  # skip "0x" and the 4-byte alignment header
+                blobs[op.key] = np.frombuffer(raw, "<f4").reshape(nn.shape_of(op.result)).copy()
+    return module, blobs

@@ -1,0 +1,41 @@
+"""Typed errors of nasir.
+
+Every user mistake surfaces as one `NasirError` subclass with a message the user can act on; the
+CLIs print the message and exit non-zero, never a traceback.
+"""
+
+
+class NasirError(Exception):
+    """Base class of every error nasir reports to users."""
+
+
+class FrontendError(NasirError):
+    """The input model file cannot be read or imported (malformed, truncated, unsupported)."""
+
+
+class UnsupportedOpError(FrontendError):
+    """An ONNX node whose op type nasir does not implement."""
+
+
+class ShapeError(NasirError):
+    """A shape is dynamic where a static one is required, or shapes do not agree."""
+
+
+class PassError(NasirError):
+    """An unknown pass, a bad pass option, or a transform that cannot be applied as asked."""
+
+
+class LegalityError(PassError):
+    """A transform request that is illegal (dependences, divisibility, block boundaries, capacity)."""
+
+
+class LoweringError(NasirError):
+    """A nest or op that a backend cannot lower, named with what is unsupported."""
+
+
+class RuntimeInputError(NasirError):
+    """Inputs given to an Executable do not match the compiled signature."""
+
+
+class ZooError(NasirError):
+    """An unknown zoo model name or a dataset the model does not support."""

@@ -1,0 +1,195 @@
+"""`Model`: a network as nasir IR plus its weight store.
+
+The IR is a `builtin.module` holding `func.func @main`; weights are `nn.weight` ops naming entries of
+a `WeightStore` (name -> float32 numpy array). The store is attached to the module (`weights_of`),
+so passes running on a bare module (e.g. from `nasir-opt`) find it too. Arrays in a store are never
+mutated in place: a pass that changes a weight stores a new array, so clones can share arrays.
+
+On disk a model is `NAME.mlir` (IR, weights elided) beside `NAME.npz` (the store), or one `.mlir`
+whose `nn.weight` ops carry `dense_resource` blobs (`text(weights=True)`).
+"""
+
+from __future__ import annotations
+
+import re
+import weakref
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ArrayAttr, DenseResourceAttr, ModuleOp, StringAttr
+from xdsl.ir import Operation
+
+from nasir.dialects import nn
+from nasir.errors import NasirError, ShapeError
+
+
+class WeightStore(dict[str, np.ndarray]):
+    """Weights of a model by name: float32 (or int64 for index tensors) numpy arrays."""
+
+    def add(self, name: str, value: np.ndarray) -> str:
+        """Store `value` under a unique, printable name derived from `name`; returns the name used."""
+        base = sanitize(name) or "w"
+        key, n = base, 1
+        while key in self:
+            key, n = f"{base}_{n}", n + 1
+        self[key] = np.ascontiguousarray(value)
+        return key
+
+
+def sanitize(name: str) -> str:
+    """A name that is safe in IR and on the command line: [A-Za-z0-9_.] only, not starting with '.'."""
+    return re.sub(r"[^A-Za-z0-9_.]+", "_", name).strip("_.")
+
+
+_STORES: "weakref.WeakKeyDictionary[ModuleOp, WeightStore]" = weakref.WeakKeyDictionary()
+
+
+def weights_of(module: ModuleOp) -> WeightStore:
+    """The weight store attached to `module` (an empty one is attached if there is none)."""
+    store = _STORES.get(module)
+    if store is None:
+        store = _STORES[module] = WeightStore()
+    return store
+
+
+def attach_weights(module: ModuleOp, store: WeightStore) -> None:
+    _STORES[module] = store
+
+
+def main_func(module: ModuleOp) -> func.FuncOp:
+    for op in module.ops:
+        if isinstance(op, func.FuncOp) and op.sym_name.data == "main":
+            return op
+    raise NasirError("the module has no func.func @main")
+
+
+class Model:
+    """A network: IR module + weight store + names of its inputs and outputs.
+
+    `Model.transform(pipeline)` returns a new model; the original is never changed.
+    """
+
+    def __init__(self, module: ModuleOp, weights: WeightStore | None = None,
+                 input_names: list[str] | None = None, output_names: list[str] | None = None):
+        self.module = module
+        if weights is not None:
+            attach_weights(module, weights)
+        fn = main_func(module)
+        attrs = module.attributes
+        if input_names is None and "nasir.inputs" in attrs:
+            input_names = [a.data for a in attrs["nasir.inputs"].data]
+        if output_names is None and "nasir.outputs" in attrs:
+            output_names = [a.data for a in attrs["nasir.outputs"].data]
+        n_in, n_out = len(fn.function_type.inputs), len(fn.function_type.outputs)
+        self.input_names = input_names or [f"input{i}" if n_in > 1 else "input" for i in range(n_in)]
+        self.output_names = output_names or [f"output{i}" if n_out > 1 else "output" for i in range(n_out)]
+        module.attributes["nasir.inputs"] = ArrayAttr([StringAttr(n) for n in self.input_names])
+        module.attributes["nasir.outputs"] = ArrayAttr([StringAttr(n) for n in self.output_names])
+
+    # Structure --------------------------------------------------------------------------------
+    @property
+    def weights(self) -> WeightStore:
+        return weights_of(self.module)
+
+    @property
+    def func(self) -> func.FuncOp:
+        return main_func(self.module)
+
+    @property
+    def input_shapes(self) -> list[tuple[int, ...]]:
+        return [nn.shape_of(t) for t in self.func.function_type.inputs]
+
+    @property
+    def output_shapes(self) -> list[tuple[int, ...]]:
+        return [nn.shape_of(t) for t in self.func.function_type.outputs]
+
+    def ops(self) -> Iterator[Operation]:
+        """Ops of @main in program order (weights and the return excluded)."""
+        for op in self.func.body.block.ops:
+            if not isinstance(op, (nn.WeightOp, func.ReturnOp)):
+                yield op
+
+    def clone(self) -> "Model":
+        return Model(self.module.clone(), WeightStore(self.weights), list(self.input_names), list(self.output_names))
+
+    # Views ------------------------------------------------------------------------------------
+    def summary(self):
+        """Per-layer table (name, op, output shape, MACs, params); printable, and iterable as rows."""
+        from nasir.summary import summarize
+
+        return summarize(self)
+
+    def text(self, weights: bool = False) -> str:
+        """The IR as text; with `weights=True` the values travel as `dense_resource` blobs."""
+        if not weights:
+            return str(self.module)
+        return _text_with_blobs(self)
+
+    def __str__(self) -> str:
+        return self.text()
+
+    def __repr__(self) -> str:
+        return f"<nasir.Model {len(list(self.ops()))} ops, inputs {self.input_shapes}, outputs {self.output_shapes}>"
+
+    # Transformations --------------------------------------------------------------------------
+    def transform(self, pipeline: str) -> "Model":
+        """Apply a pass pipeline (`nasir-opt -p` spelling) to a copy of the model."""
+        from nasir.passes import run_pipeline
+
+        out = self.clone()
+        run_pipeline(out.module, pipeline)
+        return out
+
+    def save(self, path: str | Path) -> Path:
+        """Write `path` (.mlir, weights elided) and the store beside it as .npz."""
+        path = Path(path).with_suffix(".mlir")
+        path.write_text(self.text() + "\n")
+        np.savez(path.with_suffix(".npz"), **self.weights)
+        return path
+
+
+def _text_with_blobs(model: Model) -> str:
+    from xdsl.dialect_interfaces.op_asm import OpAsmDialectInterface
+    from xdsl.dialects.builtin import Builtin
+    from xdsl.printer import Printer
+    import io
+
+    module = model.module.clone()
+    store = model.weights
+    interface = Builtin.get_interface(OpAsmDialectInterface)
+    for op in module.walk():
+        if isinstance(op, nn.WeightOp):
+            if op.key not in store:
+                raise NasirError(f"weight '{op.key}' is not in the weight store")
+            handle = interface.declare_resource(op.key)
+            interface._blob_storage[handle] = "0x04000000" + np.ascontiguousarray(store[op.key], "<f4").tobytes().hex()
+            op.properties["value"] = DenseResourceAttr.from_params(handle, op.result.type)
+    out = io.StringIO()
+    printer = Printer(stream=out)
+    printer.print_op(module)
+    printer.print_metadata([Builtin])
+    for key in list(interface._blob_storage):
+        interface._blob_storage.pop(key)
+    return out.getvalue()
+
+
+def load_text(path: str | Path, weights: str | Path | None = None) -> Model:
+    """Read a model written by `Model.save` or `Model.text(weights=True)`."""
+    from nasir.context import parse_module
+
+    path = Path(path)
+    module, blobs = parse_module(path.read_text(), str(path))
+    store = WeightStore(blobs)
+    npz = Path(weights) if weights else path.with_suffix(".npz")
+    if npz.exists():
+        with np.load(npz) as data:
+            store.update({k: data[k] for k in data.files})
+    for op in module.walk():
+        if isinstance(op, nn.WeightOp):
+            if op.value is not None:
+                op.properties.pop("value")
+            if op.key in store and tuple(store[op.key].shape) != nn.shape_of(op.result):
+                raise ShapeError(f"weight '{op.key}' has shape {store[op.key].shape}, IR says {nn.shape_of(op.result)}")
+    return Model(module, store)

@@ -1,0 +1,60 @@
+"""Pass registry and pipelines: one spelling in `nasir-opt -p`, `Model.transform` and search logs.
+
+Passes are xDSL `ModulePass` classes living in `nasir.transforms.*` and `nasir.lowering.*`; they are
+found by walking those packages, so adding a pass is adding a class. Modules there keep heavy imports
+(torch, llvmlite, tvm) inside functions so discovery stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+from collections.abc import Callable
+from functools import cache
+
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass, PassPipeline
+
+from nasir.errors import NasirError, PassError
+
+
+@cache
+def available_passes() -> dict[str, type[ModulePass]]:
+    """Every nasir pass by name."""
+    import nasir.lowering
+    import nasir.transforms
+
+    found: dict[str, type[ModulePass]] = {}
+    for package in (nasir.transforms, nasir.lowering):
+        for info in pkgutil.iter_modules(package.__path__):
+            module = importlib.import_module(f"{package.__name__}.{info.name}")
+            for _, cls in inspect.getmembers(module, inspect.isclass):
+                if issubclass(cls, ModulePass) and cls.__module__ == module.__name__ and getattr(cls, "name", None):
+                    found[cls.name] = cls
+    return found
+
+
+def parse_pipeline(spec: str) -> PassPipeline:
+    """`"fold-batch-norm,group{factor=2 layers=layer1.*}"` -> a PassPipeline; PassError if malformed."""
+    passes: dict[str, Callable[[], type[ModulePass]]] = {
+        name: (lambda cls=cls: cls) for name, cls in available_passes().items()
+    }
+    try:
+        return PassPipeline.parse_spec(passes, spec)
+    except NasirError:
+        raise
+    except Exception as e:  # xDSL reports unknown passes and bad options as ValueError/Exception
+        msg = str(e)
+        if "Unrecognized passes" in msg:
+            msg += f"; available passes: {', '.join(sorted(passes))}"
+        raise PassError(f"bad pass pipeline '{spec}': {msg}") from None
+
+
+def run_pipeline(module: ModuleOp, spec: str) -> None:
+    """Apply `spec` to `module` in place and verify the result."""
+    from nasir.context import make_context
+
+    pipeline = parse_pipeline(spec)
+    pipeline.apply(make_context(), module)
+    module.verify()

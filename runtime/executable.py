@@ -1,0 +1,64 @@
+"""`Executable`: a compiled model that runs on numpy (or torch) inputs, whatever the backend.
+
+Backends subclass it and implement `_run(arrays) -> list[np.ndarray]`; input checking, conversion and
+benchmarking live here once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from nasir.errors import RuntimeInputError
+
+
+class Executable:
+    """Call with one array per model input; returns one numpy array, or a list for several outputs."""
+
+    target = "abstract"
+
+    def __init__(self, input_names: Sequence[str], input_shapes: Sequence[tuple[int, ...]],
+                 output_names: Sequence[str]):
+        self.input_names = list(input_names)
+        self.input_shapes = [tuple(s) for s in input_shapes]
+        self.output_names = list(output_names)
+
+    def _run(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        raise NotImplementedError
+
+    def check_inputs(self, inputs: Sequence[object]) -> list[np.ndarray]:
+        """Convert inputs to C-contiguous float32 numpy arrays of the compiled shapes, or raise."""
+        if len(inputs) != len(self.input_shapes):
+            raise RuntimeInputError(
+                f"expected {len(self.input_shapes)} input(s) ({', '.join(self.input_names)}), got {len(inputs)}")
+        arrays = []
+        for name, shape, x in zip(self.input_names, self.input_shapes, inputs):
+            if hasattr(x, "detach") and hasattr(x, "cpu"):  # torch tensor
+                x = x.detach().cpu().numpy()
+            if not isinstance(x, np.ndarray):
+                raise RuntimeInputError(f"input '{name}' must be a numpy array or torch tensor, got {type(x).__name__}")
+            if x.dtype.kind not in "fiu":
+                raise RuntimeInputError(f"input '{name}' has dtype {x.dtype}; expected float32")
+            if tuple(x.shape) != shape:
+                raise RuntimeInputError(f"input '{name}' has shape {list(x.shape)}; the model was compiled for {list(shape)}")
+            arrays.append(np.ascontiguousarray(x, dtype=np.float32))
+        return arrays
+
+    def __call__(self, *inputs):
+        outputs = self._run(self.check_inputs(inputs))
+        return outputs[0] if len(outputs) == 1 else outputs
+
+    def benchmark(self, *inputs, repeat: int = 20, warmup: int = 2) -> dict[str, float]:
+        """Median, min and max wall time of one call, in milliseconds."""
+        arrays = self.check_inputs(inputs)
+        for _ in range(warmup):
+            self._run(arrays)
+        times = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            self._run(arrays)
+            times.append((time.perf_counter() - start) * 1e3)
+        return {"median_ms": float(np.median(times)), "min_ms": float(np.min(times)),
+                "max_ms": float(np.max(times)), "repeat": repeat}
