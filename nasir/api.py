@@ -7,7 +7,7 @@ from pathlib import Path
 from nasir.errors import FrontendError, NasirError
 from nasir.model import Model, load_text
 
-TARGETS = ("llvm", "torch", "tvm")
+TARGETS = ("llvm", "torch")
 
 
 def load(path: str | Path, input_shapes: dict[str, tuple[int, ...]] | list[tuple[int, ...]] | None = None) -> Model:
@@ -26,7 +26,7 @@ def load(path: str | Path, input_shapes: dict[str, tuple[int, ...]] | list[tuple
 
 
 def compile(model: Model, target: str = "llvm", threads: int = 1, **options):
-    """Compile `model` for `target` ("llvm": native CPU code, "torch": PyTorch reference, "tvm")."""
+    """Compile `model` for `target` ("llvm": native CPU code, "torch": PyTorch reference)."""
     if not isinstance(model, Model):
         raise NasirError(f"compile() takes a nasir.Model, got {type(model).__name__}")
     if target == "torch":
@@ -37,8 +37,4 @@ def compile(model: Model, target: str = "llvm", threads: int = 1, **options):
         from nasir.runtime.llvm_executable import compile_llvm
 
         return compile_llvm(model, threads=threads, **options)
-    if target == "tvm":
-        from nasir.lowering.tvm_backend import compile_tvm
-
-        return compile_tvm(model, **options)
     raise NasirError(f"unknown target '{target}' (choose from {', '.join(TARGETS)})")
