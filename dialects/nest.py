@@ -5,8 +5,8 @@ A `nest.compute` op says *what* is computed, as attributes that transforms rewri
 - **domain**: named dimensions with extents, parallel ones first, then reduction ones. Affine maps
   number them d0, d1, ... in that order.
 - **maps**: one affine map per input, from the domain to the input's indices. Reads outside the
-  input's bounds yield the combiner's identity (0 for `mac`, skipped for `max`/`avg`), which is how
-  padding is expressed.
+  input's bounds yield the combiner's identity (0 for `mac` and `copy`, skipped for `max`/`avg`),
+  which is how padding is expressed.
 - **out_map**: from the domain's parallel dims to the output's indices (a bijection onto them).
 - **combiner**: `mac` (sum over the reduction dims of in0 * in1), `max`, `avg` (mean over the
   in-bounds window positions of in0), or `copy` (no reduction dims: out = in0).
@@ -209,6 +209,27 @@ def used_dims(expr: AffineExpr) -> set[int]:
 
 def map_dims(amap: AffineMap) -> set[int]:
     return set().union(*(used_dims(e) for e in amap.results)) if amap.results else set()
+
+
+def linear_form(expr: AffineExpr) -> tuple[dict[int, int], int] | None:
+    """`d2 * 2 + d5 - 1` -> ({2: 2, 5: 1}, -1); None when the expression is not linear."""
+    if isinstance(expr, AffineDimExpr):
+        return {expr.position: 1}, 0
+    if isinstance(expr, AffineConstantExpr):
+        return {}, expr.value
+    if isinstance(expr, AffineBinaryOpExpr) and expr.kind in (AffineBinaryOpKind.Add, AffineBinaryOpKind.Mul):
+        lhs, rhs = linear_form(expr.lhs), linear_form(expr.rhs)
+        if lhs is None or rhs is None:
+            return None
+        if expr.kind == AffineBinaryOpKind.Add:
+            coeffs = dict(lhs[0])
+            for d, c in rhs[0].items():
+                coeffs[d] = coeffs.get(d, 0) + c
+            return coeffs, lhs[1] + rhs[1]
+        for (coeffs, _), (other, k) in ((lhs, rhs), (rhs, lhs)):
+            if not other:
+                return {d: c * k for d, c in coeffs.items()}, (lhs[1] * rhs[1])
+    return None
 
 
 def parse_step(step: str) -> tuple[str, list[int], list[float]]:

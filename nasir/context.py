@@ -39,11 +39,7 @@ def make_context() -> Context:
 
 def parse_module(text: str, name: str = "<input>") -> tuple[ModuleOp, dict[str, np.ndarray]]:
     """Parse and verify IR text; returns the module and any `dense_resource` weight blobs in it."""
-    from xdsl.dialect_interfaces.op_asm import OpAsmDialectInterface
-    from xdsl.dialects.builtin import Builtin
     from xdsl.parser import Parser
-
-    from nasir.dialects import nn
 
     ctx = make_context()
     try:
@@ -51,12 +47,29 @@ def parse_module(text: str, name: str = "<input>") -> tuple[ModuleOp, dict[str, 
         module.verify()
     except (ParseError, VerifyException) as e:
         raise IRError(f"{name}: {e}") from None
+    return module, resource_blobs(module)
+
+
+def resource_blobs(module: ModuleOp) -> dict[str, np.ndarray]:
+    """Values of the `nn.weight` ops that carry a `dense_resource` blob, by weight name.
+
+    The blobs are taken out of xDSL's process-wide resource table (so it does not grow with every
+    parsed model, and printing the model again reuses the weight names as resource keys).
+    """
+    from xdsl.dialect_interfaces.op_asm import OpAsmDialectInterface
+    from xdsl.dialects.builtin import Builtin
+
+    from nasir.dialects import nn
+
     interface = Builtin.get_interface(OpAsmDialectInterface)
-    blobs = {}
+    blobs, handles = {}, set()
     for op in module.walk():
         if isinstance(op, nn.WeightOp) and op.value is not None:
+            handles.add(op.value.resource_handle.data)
             hexdata = interface.lookup(op.value.resource_handle.data)
             if hexdata:
                 raw = bytes.fromhex(hexdata[2 + 8:])  # skip "0x" and the 4-byte alignment header
                 blobs[op.key] = np.frombuffer(raw, "<f4").reshape(nn.shape_of(op.result)).copy()
-    return module, blobs
+    for handle in handles:
+        interface._blob_storage.pop(handle, None)
+    return blobs

@@ -181,9 +181,14 @@ def load_text(path: str | Path, weights: str | Path | None = None) -> Model:
 
     path = Path(path)
     module, blobs = parse_module(path.read_text(), str(path))
-    store = WeightStore(blobs)
     npz = Path(weights) if weights else path.with_suffix(".npz")
-    if npz.exists():
+    return Model(module, collect_weights(module, blobs, npz if npz.exists() else None))
+
+
+def collect_weights(module: ModuleOp, blobs: dict[str, np.ndarray], npz: str | Path | None = None) -> WeightStore:
+    """The weight store of a parsed module: its `dense_resource` blobs (taken out of the IR) plus `npz`."""
+    store = WeightStore(blobs)
+    if npz is not None:
         with np.load(npz) as data:
             store.update({k: data[k] for k in data.files})
     for op in module.walk():
@@ -192,4 +197,4 @@ def load_text(path: str | Path, weights: str | Path | None = None) -> Model:
                 op.properties.pop("value")
             if op.key in store and tuple(store[op.key].shape) != nn.shape_of(op.result):
                 raise ShapeError(f"weight '{op.key}' has shape {store[op.key].shape}, IR says {nn.shape_of(op.result)}")
-    return Model(module, store)
+    return store

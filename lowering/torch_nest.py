@@ -1,0 +1,281 @@
+"""Run one `nest.compute` op on torch tensors: the reference semantics of the nest dialect.
+
+The torch backend (`torch_backend`) calls `run_compute` for every nest of a model; Fisher Potential
+backpropagates through it, so everything here is differentiable torch code.
+
+Generic path, correct for any nest (arbitrary affine maps, split parts, shifted accesses):
+1. every input is gathered into a tensor aligned with the domain (axis i = domain dim i, size 1
+   where the map does not use the dim), indices computed by evaluating the map on index grids;
+   out-of-bounds reads are masked to the combiner's identity (0 for mac/copy, -inf for max,
+   left out of the count for avg);
+2. the combiner reduces over the reduction dims (einsum for mac, amax, masked mean);
+3. the epilogue steps run on the result, still laid out as the parallel dims;
+4. the result is scattered into the output through out_map.
+
+Fast path: inputs whose maps are plain (permuted) dims are viewed, not gathered, and convs and
+pools built by convert-nn-to-nest (recognised by rebuilding their maps) go to
+torch.nn.functional. Both paths compute the same numbers; `fast=False` forces the generic one.
+"""
+
+from __future__ import annotations
+
+import math
+import string
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from xdsl.ir.affine import (
+    AffineBinaryOpExpr,
+    AffineBinaryOpKind,
+    AffineConstantExpr,
+    AffineDimExpr,
+    AffineExpr,
+    AffineMap,
+)
+
+from nasir.dialects import nest
+from nasir.dialects.nn import shape_of
+from nasir.errors import LoweringError
+from nasir.lowering.nn_to_nest import Window, conv_nest, pool_nest
+
+Index = torch.Tensor | int
+
+
+def evaluate(expr: AffineExpr, dim: Callable[[int], Index]) -> Index:
+    """Value of an affine expression, with dim i given by `dim(i)` (an int or an index tensor)."""
+    if isinstance(expr, AffineDimExpr):
+        return dim(expr.position)
+    if isinstance(expr, AffineConstantExpr):
+        return expr.value
+    if isinstance(expr, AffineBinaryOpExpr):
+        a, b = evaluate(expr.lhs, dim), evaluate(expr.rhs, dim)
+        if expr.kind == AffineBinaryOpKind.Add:
+            return a + b
+        if expr.kind == AffineBinaryOpKind.Mul:
+            return a * b
+        if expr.kind == AffineBinaryOpKind.FloorDiv:
+            return a // b
+        if expr.kind == AffineBinaryOpKind.CeilDiv:
+            return -((-a) // b)
+        if expr.kind == AffineBinaryOpKind.Mod:
+            return a % b
+    raise LoweringError(f"torch backend: unsupported affine expression {expr}")
+
+
+# --- gathering ---------------------------------------------------------------------------------
+
+def _grid(extents: list[int]) -> Callable[[int], torch.Tensor]:
+    nd = len(extents)
+    return lambda i: torch.arange(extents[i]).view([-1 if j == i else 1 for j in range(nd)])
+
+
+def _view(x: torch.Tensor, amap: AffineMap, extents: list[int]) -> torch.Tensor | None:
+    """`x` aligned with the domain without copying, when every map result is a dim spanning its
+    axis exactly or an in-bounds constant; else None."""
+    positions, selects = [], []
+    for axis, e in enumerate(amap.results):
+        if isinstance(e, AffineDimExpr) and extents[e.position] == x.shape[axis]:
+            positions.append(e.position)
+        elif isinstance(e, AffineConstantExpr) and 0 <= e.value < x.shape[axis]:
+            selects.append((axis, e.value))
+        else:
+            return None
+    if len(set(positions)) != len(positions):
+        return None
+    for axis, value in reversed(selects):
+        x = x.select(axis, value)
+    order = sorted(range(len(positions)), key=lambda a: positions[a])
+    aligned = [extents[d] if d in positions else 1 for d in range(len(extents))]
+    return x.permute(order).reshape(aligned)
+
+
+def gather(x: torch.Tensor, amap: AffineMap, extents: list[int], fast: bool = True
+           ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Values of `x` read through `amap` at every point of the domain, aligned with the domain
+    (size 1 along dims the map does not use), and the in-bounds mask (None when all are in bounds)."""
+    if fast and (view := _view(x, amap, extents)) is not None:
+        return view, None
+    used = nest.map_dims(amap)
+    aligned = [extents[d] if d in used else 1 for d in range(len(extents))]
+    dim = _grid(extents)
+    flat = torch.zeros(aligned, dtype=torch.long)
+    mask = torch.ones(aligned, dtype=torch.bool)
+    stride = 1
+    for axis in reversed(range(len(amap.results))):
+        idx = torch.as_tensor(evaluate(amap.results[axis], dim))
+        size = x.shape[axis]
+        mask = mask & (idx >= 0) & (idx < size)
+        flat = flat + idx.clamp(0, size - 1) * stride
+        stride *= size
+    values = x.reshape(-1)[flat]
+    return values, (None if bool(mask.all()) else mask)
+
+
+# --- combiners ---------------------------------------------------------------------------------
+
+def _mac(op: nest.ComputeOp, inputs: list[torch.Tensor], extents: list[int], fast: bool) -> torch.Tensor:
+    npar = op.domain.num_parallel.data
+    letters = string.ascii_letters
+    operands, specs, used_any = [], [], set()
+    for x, amap in zip(inputs[:2], op.access_maps[:2]):
+        values, mask = gather(x, amap, extents, fast)
+        if mask is not None:
+            values = torch.where(mask, values, torch.zeros((), dtype=values.dtype))
+        used = sorted(nest.map_dims(amap))
+        operands.append(values.reshape([extents[d] for d in used]))
+        specs.append("".join(letters[d] for d in used))
+        used_any |= set(used)
+    kept = [d for d in range(npar) if d in used_any]
+    core = torch.einsum(f"{specs[0]},{specs[1]}->{''.join(letters[d] for d in kept)}", *operands)
+    unread = math.prod(extents[d] for d in range(npar, len(extents)) if d not in used_any)
+    if unread != 1:
+        core = core * unread
+    return core.reshape([extents[d] if d in used_any else 1 for d in range(npar)])
+
+
+def _window_op(op: nest.ComputeOp, inputs: list[torch.Tensor], extents: list[int], fast: bool) -> torch.Tensor:
+    npar = op.domain.num_parallel.data
+    values, mask = gather(inputs[0], op.access_maps[0], extents, fast)
+    red = tuple(range(npar, len(extents)))
+    if op.kind == "max":
+        if mask is not None:
+            values = torch.where(mask, values, torch.full((), -math.inf, dtype=values.dtype))
+        return values.amax(red) if red else values
+    if op.kind == "avg":
+        if not red:
+            return values
+        if mask is None:
+            return values.mean(red)
+        total = torch.where(mask, values, torch.zeros((), dtype=values.dtype)).sum(red)
+        return total / mask.sum(red).to(values.dtype)
+    if mask is not None:
+        values = torch.where(mask, values, torch.zeros((), dtype=values.dtype))
+    return values
+
+
+# --- recognised convs and pools ----------------------------------------------------------------
+
+def _window_geometry(op: nest.ComputeOp) -> Window | None:
+    """Strides/dilations/pads read off input 0's spatial map results, if they are linear."""
+    names = op.domain.dim_names
+    forms = [nest.linear_form(e) for e in op.access_maps[0].results[2:]]
+    if len(forms) != 2 or any(f is None for f in forms):
+        return None
+    geo = []
+    for (coeffs, const), out, k in zip(forms, ("oh", "ow"), ("kh", "kw")):
+        s, d = coeffs.get(names.index(out), 0), coeffs.get(names.index(k), 0)
+        if s < 1 or d < 1:
+            return None
+        geo.append((s, d, -const))
+    return Window((geo[0][0], geo[1][0]), (geo[0][1], geo[1][1]), (geo[0][2], geo[1][2]))
+
+
+CONV_DOMAINS = {
+    (("n", "co", "oh", "ow"), ("ci", "kh", "kw")),
+    (("n", "g", "co", "oh", "ow"), ("ci", "kh", "kw")),
+    (("n", "g", "co", "oh", "ow"), ("kh", "kw")),
+}
+
+
+def _padded(x: torch.Tensor, out_hw: tuple[int, int], kernel: tuple[int, int], geo: Window,
+            value: float = 0.0) -> torch.Tensor:
+    """`x` padded (or cropped) so a padding-free window op yields exactly `out_hw` positions."""
+    pads = []
+    for axis in (1, 0):
+        size = x.shape[2 + axis]
+        need = (out_hw[axis] - 1) * geo.strides[axis] + (kernel[axis] - 1) * geo.dilations[axis] + 1
+        pads += [geo.pads[axis], need - size - geo.pads[axis]]
+    return F.pad(x, pads, value=value)
+
+
+def _functional(op: nest.ComputeOp, inputs: list[torch.Tensor], extents: list[int]) -> torch.Tensor | None:
+    dom = op.domain
+    key = (tuple(n for n, _ in dom.parallel), tuple(n for n, _ in dom.reduction))
+    if op.kind == "mac" and key in CONV_DOMAINS and (geo := _window_geometry(op)) is not None:
+        x, w = inputs[0], inputs[1]
+        if x.dim() != 4 or w.dim() != 4:
+            return None
+        out_hw = (dom.extent("oh"), dom.extent("ow"))
+        groups = dom.extent("g") if "g" in key[0] else 1
+        if x.shape[1] != groups * w.shape[1]:
+            return None
+        domain, maps, _ = conv_nest(tuple(x.shape), tuple(w.shape), out_hw, groups, geo)
+        if domain != dom or maps[:2] != op.access_maps[:2]:
+            return None
+        xp = _padded(x, out_hw, tuple(w.shape[2:]), geo)
+        y = F.conv2d(xp, w, stride=geo.strides, dilation=geo.dilations, groups=groups)
+        return y.reshape(extents[:dom.num_parallel.data])
+    if op.kind in ("max", "avg") and key == (("n", "c", "oh", "ow"), ("kh", "kw")):
+        geo = _window_geometry(op)
+        x = inputs[0]
+        if geo is None or x.dim() != 4 or (op.kind == "avg" and geo.dilations != (1, 1)):
+            return None
+        out_hw, kernel = (dom.extent("oh"), dom.extent("ow")), (dom.extent("kh"), dom.extent("kw"))
+        domain, in_map, _ = pool_nest(tuple(x.shape), out_hw, kernel, geo)
+        if domain != dom or in_map != op.access_maps[0]:
+            return None
+        if op.kind == "max":
+            return F.max_pool2d(_padded(x, out_hw, kernel, geo, -math.inf), kernel, geo.strides, 0, geo.dilations)
+        total = F.avg_pool2d(_padded(x, out_hw, kernel, geo), kernel, geo.strides, divisor_override=1)
+        ones = torch.ones((1, 1) + tuple(x.shape[2:]), dtype=x.dtype)
+        count = F.avg_pool2d(_padded(ones, out_hw, kernel, geo), kernel, geo.strides, divisor_override=1)
+        return total / count
+    return None
+
+
+# --- epilogue and output -----------------------------------------------------------------------
+
+def _epilogue(op: nest.ComputeOp, inputs: list[torch.Tensor], core: torch.Tensor, extents: list[int],
+              fast: bool) -> torch.Tensor:
+    npar = op.domain.num_parallel.data
+    for kind, refs, params in op.steps:
+        if refs:
+            other, _ = gather(inputs[refs[0]], op.access_maps[refs[0]], extents, fast)
+            other = other.reshape(other.shape[:npar])
+            core = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div}[kind](core, other)
+        elif kind == "relu":
+            core = torch.relu(core)
+        elif kind == "sigmoid":
+            core = torch.sigmoid(core)
+        elif kind == "hard_swish":
+            core = F.hardswish(core)
+        elif kind == "leaky_relu":
+            core = F.leaky_relu(core, params[0])
+        elif kind == "clip":
+            core = core.clamp(params[0], params[1])
+        elif kind == "hard_sigmoid":
+            core = (core * params[0] + params[1]).clamp(0.0, 1.0)
+        elif kind == "scale":
+            core = core * params[0]
+        else:
+            raise LoweringError(f"torch backend: epilogue step '{kind}' is not implemented")
+    return core
+
+
+def _scatter(op: nest.ComputeOp, core: torch.Tensor, extents: list[int]) -> torch.Tensor:
+    npar = op.domain.num_parallel.data
+    shape = shape_of(op.result)
+    core = core.expand(extents[:npar])
+    omap = op.output_map
+    if list(omap.results) == [AffineExpr.dimension(i) for i in range(npar)] and list(shape) == extents[:npar]:
+        return core
+    dim = _grid(extents[:npar])
+    flat = torch.zeros(extents[:npar], dtype=torch.long)
+    stride = 1
+    for axis in reversed(range(len(shape))):
+        flat = flat + torch.as_tensor(evaluate(omap.results[axis], dim)) * stride
+        stride *= shape[axis]
+    out = core.new_zeros(math.prod(shape)).index_copy(0, flat.reshape(-1), core.reshape(-1))
+    return out.reshape(shape)
+
+
+def run_compute(op: nest.ComputeOp, inputs: list[torch.Tensor], fast: bool = True) -> torch.Tensor:
+    """The value of `op` on `inputs` (float32 tensors in operand order); differentiable.
+
+    `fast=False` uses the generic gather/einsum path only (the fast path must agree with it)."""
+    extents = [e for _, e in op.domain.dims]
+    core = _functional(op, inputs, extents) if fast else None
+    if core is None:
+        core = _mac(op, inputs, extents, fast) if op.kind == "mac" else _window_op(op, inputs, extents, fast)
+    return _scatter(op, _epilogue(op, inputs, core, extents, fast), extents)
