@@ -1,0 +1,124 @@
+"""The torch backend: a model's `@main` interpreted op by op in PyTorch.
+
+`TorchProgram` is an `nn.Module` over a `Model`: weights of the store become Parameters (batch-norm
+running statistics become buffers), and `forward` walks `@main`, running nn ops through
+`torch_nn.LOWERINGS` and `nest.compute` ops through `torch_nest.run_compute`. In `train()` mode
+batch-norm uses batch statistics (and updates its buffers), as `torch.nn.BatchNorm2d` does, so the
+same program serves Fisher Potential and training (`Model.to_torch`). `compile_torch` wraps it in an
+`Executable` (target "torch") for float32 inference under `torch.no_grad`.
+
+    exe = compile_torch(model)       # model: nn and/or nest ops
+    y = exe(x)                       # numpy in, numpy out
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from xdsl.dialects import func
+from xdsl.ir import Operation, SSAValue
+
+from nasir.dialects import nest, nn
+from nasir.errors import LoweringError
+from nasir.lowering.torch_nn import LOWERINGS
+from nasir.model import Model
+from nasir.runtime.executable import Executable
+
+
+def _run_nest(op: nest.ComputeOp, inputs: list[torch.Tensor]) -> torch.Tensor:
+    from nasir.lowering.torch_nest import run_compute
+
+    return run_compute(op, inputs)
+
+
+def _kernel(op: Operation):
+    if isinstance(op, nest.ComputeOp):
+        return _run_nest
+    fn = LOWERINGS.get(type(op))
+    if fn is None:
+        raise LoweringError(f"the torch backend cannot run '{op.name}' "
+                            f"(layer '{getattr(op, 'layer_name', '')}')")
+    return fn
+
+
+class TorchProgram(torch.nn.Module):
+    """`@main` of a model as a torch module; `weight(name)` is the tensor of store entry `name`."""
+
+    def __init__(self, model: Model, momentum: float = 0.1):
+        super().__init__()
+        self.momentum = momentum
+        self.func = model.func
+        self.params = torch.nn.ParameterDict()
+        self.stats = torch.nn.Module()  # batch-norm running mean / var as buffers
+        self.keys: dict[str, str] = {}  # store name -> ParameterDict / buffer key
+        store = model.weights
+        stats = {o.owner.key for op in self.func.walk() if isinstance(op, nn.BatchNormOp)
+                 for o in op.operands[3:] if isinstance(o.owner, nn.WeightOp)}
+        self.steps: list[tuple[Operation, object, list[SSAValue]]] = []
+        for op in self.func.body.block.ops:
+            if isinstance(op, nn.WeightOp):
+                if op.key not in store:
+                    raise LoweringError(f"weight '{op.key}' is not in the weight store")
+                self._add_weight(op.key, store[op.key], buffer=op.key in stats)
+            elif not isinstance(op, func.ReturnOp):
+                self.steps.append((op, _kernel(op), list(op.operands)))
+
+    def _add_weight(self, name: str, array: np.ndarray, buffer: bool) -> None:
+        if name in self.keys:
+            return
+        key, n = name.replace(".", "_"), 1
+        while key in self.params or hasattr(self.stats, key):
+            key, n = f"{name.replace('.', '_')}_{n}", n + 1
+        self.keys[name] = key
+        tensor = torch.tensor(np.asarray(array), dtype=torch.float32)  # a copy: the store stays unchanged
+        if buffer:
+            self.stats.register_buffer(key, tensor)
+        else:
+            self.params[key] = torch.nn.Parameter(tensor)
+
+    def weight(self, name: str) -> torch.Tensor:
+        key = self.keys[name]
+        return self.params[key] if key in self.params else getattr(self.stats, key)
+
+    def forward(self, *inputs: torch.Tensor):
+        env: dict[SSAValue, torch.Tensor] = dict(zip(self.func.body.block.args, inputs))
+        for op in self.func.body.block.ops:
+            if isinstance(op, nn.WeightOp):
+                env[op.result] = self.weight(op.key)
+        for op, fn, operands in self.steps:
+            args = [env[o] for o in operands]
+            if self.training and isinstance(op, nn.BatchNormOp):
+                env[op.result] = self._train_batch_norm(op, args)
+            else:
+                env[op.result] = fn(op, args)
+        ret = self.func.body.block.last_op
+        outs = [env[o] for o in ret.operands]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _train_batch_norm(self, op: nn.BatchNormOp, args: list[torch.Tensor]) -> torch.Tensor:
+        x, scale, bias, mean, var = args
+        running = all(isinstance(o.owner, nn.WeightOp) for o in op.operands[3:])
+        return F.batch_norm(x, mean if running else None, var if running else None, scale, bias,
+                            training=True, momentum=self.momentum, eps=op.epsilon.value.data)
+
+
+class TorchExecutable(Executable):
+    """A model run by `TorchProgram` in eval mode, float32, without autograd."""
+
+    target = "torch"
+
+    def __init__(self, model: Model):
+        super().__init__(model.input_names, model.input_shapes, model.output_names)
+        self.program = TorchProgram(model).eval()
+
+    def _run(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        with torch.no_grad():
+            out = self.program(*(torch.from_numpy(a if a.flags.writeable else a.copy()) for a in arrays))
+        outs = out if isinstance(out, tuple) else (out,)
+        return [o.detach().cpu().numpy() for o in outs]
+
+
+def compile_torch(model: Model) -> TorchExecutable:
+    """Compile `model` for the torch backend."""
+    return TorchExecutable(model)

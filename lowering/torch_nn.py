@@ -1,0 +1,143 @@
+"""nn ops in PyTorch: the reference semantics of the graph level, exactly as ONNX defines them.
+
+`LOWERINGS[type(op)](op, inputs) -> tensor` runs one nn op on torch tensors; `torch_backend`
+walks `@main` with it. Where torch's functional API differs from ONNX (asymmetric pads, LRN
+windows for even sizes, ceil-mode pools with padding, count_include_pad with asymmetric pads),
+the function pads explicitly or computes the ONNX formula, and crops to the op's result type,
+which the nn dialect infers with ONNX's rules:
+
+    nn.avg_pool {kernel = [3, 3], pads = [0, 0, 1, 1], count_include_pad = 0}
+      ->  sums = avg_pool2d(pad(x), divisor_override=1); counts = same over pad(ones); sums / counts
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from nasir.dialects import nn
+
+Tensor = torch.Tensor
+
+
+def _ints(op, name: str) -> list[int]:
+    return [int(v) for v in op.properties[name].get_values()]
+
+
+def _float(op, name: str) -> float:
+    return float(op.properties[name].value.data)
+
+
+def _int(op, name: str) -> int:
+    return int(op.properties[name].value.data)
+
+
+def _pad2d(x: Tensor, pads: list[int], value: float = 0.0) -> Tensor:
+    t, l, b, r = pads
+    return F.pad(x, (l, r, t, b), value=value) if any(pads) else x
+
+
+def _crop(y: Tensor, op) -> Tensor:
+    """Drop trailing windows torch adds in ceil mode beyond ONNX's output size (the result type)."""
+    h, w = nn.shape_of(op.result)[2:]
+    return y[..., :h, :w]
+
+
+def conv2d(op: nn.Conv2DOp, inputs: list[Tensor]) -> Tensor:
+    x, w, b = inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None
+    t, l, bo, r = _ints(op, "pads")
+    padding = (t, l) if (t, l) == (bo, r) else 0
+    if padding == 0:
+        x = _pad2d(x, [t, l, bo, r])
+    return F.conv2d(x, w, b, stride=_ints(op, "strides"), padding=padding,
+                    dilation=_ints(op, "dilations"), groups=_int(op, "groups"))
+
+
+def gemm(op: nn.GemmOp, inputs: list[Tensor]) -> Tensor:
+    a, b = inputs[0], inputs[1]
+    a = a.t() if _int(op, "trans_a") else a
+    b = b.t() if _int(op, "trans_b") else b
+    y = _float(op, "alpha") * (a @ b)
+    return y + _float(op, "beta") * inputs[2] if len(inputs) > 2 else y
+
+
+def max_pool(op: nn.MaxPoolOp, inputs: list[Tensor]) -> Tensor:
+    x = _pad2d(inputs[0], _ints(op, "pads"), float("-inf"))
+    y = F.max_pool2d(x, _ints(op, "kernel"), _ints(op, "strides"), 0, _ints(op, "dilations"),
+                     ceil_mode=bool(_int(op, "ceil_mode")))
+    return _crop(y, op)
+
+
+def avg_pool(op: nn.AvgPoolOp, inputs: list[Tensor]) -> Tensor:
+    x, pads = inputs[0], _ints(op, "pads")
+    kernel, strides, ceil = _ints(op, "kernel"), _ints(op, "strides"), bool(_int(op, "ceil_mode"))
+    if not any(pads) or _int(op, "count_include_pad"):
+        # Explicit zero padding counts in the divisor; windows past the padded edge (ceil mode) do not.
+        y = F.avg_pool2d(_pad2d(x, pads), kernel, strides, 0, ceil_mode=ceil, count_include_pad=True)
+    else:
+        ones = torch.ones((1, 1) + tuple(x.shape[2:]), dtype=x.dtype, device=x.device)
+        sums = F.avg_pool2d(_pad2d(x, pads), kernel, strides, 0, ceil_mode=ceil, divisor_override=1)
+        counts = F.avg_pool2d(_pad2d(ones, pads), kernel, strides, 0, ceil_mode=ceil, divisor_override=1)
+        y = sums / counts
+    return _crop(y, op)
+
+
+def lrn(op: nn.LRNOp, inputs: list[Tensor]) -> Tensor:
+    """ONNX LRN: the window over channels is [c - floor((size-1)/2), c + ceil((size-1)/2)]."""
+    x, size = inputs[0], _int(op, "size")
+    sq = (x * x).unsqueeze(1)
+    lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
+    sq = F.pad(sq, (0, 0) * (x.dim() - 2) + (lo, hi))
+    window = (size,) + (1,) * (x.dim() - 2)
+    pool = F.avg_pool3d if x.dim() == 4 else F.avg_pool2d
+    sums = pool(sq, window, stride=1, divisor_override=1).squeeze(1)
+    return x / (_float(op, "bias") + _float(op, "alpha") / size * sums) ** _float(op, "beta")
+
+
+def batch_norm(op: nn.BatchNormOp, inputs: list[Tensor]) -> Tensor:
+    x, scale, bias, mean, var = inputs
+    return F.batch_norm(x, mean, var, scale, bias, training=False, eps=_float(op, "epsilon"))
+
+
+def pad(op: nn.PadOp, inputs: list[Tensor]) -> Tensor:
+    x, pads = inputs[0], _ints(op, "pads")
+    rank = x.dim()
+    spec: list[int] = []
+    for axis in reversed(range(rank)):
+        spec += [pads[axis], pads[axis + rank]]
+    return F.pad(x, spec, value=_float(op, "value"))
+
+
+def _spatial(x: Tensor) -> list[int]:
+    return list(range(2, x.dim()))
+
+
+LOWERINGS: dict[type, Callable[..., Tensor]] = {
+    nn.Conv2DOp: conv2d,
+    nn.GemmOp: gemm,
+    nn.MatMulOp: lambda op, xs: torch.matmul(xs[0], xs[1]),
+    nn.ReluOp: lambda op, xs: F.relu(xs[0]),
+    nn.SigmoidOp: lambda op, xs: torch.sigmoid(xs[0]),
+    nn.HardSwishOp: lambda op, xs: F.hardswish(xs[0]),
+    nn.LeakyReluOp: lambda op, xs: F.leaky_relu(xs[0], _float(op, "alpha")),
+    nn.HardSigmoidOp: lambda op, xs: torch.clamp(_float(op, "alpha") * xs[0] + _float(op, "beta"), 0.0, 1.0),
+    nn.ClipOp: lambda op, xs: torch.clamp(xs[0], _float(op, "min"), _float(op, "max")),
+    nn.SoftmaxOp: lambda op, xs: torch.softmax(xs[0], _int(op, "axis")),
+    nn.LRNOp: lrn,
+    nn.AddOp: lambda op, xs: xs[0] + xs[1],
+    nn.SubOp: lambda op, xs: xs[0] - xs[1],
+    nn.MulOp: lambda op, xs: xs[0] * xs[1],
+    nn.DivOp: lambda op, xs: xs[0] / xs[1],
+    nn.BatchNormOp: batch_norm,
+    nn.MaxPoolOp: max_pool,
+    nn.AvgPoolOp: avg_pool,
+    nn.GlobalAvgPoolOp: lambda op, xs: xs[0].mean(dim=_spatial(xs[0]), keepdim=True),
+    nn.GlobalMaxPoolOp: lambda op, xs: xs[0].amax(dim=_spatial(xs[0]), keepdim=True),
+    nn.ReshapeOp: lambda op, xs: xs[0].reshape(nn.shape_of(op.result)),
+    nn.TransposeOp: lambda op, xs: xs[0].permute(_ints(op, "perm")),
+    nn.ConcatOp: lambda op, xs: torch.cat(xs, _int(op, "axis")),
+    nn.PadOp: pad,
+}
+"""nn op class -> `fn(op, inputs) -> tensor` (inference semantics; batch-norm in eval mode)."""

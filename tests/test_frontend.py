@@ -1,0 +1,458 @@
+"""ONNX frontend + torch backend against ONNX Runtime, op by op and on exporter-style graphs.
+
+Each case is a small graph built with onnx.helper; nasir imports it, runs it with the torch backend,
+and the result must match ONNX Runtime (the independent oracle) to 1e-4.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from nasir import zoo
+from nasir.dialects import nn
+from nasir.errors import FrontendError, ShapeError, UnsupportedOpError
+from nasir.frontend.onnx_import import import_onnx
+from nasir.lowering.torch_backend import compile_torch
+
+RNG = np.random.default_rng(0)
+
+
+def rand(*shape) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def make_model(nodes, inputs: dict, initializers: dict | None = None, opset: int = 17,
+               outputs: tuple[str, ...] = ("y",), weights_as_inputs: bool = False) -> onnx.ModelProto:
+    initializers = initializers or {}
+    graph_inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs.items()]
+    if weights_as_inputs:
+        graph_inputs += [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+                         for n, v in initializers.items()]
+    graph = helper.make_graph(
+        nodes, "g", graph_inputs,
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+        initializer=[numpy_helper.from_array(v, n) for n, v in initializers.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 10 if opset > 9 else 4
+    return onnx.shape_inference.infer_shapes(model)  # graph outputs need a (possibly unknown) shape
+
+
+def check(tmp_path, model: onnx.ModelProto, input_shapes=None, feeds: dict | None = None):
+    """Import + torch backend vs ONNX Runtime; returns the nasir Model."""
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    m = import_onnx(path, input_shapes)
+    feeds = feeds or {n: rand(*s) for n, s in zip(m.input_names, m.input_shapes)}
+    expected = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = compile_torch(m)(*[feeds[n] for n in m.input_names])
+    got = got if isinstance(got, list) else [got]
+    for g, e in zip(got, expected):
+        assert g.shape == e.shape
+        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4)
+    return m
+
+
+def node(op, inputs, outputs=("y",), name="", **attrs):
+    return helper.make_node(op, list(inputs), list(outputs), name=name or None, **attrs)
+
+
+X4 = {"x": (2, 4, 9, 9)}
+
+CONV_CASES = {
+    "plain": dict(),
+    "groups": dict(group=2),
+    "depthwise": dict(group=4),
+    "strides": dict(strides=[2, 2]),
+    "dilations": dict(dilations=[2, 2], pads=[2, 2, 2, 2]),
+    "pads": dict(pads=[1, 1, 1, 1]),
+    "asymmetric_pads": dict(pads=[0, 1, 2, 1]),
+    "same_upper": dict(auto_pad="SAME_UPPER", strides=[2, 2]),
+    "same_lower": dict(auto_pad="SAME_LOWER", strides=[2, 2]),
+    "valid": dict(auto_pad="VALID"),
+    "no_bias": dict(no_bias=True),
+}
+
+
+@pytest.mark.parametrize("case", CONV_CASES)
+def test_conv(tmp_path, case):
+    attrs = dict(CONV_CASES[case])
+    no_bias = attrs.pop("no_bias", False)
+    group = attrs.get("group", 1)
+    inits = {"w": rand(8, 4 // group, 3, 3), "b": rand(8)}
+    ins = ["x", "w"] if no_bias else ["x", "w", "b"]
+    if no_bias:
+        del inits["b"]
+    check(tmp_path, make_model([node("Conv", ins, kernel_shape=[3, 3], **attrs)], X4, inits))
+
+
+def test_conv1d(tmp_path):
+    model = make_model([node("Conv", ["x", "w", "b"], pads=[1, 2], strides=[2])], {"x": (2, 3, 10)},
+                       {"w": rand(5, 3, 3), "b": rand(5)})
+    check(tmp_path, model)
+
+
+@pytest.mark.parametrize("attrs,a_shape,b_shape,c", [
+    (dict(), (3, 5), (5, 4), (4,)),
+    (dict(alpha=0.5, beta=2.0), (3, 5), (5, 4), (3, 4)),
+    (dict(transA=1), (5, 3), (5, 4), (1, 4)),
+    (dict(transB=1, alpha=1.5), (3, 5), (4, 5), (4,)),
+    (dict(transA=1, transB=1), (5, 3), (4, 5), None),
+])
+def test_gemm(tmp_path, attrs, a_shape, b_shape, c):
+    inits = {"b": rand(*b_shape)}
+    ins = ["a", "b"]
+    if c is not None:
+        inits["c"] = rand(*c)
+        ins.append("c")
+    check(tmp_path, make_model([node("Gemm", ins, **attrs)], {"a": a_shape}, inits, opset=13))
+
+
+def test_matmul(tmp_path):
+    nodes = [node("MatMul", ["x", "w"], ["t"]), node("MatMul", ["t", "z"])]
+    check(tmp_path, make_model(nodes, {"x": (2, 3, 4), "z": (2, 5, 6)}, {"w": rand(4, 5)}))
+
+
+@pytest.mark.parametrize("op,attrs,opset", [
+    ("Relu", {}, 17), ("Sigmoid", {}, 17), ("HardSwish", {}, 17),
+    ("LeakyRelu", {}, 17), ("LeakyRelu", dict(alpha=0.3), 17),
+    ("HardSigmoid", {}, 17), ("HardSigmoid", dict(alpha=0.3, beta=0.4), 17),
+    ("Clip", dict(min=-0.5, max=0.7), 9), ("Clip", dict(max=0.2), 9),
+    ("Softmax", {}, 11), ("Softmax", dict(axis=1), 11), ("Softmax", dict(axis=1), 13),
+    ("Softmax", dict(axis=-2), 13), ("Softmax", dict(axis=2), 9),
+    ("LRN", dict(size=3), 13), ("LRN", dict(size=5, alpha=0.01, beta=0.5, bias=2.0), 13),
+    ("Dropout", {}, 13), ("Identity", {}, 13),
+    ("GlobalAveragePool", {}, 13), ("GlobalMaxPool", {}, 13),
+])
+def test_unary(tmp_path, op, attrs, opset):
+    check(tmp_path, make_model([node(op, ["x"], **attrs)], {"x": (2, 6, 5, 4)}, opset=opset))
+
+
+def lrn_reference(x: np.ndarray, size: int, alpha: float, beta: float, bias: float) -> np.ndarray:
+    """The ONNX LRN formula, written out (ONNX Runtime only runs odd sizes)."""
+    out = np.empty_like(x)
+    channels = x.shape[1]
+    for c in range(channels):
+        lo, hi = max(0, c - (size - 1) // 2), min(channels - 1, c + -(-(size - 1) // 2))
+        square_sum = (x[:, lo:hi + 1] ** 2).sum(axis=1)
+        out[:, c] = x[:, c] / (bias + alpha / size * square_sum) ** beta
+    return out
+
+
+@pytest.mark.parametrize("size", [2, 3, 4])
+def test_lrn_even_and_odd_sizes(tmp_path, size):
+    model = make_model([node("LRN", ["x"], size=size, alpha=0.5, beta=0.75, bias=1.5)], {"x": (2, 6, 3, 3)})
+    onnx.save(model, tmp_path / "m.onnx")
+    x = rand(2, 6, 3, 3)
+    got = compile_torch(import_onnx(tmp_path / "m.onnx"))(x)
+    np.testing.assert_allclose(got, lrn_reference(x, size, 0.5, 0.75, 1.5), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("bounds", [(-0.5, 0.5), (-0.2, None), (None, 0.3), (None, None)])
+def test_clip_input_form(tmp_path, bounds):
+    inits = {k: np.array(v, np.float32) for k, v in zip(("lo", "hi"), bounds) if v is not None}
+    ins = ["x", "lo" if bounds[0] is not None else "", "hi" if bounds[1] is not None else ""]
+    check(tmp_path, make_model([node("Clip", ins)], {"x": (3, 7)}, inits, opset=13))
+
+
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div"])
+@pytest.mark.parametrize("b_shape,b_const", [((4, 1, 1), True), ((1,), True), ((), True),
+                                              ((5,), False), ((2, 1, 3, 1), False)])
+def test_binary_broadcast(tmp_path, op, b_shape, b_const):
+    inits = {"b": np.abs(rand(*b_shape)) + 0.5} if b_const else {}
+    inputs = {"x": (2, 4, 3, 5)} | ({} if b_const else {"b": b_shape})
+    check(tmp_path, make_model([node(op, ["x", "b"])], inputs, inits))
+
+
+def test_binary_legacy_broadcast_axis(tmp_path):
+    """Opset < 7 `broadcast=1, axis=1`: b lines up with x's channel dim."""
+    model = make_model([node("Add", ["x", "b"], broadcast=1, axis=1)], {"x": (2, 4, 3, 3)},
+                       {"b": rand(4)}, opset=6)
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    m = import_onnx(path)
+    x = rand(2, 4, 3, 3)
+    np.testing.assert_allclose(compile_torch(m)(x), x + model_b(model)[None, :, None, None], rtol=1e-5)
+
+
+def model_b(model) -> np.ndarray:
+    return numpy_helper.to_array(model.graph.initializer[0])
+
+
+def test_sum_variadic(tmp_path):
+    m = check(tmp_path, make_model([node("Sum", ["x", "b", "c"])], {"x": (2, 3, 4), "c": (3, 1)},
+                                   {"b": rand(4)}))
+    assert sum(isinstance(op, nn.AddOp) for op in m.ops()) == 2
+
+
+def test_batch_norm(tmp_path):
+    inits = {"s": rand(4), "bias": rand(4), "mean": rand(4), "var": np.abs(rand(4)) + 0.1}
+    check(tmp_path, make_model([node("BatchNormalization", ["x", "s", "bias", "mean", "var"], epsilon=1e-3)],
+                               X4, inits))
+
+
+POOL_CASES = [
+    ("MaxPool", dict(kernel_shape=[3, 3])),
+    ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ("MaxPool", dict(kernel_shape=[2, 2], strides=[2, 2], pads=[0, 0, 1, 1])),
+    ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)),
+    ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 0, 1, 0], ceil_mode=1)),
+    ("MaxPool", dict(kernel_shape=[2, 2], dilations=[2, 2])),
+    ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_UPPER")),
+    ("MaxPool", dict(kernel_shape=[2, 2], strides=[2, 2], auto_pad="SAME_LOWER")),
+    ("AveragePool", dict(kernel_shape=[3, 3])),
+    ("AveragePool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ("AveragePool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], count_include_pad=1)),
+    ("AveragePool", dict(kernel_shape=[3, 3], pads=[0, 1, 2, 1])),
+    ("AveragePool", dict(kernel_shape=[3, 3], pads=[0, 1, 2, 1], count_include_pad=1)),
+    ("AveragePool", dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)),
+    ("AveragePool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1)),
+    ("AveragePool", dict(kernel_shape=[2, 2], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1,
+                         count_include_pad=1)),
+    ("AveragePool", dict(kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_UPPER")),
+    ("AveragePool", dict(kernel_shape=[2, 2], strides=[2, 2], auto_pad="SAME_LOWER", count_include_pad=1)),
+    ("AveragePool", dict(kernel_shape=[3, 3], auto_pad="VALID")),
+]
+
+
+@pytest.mark.parametrize("op,attrs", POOL_CASES, ids=[f"{op}-{i}" for i, (op, _) in enumerate(POOL_CASES)])
+def test_pool(tmp_path, op, attrs):
+    check(tmp_path, make_model([node(op, ["x"], **attrs)], {"x": (1, 3, 8, 8)}, opset=19))
+
+
+@pytest.mark.parametrize("axis", [0, 2, -1])
+def test_flatten(tmp_path, axis):
+    check(tmp_path, make_model([node("Flatten", ["x"], axis=axis)], {"x": (2, 3, 4, 5)}))
+
+
+@pytest.mark.parametrize("target,allowzero", [([0, -1], 0), ([2, 0, -1, 5], 0), ([-1, 10], 1), ([6, 20], 0)])
+def test_reshape(tmp_path, target, allowzero):
+    nodes = [node("Reshape", ["x", "s"], allowzero=allowzero)]
+    check(tmp_path, make_model(nodes, {"x": (2, 3, 4, 5)}, {"s": np.array(target, np.int64)}, opset=14))
+
+
+@pytest.mark.parametrize("perm", [None, [0, 2, 3, 1], [3, 1, 0, 2]])
+def test_transpose(tmp_path, perm):
+    attrs = {} if perm is None else {"perm": perm}
+    check(tmp_path, make_model([node("Transpose", ["x"], **attrs)], {"x": (2, 3, 4, 5)}))
+
+
+def test_concat_negative_axis_with_constant(tmp_path):
+    nodes = [node("Concat", ["x", "c", "z"], axis=-3)]
+    check(tmp_path, make_model(nodes, {"x": (1, 2, 3, 3), "z": (1, 4, 3, 3)}, {"c": rand(1, 1, 3, 3)}))
+
+
+@pytest.mark.parametrize("opset", [11, 13])
+def test_squeeze_unsqueeze(tmp_path, opset):
+    if opset < 13:
+        nodes = [node("Unsqueeze", ["x"], ["u"], axes=[0, -1]), node("Squeeze", ["u"], ["s"], axes=[0]),
+                 node("Squeeze", ["s"])]
+        inits = {}
+    else:
+        nodes = [node("Unsqueeze", ["x", "a"], ["u"]), node("Squeeze", ["u", "b"], ["s"]),
+                 node("Squeeze", ["s"])]
+        inits = {"a": np.array([0, -1], np.int64), "b": np.array([0], np.int64)}
+    m = check(tmp_path, make_model(nodes, {"x": (3, 1, 4)}, inits, opset=opset))
+    assert m.output_shapes == [(3, 4)]
+
+
+def test_constant_and_constant_of_shape(tmp_path):
+    nodes = [
+        node("Constant", [], ["k"], value=numpy_helper.from_array(rand(3, 1), "k")),
+        node("Constant", [], ["shape"], value=numpy_helper.from_array(np.array([1, 4], np.int64), "shape")),
+        node("ConstantOfShape", ["shape"], ["fill"],
+             value=numpy_helper.from_array(np.array([0.25], np.float32), "v")),
+        node("Add", ["x", "k"], ["t"]),
+        node("Mul", ["t", "fill"]),
+    ]
+    m = check(tmp_path, make_model(nodes, {"x": (3, 4)}, opset=13))
+    assert np.allclose(m.weights["fill"], 0.25) and m.weights["fill"].shape == (1, 4)
+
+
+@pytest.mark.parametrize("opset,value", [(9, 0.0), (9, 1.5), (13, 0.0), (13, -2.0), (18, 0.5)])
+def test_pad(tmp_path, opset, value):
+    pads = [0, 0, 1, 2, 0, 0, 2, 0]
+    if opset < 11:
+        nodes, inits = [node("Pad", ["x"], pads=pads, value=value)], {}
+    elif opset < 18:
+        nodes = [node("Pad", ["x", "p", "v"])]
+        inits = {"p": np.array(pads, np.int64), "v": np.array(value, np.float32)}
+    else:
+        nodes = [node("Pad", ["x", "p", "v", "axes"])]
+        inits = {"p": np.array([1, 2, 2, 0], np.int64), "v": np.array(value, np.float32),
+                 "axes": np.array([2, -1], np.int64)}
+    check(tmp_path, make_model(nodes, {"x": (1, 2, 3, 4)}, inits, opset=opset))
+
+
+# --- exporter-style graphs ---------------------------------------------------------------------
+
+def test_caffe2_style_opset9_sum(tmp_path):
+    """Opset 9, Caffe2-style: conv branches joined by variadic Sum, attribute-form Clip, Softmax."""
+    inits = {"w1": rand(4, 3, 3, 3), "w2": rand(4, 3, 1, 1), "fc": rand(4 * 6 * 6, 5)}
+    nodes = [
+        node("Conv", ["x", "w1"], ["a"], name="conv_a", pads=[1, 1, 1, 1]),
+        node("Conv", ["x", "w2"], ["b"], name="conv_b"),
+        node("Sum", ["a", "b", "x4"], ["s"], name="join"),
+        node("Clip", ["s"], ["c"], min=0.0, max=6.0),
+        node("Flatten", ["c"], ["f"]),
+        node("MatMul", ["f", "fc"], ["l"]),
+        node("Softmax", ["l"], ["y"]),
+    ]
+    m = check(tmp_path, make_model(nodes, {"x": (1, 3, 6, 6), "x4": (1, 4, 6, 6)}, inits, opset=9))
+    assert [op.layer_name for op in m.ops() if isinstance(op, nn.AddOp)] == ["join", "join_1"]
+
+
+def test_weights_as_graph_inputs(tmp_path):
+    inits = {"conv.weight": rand(4, 3, 3, 3), "conv.bias": rand(4), "bn.scale": rand(4),
+             "bn.b": rand(4), "bn.mean": rand(4), "bn.var": np.abs(rand(4)) + 0.5}
+    nodes = [node("Conv", ["x", "conv.weight", "conv.bias"], ["c"], pads=[1, 1, 1, 1]),
+             node("BatchNormalization", ["c", "bn.scale", "bn.b", "bn.mean", "bn.var"], ["y"])]
+    model = make_model(nodes, {"x": (1, 3, 5, 5)}, inits, opset=9, weights_as_inputs=True)
+    m = check(tmp_path, model)
+    assert m.input_names == ["x"]
+    assert set(m.weights) == set(inits)
+
+
+def test_channel_shuffle(tmp_path):
+    """ShuffleNet: Reshape(n, g, c/g, h, w) -> Transpose -> Reshape(n, c, h, w)."""
+    nodes = [node("Reshape", ["x", "s1"], ["r"]), node("Transpose", ["r"], ["t"], perm=[0, 2, 1, 3, 4]),
+             node("Reshape", ["t", "s2"])]
+    inits = {"s1": np.array([1, 2, 3, 4, 4], np.int64), "s2": np.array([1, -1, 4, 4], np.int64)}
+    check(tmp_path, make_model(nodes, {"x": (1, 6, 4, 4)}, inits))
+
+
+def test_shape_gather_flatten_chain(tmp_path):
+    nodes = [
+        node("GlobalAveragePool", ["x"], ["p"]),
+        node("Shape", ["p"], ["shape"]),
+        node("Constant", [], ["zero"], value=numpy_helper.from_array(np.array(0, np.int64), "zero")),
+        node("Gather", ["shape", "zero"], ["n"], axis=0),
+        node("Unsqueeze", ["n", "axes"], ["n1"]),
+        node("Concat", ["n1", "minus1"], ["target"], axis=0),
+        node("Cast", ["target"], ["target64"], to=TensorProto.INT64),
+        node("Reshape", ["p", "target64"], ["f"]),
+        node("Gemm", ["f", "w", "b"], transB=1),
+    ]
+    inits = {"axes": np.array([0], np.int64), "minus1": np.array([-1], np.int64), "w": rand(10, 8), "b": rand(10)}
+    m = check(tmp_path, make_model(nodes, {"x": (2, 8, 3, 3)}, inits))
+    assert set(m.weights) == {"w", "b"}  # integer shape tensors never become weights
+
+
+def test_folded_weight_transform(tmp_path):
+    """A Transpose of an initializer folds into a new weight."""
+    nodes = [node("Transpose", ["w"], ["wt"]), node("MatMul", ["x", "wt"])]
+    m = check(tmp_path, make_model(nodes, {"x": (2, 4)}, {"w": rand(3, 4)}))
+    assert not any(isinstance(op, nn.TransposeOp) for op in m.ops())
+
+
+def test_layer_and_weight_names(tmp_path):
+    nodes = [node("Conv", ["x", "layer1/conv.weight"], ["a"], name="/layer1/conv/Conv"),
+             node("Relu", ["a"], ["b"]), node("Relu", ["b"], ["c"], name="relu"),
+             node("Relu", ["c"], ["y"], name="/layer1/conv/Conv")]
+    onnx.save(make_model(nodes, {"x": (1, 2, 4, 4)}, {"layer1/conv.weight": rand(2, 2, 1, 1)}), tmp_path / "m.onnx")
+    m = import_onnx(tmp_path / "m.onnx")  # duplicate node names: ONNX Runtime refuses the file
+    assert [op.layer_name for op in m.ops()] == ["layer1_conv_Conv", "relu", "relu_1", "layer1_conv_Conv_1"]
+    assert list(m.weights) == ["layer1_conv.weight"]
+
+
+# --- bad input ---------------------------------------------------------------------------------
+
+def _small_model() -> onnx.ModelProto:
+    return make_model([node("Conv", ["x", "w"], ["c"]), node("Relu", ["c"])], {"x": (1, 3, 8, 8)},
+                      {"w": rand(8, 3, 3, 3)})
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(FrontendError, match="no such file"):
+        import_onnx(tmp_path / "nope.onnx")
+
+
+def test_truncated_file(tmp_path):
+    data = _small_model().SerializeToString()
+    path = tmp_path / "t.onnx"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(FrontendError, match="not a valid ONNX model"):
+        import_onnx(path)
+
+
+@pytest.mark.parametrize("content", [b"hello, this is not a model\n", b"", bytes(range(256)) * 4])
+def test_not_onnx(tmp_path, content):
+    path = tmp_path / "x.onnx"
+    path.write_bytes(content)
+    with pytest.raises(FrontendError, match="not a valid ONNX model"):
+        import_onnx(path)
+
+
+def test_unsupported_op_message(tmp_path):
+    model = make_model([node("Conv", ["x", "w"], ["c"]), node("Tanh", ["c"], name="head/tanh")],
+                       {"x": (1, 3, 8, 8)}, {"w": rand(8, 3, 3, 3)})
+    onnx.save(model, tmp_path / "m.onnx")
+    with pytest.raises(UnsupportedOpError) as err:
+        import_onnx(tmp_path / "m.onnx")
+    message = str(err.value)
+    assert "'Tanh'" in message and "head/tanh" in message
+    assert "supported op types" in message and "Conv" in message and "BatchNormalization" in message
+
+
+def test_runtime_shape_op_is_unsupported(tmp_path):
+    model = make_model([node("Slice", ["x", "st", "en"])], {"x": (4, 4)},
+                       {"st": np.array([1], np.int64), "en": np.array([3], np.int64)}, opset=13)
+    onnx.save(model, tmp_path / "m.onnx")
+    with pytest.raises(UnsupportedOpError, match="Slice"):
+        import_onnx(tmp_path / "m.onnx")
+
+
+def _dynamic_model(tmp_path):
+    model = _small_model()
+    for value in (model.graph.input[0], model.graph.output[0]):
+        value.type.tensor_type.shape.dim[0].dim_param = "batch"
+    onnx.save(model, tmp_path / "d.onnx")
+    return tmp_path / "d.onnx", model
+
+
+def test_dynamic_dim_needs_input_shapes(tmp_path):
+    path, _ = _dynamic_model(tmp_path)
+    with pytest.raises(ShapeError) as err:
+        import_onnx(path)
+    message = str(err.value)
+    assert "'x'" in message and "batch" in message and "dim 0" in message and "input_shapes=" in message
+
+
+@pytest.mark.parametrize("shapes", [{"x": (2, 3, 8, 8)}, [(2, 3, 8, 8)]])
+def test_dynamic_dim_with_input_shapes(tmp_path, shapes):
+    _, model = _dynamic_model(tmp_path)
+    m = check(tmp_path, model, input_shapes=shapes)
+    assert m.input_shapes == [(2, 3, 8, 8)]
+
+
+@pytest.mark.parametrize("shapes,match", [({"y": (1, 3, 8, 8)}, "inputs are"), ({"x": (2, 3, 9, 8)}, "dim 2"),
+                                          ({"x": (2, 3, 8)}, "rank")])
+def test_bad_input_shapes(tmp_path, shapes, match):
+    path, _ = _dynamic_model(tmp_path)
+    with pytest.raises(ShapeError, match=match):
+        import_onnx(path, shapes)
+
+
+def test_shape_mismatch_is_frontend_error(tmp_path):
+    model = make_model([node("Conv", ["x", "w"], name="bad_conv")], {"x": (1, 3, 8, 8)}, {"w": rand(8, 5, 3, 3)})
+    onnx.save(model, tmp_path / "m.onnx")
+    with pytest.raises(FrontendError, match="bad_conv"):
+        import_onnx(tmp_path / "m.onnx")
+
+
+# --- zoo models --------------------------------------------------------------------------------
+
+ZOO = [pytest.param(name, ds, marks=[pytest.mark.slow] if ds == "imagenet" else [], id=f"{name}-{ds}")
+       for name in zoo.names() for ds in zoo.datasets(name)]
+
+
+@pytest.mark.parametrize("name,dataset", ZOO)
+def test_zoo_model_matches_onnxruntime(tmp_path, name, dataset):
+    path = zoo.export_onnx(name, tmp_path / f"{name}.onnx", dataset=dataset)
+    m = import_onnx(path)
+    x = rand(*zoo.input_shape(name, dataset))
+    expected = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {m.input_names[0]: x})
+    np.testing.assert_allclose(compile_torch(m)(x), expected[0], rtol=1e-4, atol=1e-4)
