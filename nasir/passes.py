@@ -1,8 +1,9 @@
 """Pass registry and pipelines: one spelling in `nasir-opt -p`, `Model.transform` and search logs.
 
 Passes are xDSL `ModulePass` classes living in `nasir.transforms.*` and `nasir.lowering.*`; they are
-found by walking those packages, so adding a pass is adding a class. Modules there keep heavy imports
-(torch, llvmlite, tvm) inside functions so discovery stays cheap.
+found by walking those packages, so adding a pass is adding a class. Only modules whose source
+mentions `ModulePass` are imported (backends that import torch at the top are skipped), and pass
+modules keep heavy imports (torch, llvmlite) inside functions, so discovery stays cheap.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import inspect
 import pkgutil
 from collections.abc import Callable
 from functools import cache
+from pathlib import Path
 
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass, PassPipeline
@@ -28,6 +30,9 @@ def available_passes() -> dict[str, type[ModulePass]]:
     found: dict[str, type[ModulePass]] = {}
     for package in (nasir.transforms, nasir.lowering):
         for info in pkgutil.iter_modules(package.__path__):
+            source = Path(info.module_finder.path, f"{info.name}.py")
+            if source.exists() and "ModulePass" not in source.read_text():
+                continue
             module = importlib.import_module(f"{package.__name__}.{info.name}")
             for _, cls in inspect.getmembers(module, inspect.isclass):
                 if issubclass(cls, ModulePass) and cls.__module__ == module.__name__ and getattr(cls, "name", None):

@@ -1,0 +1,165 @@
+"""`nasir`: the command line over the Python API (load, zoo, compile, run, check against ONNX Runtime).
+
+    nasir zoo                                   # models and the datasets they are defined for
+    nasir summary resnet18 --dataset imagenet   # per-layer table of a zoo model or a .onnx/.mlir file
+    nasir export resnet18 r18.onnx              # a zoo model as ONNX
+    nasir run r18.onnx --target torch           # compile, run on a seeded input, print a checksum
+    nasir check r18.onnx                        # compare with ONNX Runtime: max |diff|, PASS/FAIL
+
+A model argument is a file path or a zoo name (then `--dataset` picks its variant). User mistakes
+print `nasir: error: <message>` and exit 1; a failed check exits 1 too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+import nasir
+from nasir import zoo
+from nasir.api import TARGETS
+from nasir.errors import FrontendError, NasirError
+from nasir.tools.console import fail, show, step
+from nasir.tools.reference import compare, onnxruntime_outputs, seeded_inputs
+
+out = Console(highlight=False)
+progress = Console(stderr=True, highlight=False)
+
+
+def model_file(source: str, dataset: str, tmpdir: str) -> Path:
+    """The file behind a model argument: `source` itself, or a zoo model exported into `tmpdir`."""
+    path = Path(source)
+    if path.exists() or path.suffix in (".onnx", ".mlir"):
+        return path
+    if source not in zoo.names():
+        raise FrontendError(f"'{source}' is neither a file nor a zoo model (zoo models: {', '.join(zoo.names())})")
+    with step(progress, f"exporting {source} ({dataset}) to ONNX"):
+        return Path(zoo.export_onnx(source, Path(tmpdir) / f"{source}_{dataset}.onnx", dataset))
+
+
+def load(path: Path) -> nasir.Model:
+    with step(progress, f"importing {path.name}"):
+        return nasir.load(path)
+
+
+# --- subcommands -------------------------------------------------------------------------------
+
+def cmd_zoo(args) -> int:
+    table = Table(title="nasir zoo")
+    for column in ("model", "datasets", "input shapes"):
+        table.add_column(column)
+    for name in zoo.names():
+        sets = zoo.datasets(name)
+        shapes = ", ".join("x".join(map(str, zoo.input_shape(name, d))) for d in sets)
+        table.add_row(name, ", ".join(sets), shapes)
+    out.print(table)
+    return 0
+
+
+def cmd_summary(args) -> int:
+    with tempfile.TemporaryDirectory(prefix="nasir-") as tmp:
+        model = load(model_file(args.model, args.dataset, tmp))
+    show(out, model.summary())
+    return 0
+
+
+def cmd_export(args) -> int:
+    with step(progress, f"exporting {args.name} ({args.dataset})"):
+        path = zoo.export_onnx(args.name, args.output, args.dataset)
+    out.print(f"wrote {path}")
+    return 0
+
+
+def read_inputs(model: nasir.Model, files: list[str] | None, seed: int) -> list[np.ndarray]:
+    if not files:
+        return seeded_inputs(model, seed)
+    arrays = []
+    for f in files:
+        try:
+            arrays.append(np.load(f))
+        except (OSError, ValueError) as e:
+            raise FrontendError(f"{f}: cannot read a .npy array ({e})") from None
+    return arrays
+
+
+def cmd_run(args) -> int:
+    with tempfile.TemporaryDirectory(prefix="nasir-") as tmp:
+        model = load(model_file(args.model, args.dataset, tmp))
+    inputs = read_inputs(model, args.input, args.seed)
+    with step(progress, f"compiling for {args.target}"):
+        exe = nasir.compile(model, target=args.target)
+    with step(progress, "running"):
+        outputs = exe(*inputs)
+    for name, y in zip(model.output_names, outputs if isinstance(outputs, list) else [outputs]):
+        out.print(f"{name}: shape {list(y.shape)}  sum {float(np.sum(y, dtype=np.float64)):.6f}"
+                  f"  mean|x| {float(np.mean(np.abs(y), dtype=np.float64)):.6f}")
+    return 0
+
+
+def cmd_check(args) -> int:
+    with tempfile.TemporaryDirectory(prefix="nasir-") as tmp:
+        path = model_file(args.model, args.dataset, tmp)
+        if path.suffix != ".onnx":
+            raise FrontendError(f"{path}: check compares with ONNX Runtime and needs an .onnx file or a zoo name")
+        model = load(path)
+        inputs = seeded_inputs(model, args.seed)
+        with step(progress, f"compiling for {args.target}"):
+            exe = nasir.compile(model, target=args.target)
+        with step(progress, f"running {args.target} and ONNX Runtime"):
+            result = compare(exe(*inputs), onnxruntime_outputs(path, inputs))
+    style = "green" if result.ok else "red"
+    out.print(f"max abs diff {result.max_abs_diff:.3e}  [{style}]{result.verdict}[/{style}]")
+    return 0 if result.ok else 1
+
+
+# --- entry point ---------------------------------------------------------------------------------
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="nasir", description="nasir: neural architecture search as program transformation")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, fn, help: str) -> argparse.ArgumentParser:
+        c = sub.add_parser(name, help=help, description=help)
+        c.set_defaults(run=fn)
+        return c
+
+    def model_args(c: argparse.ArgumentParser) -> None:
+        c.add_argument("model", help="a .onnx or .mlir file, or a zoo model name")
+        c.add_argument("--dataset", default="cifar10", help="dataset variant of a zoo model (default cifar10)")
+
+    def run_args(c: argparse.ArgumentParser) -> None:
+        c.add_argument("--target", choices=TARGETS, default="torch", help="backend (default torch)")
+        c.add_argument("--seed", type=int, default=0, help="seed of the random input")
+
+    command("zoo", cmd_zoo, "list the zoo models and their datasets")
+    model_args(command("summary", cmd_summary, "per-layer table: output shapes, MACs, parameters"))
+    c = command("export", cmd_export, "export a zoo model to ONNX")
+    c.add_argument("name", help="zoo model name")
+    c.add_argument("output", help="path of the .onnx file to write")
+    c.add_argument("--dataset", default="cifar10", help="dataset variant (default cifar10)")
+    c = command("run", cmd_run, "compile a model, run it once, print output shapes and checksums")
+    model_args(c)
+    run_args(c)
+    c.add_argument("--input", action="append", metavar="X.npy", help="input array (once per model input)")
+    c = command("check", cmd_check, "compare a model's outputs with ONNX Runtime (exit 1 on mismatch)")
+    model_args(c)
+    run_args(c)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    try:
+        sys.exit(args.run(args))
+    except NasirError as e:
+        fail("nasir", e)
+
+
+if __name__ == "__main__":
+    main()

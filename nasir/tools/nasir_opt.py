@@ -1,0 +1,153 @@
+"""`nasir-opt`: xDSL's opt driver with nasir's dialects, passes, ONNX frontend and targets.
+
+It is the command-line face of `Model.transform`: the same pipeline spelling, run on one file.
+
+    nasir-opt model.onnx                             # the nn IR of an ONNX file
+    nasir-opt model.onnx -p convert-nn-to-nest       # the nest IR
+    nasir-opt model.mlir --weights model.npz -p convert-nn-to-nest --print-weights
+
+Inputs are `.mlir` (nasir IR; `--weights FILE.npz` supplies the weight store, `dense_resource`
+blobs in the file are taken into it) or `.onnx` (imported by `nasir.frontend.onnx_import`). The store
+rides along with the module (`nasir.model.weights_of`) so passes that need weights find it.
+User mistakes print one `nasir-opt: error: ...` line and exit 1; parse errors keep xDSL's caret
+diagnostics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from typing import IO
+
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.parser import Parser
+from xdsl.utils.exceptions import DiagnosticException, ParseError
+from xdsl.utils.target import Target
+from xdsl.xdsl_opt_main import xDSLOptMain
+
+from nasir.errors import FrontendError, NasirError, PassError
+from nasir.tools.console import fail
+
+
+def _mlir_target() -> type[Target]:
+    from xdsl.targets.mlir import MLIRTarget
+
+    return MLIRTarget
+
+
+def _llvm_target() -> type[Target]:
+    from nasir.lowering.llvm_target import LLVMIRTarget
+
+    return LLVMIRTarget
+
+
+TARGETS: dict[str, Callable[[], type[Target]]] = {"mlir": _mlir_target, "llvm": _llvm_target}
+"""Output targets of `-t` by name: a factory returning an xDSL `Target` class (printing the module
+to a text stream). Backends that emit text (LLVM IR) add themselves here."""
+
+
+class NasirOptMain(xDSLOptMain):
+    """xDSLOptMain with nasir's dialects, passes (after xDSL's: a nasir name wins), frontends, targets."""
+
+    version_format = "nasir-opt on xDSL {xdsl_version}"
+
+    def register_all_dialects(self):
+        super().register_all_dialects()
+        from nasir.context import dialects
+
+        for dialect in dialects():
+            if dialect.name not in self.ctx.registered_dialect_names:
+                self.ctx.register_dialect(dialect.name, lambda d=dialect: d)
+
+    def register_all_passes(self):
+        super().register_all_passes()
+        from nasir.passes import available_passes
+
+        for name, cls in available_passes().items():
+            self.register_pass(name, lambda cls=cls: cls)
+
+    def register_all_targets(self):
+        self.available_targets.update(TARGETS)
+
+    def register_all_frontends(self):
+        self.available_frontends["mlir"] = self._parse_mlir
+        self.available_frontends["onnx"] = self._import_onnx
+
+    def register_all_arguments(self, arg_parser: argparse.ArgumentParser):
+        super().register_all_arguments(arg_parser)
+        arg_parser.add_argument("--weights", metavar="FILE.npz",
+                                help="weight store for a .mlir input (as written by Model.save)")
+        arg_parser.add_argument("--print-weights", action="store_true",
+                                help="print nn.weight values as dense_resource blobs")
+
+    # Input ------------------------------------------------------------------------------------
+    def get_input_stream(self) -> tuple[IO[bytes], str]:
+        path = self.args.input_file
+        if path is not None and not os.path.isfile(path):
+            raise FrontendError(f"{path}: no such file")
+        return super().get_input_stream()
+
+    def prepare_input(self):
+        try:
+            return super().prepare_input()
+        except ValueError as e:  # xDSL's "Unrecognized file extension"
+            raise FrontendError(f"{self.get_input_name()}: {e} (nasir-opt reads .mlir and .onnx)") from None
+
+    def _parse_mlir(self, chunk: IO[bytes]) -> ModuleOp:
+        """Parse nasir IR; verification follows in the pass pipeline (so --verify-diagnostics works)."""
+        from nasir.context import resource_blobs
+        from nasir.model import attach_weights, collect_weights
+
+        module = Parser(self.ctx, chunk.read(), self.get_input_name()).parse_module(
+            not self.args.no_implicit_module)
+        npz = self.args.weights
+        if npz is not None and not os.path.isfile(npz):
+            raise FrontendError(f"{npz}: no such weights file")
+        try:
+            store = collect_weights(module, resource_blobs(module), npz)
+        except (OSError, ValueError) as e:
+            raise FrontendError(f"{npz}: not a weights .npz file ({e})") from None
+        attach_weights(module, store)
+        return module
+
+    def _import_onnx(self, chunk: IO[bytes]) -> ModuleOp:
+        from nasir.frontend.onnx_import import import_onnx
+
+        chunk.close()
+        if self.args.input_file is None:
+            raise FrontendError("the onnx frontend reads a file: pass its path")
+        if self.args.weights is not None:
+            raise FrontendError("--weights is for .mlir inputs; an ONNX file carries its own weights")
+        return import_onnx(self.args.input_file).module  # the Model attached its store to the module
+
+    # Passes and output ------------------------------------------------------------------------
+    def setup_pipeline(self):
+        try:
+            super().setup_pipeline()
+        except Exception as e:  # xDSL reports unknown passes and bad options as plain exceptions
+            raise PassError(f"bad pass pipeline '{self.args.passes}': {e}") from None
+
+    def output_resulting_program(self, prog: ModuleOp) -> str:
+        if not self.args.print_weights:
+            return super().output_resulting_program(prog)
+        from nasir.model import Model
+
+        return Model(prog).text(weights=True) + "\n"
+
+
+def main(args: list[str] | None = None) -> None:
+    try:
+        NasirOptMain(description="nasir optimizer driver: nasir IR or ONNX in, transformed IR out",
+                     args=args).run()
+    except NasirError as e:
+        fail("nasir-opt", e)
+    except ParseError as e:
+        sys.exit(str(e))  # keeps the caret diagnostic
+    except DiagnosticException as e:  # verifier failures outside --verify-diagnostics
+        fail("nasir-opt", str(e).strip().splitlines()[0])
+
+
+if __name__ == "__main__":
+    main()
