@@ -1,13 +1,14 @@
 """Pass registry and pipelines: one spelling in `nasir-opt -p`, `Model.transform` and search logs.
 
 Passes are xDSL `ModulePass` classes living in `nasir.transforms.*` and `nasir.lowering.*`; they are
-found by walking those packages, so adding a pass is adding a class. Only modules whose source
-mentions `ModulePass` are imported (backends that import torch at the top are skipped), and pass
-modules keep heavy imports (torch, llvmlite) inside functions, so discovery stays cheap.
+found by walking those packages, so adding a pass is adding a class. Only modules that define a
+class with a string `name` attribute (as every pass has) are imported, so backends that import torch
+at the top are skipped; pass modules keep heavy imports inside functions, so discovery stays cheap.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import pkgutil
@@ -31,13 +32,25 @@ def available_passes() -> dict[str, type[ModulePass]]:
     for package in (nasir.transforms, nasir.lowering):
         for info in pkgutil.iter_modules(package.__path__):
             source = Path(info.module_finder.path, f"{info.name}.py")
-            if source.exists() and "ModulePass" not in source.read_text():
+            if source.exists() and not _defines_named_class(source):
                 continue
             module = importlib.import_module(f"{package.__name__}.{info.name}")
             for _, cls in inspect.getmembers(module, inspect.isclass):
                 if issubclass(cls, ModulePass) and cls.__module__ == module.__name__ and getattr(cls, "name", None):
                     found[cls.name] = cls
     return found
+
+
+def _defines_named_class(source: Path) -> bool:
+    """Does the module define a class whose body assigns a string to `name` (a pass candidate)?"""
+    for node in ast.walk(ast.parse(source.read_text())):
+        if isinstance(node, ast.ClassDef):
+            for stmt in node.body:
+                target = stmt.targets[0] if isinstance(stmt, ast.Assign) else getattr(stmt, "target", None)
+                value = getattr(stmt, "value", None)
+                if isinstance(target, ast.Name) and target.id == "name" and isinstance(value, ast.Constant):
+                    return True
+    return False
 
 
 def parse_pipeline(spec: str) -> PassPipeline:
