@@ -65,6 +65,11 @@ def evaluate(expr: AffineExpr, dim: Callable[[int], Index]) -> Index:
 
 # --- gathering ---------------------------------------------------------------------------------
 
+def _shape(x: torch.Tensor) -> tuple[int, ...]:
+    """Static sizes of `x` as ints (under ONNX tracing `x.shape` holds tensors; nest shapes are static)."""
+    return tuple(int(s) for s in x.shape)
+
+
 def _grid(extents: list[int]) -> Callable[[int], torch.Tensor]:
     nd = len(extents)
     return lambda i: torch.arange(extents[i]).view([-1 if j == i else 1 for j in range(nd)])
@@ -75,9 +80,9 @@ def _view(x: torch.Tensor, amap: AffineMap, extents: list[int]) -> torch.Tensor 
     axis exactly or an in-bounds constant; else None."""
     positions, selects = [], []
     for axis, e in enumerate(amap.results):
-        if isinstance(e, AffineDimExpr) and extents[e.position] == x.shape[axis]:
+        if isinstance(e, AffineDimExpr) and extents[e.position] == _shape(x)[axis]:
             positions.append(e.position)
-        elif isinstance(e, AffineConstantExpr) and 0 <= e.value < x.shape[axis]:
+        elif isinstance(e, AffineConstantExpr) and 0 <= e.value < _shape(x)[axis]:
             selects.append((axis, e.value))
         else:
             return None
@@ -104,7 +109,7 @@ def gather(x: torch.Tensor, amap: AffineMap, extents: list[int], fast: bool = Tr
     stride = 1
     for axis in reversed(range(len(amap.results))):
         idx = torch.as_tensor(evaluate(amap.results[axis], dim))
-        size = x.shape[axis]
+        size = _shape(x)[axis]
         mask = mask & (idx >= 0) & (idx < size)
         flat = flat + idx.clamp(0, size - 1) * stride
         stride *= size
@@ -183,7 +188,7 @@ def _padded(x: torch.Tensor, out_hw: tuple[int, int], kernel: tuple[int, int], g
     """`x` padded (or cropped) so a padding-free window op yields exactly `out_hw` positions."""
     pads = []
     for axis in (1, 0):
-        size = x.shape[2 + axis]
+        size = _shape(x)[2 + axis]
         need = (out_hw[axis] - 1) * geo.strides[axis] + (kernel[axis] - 1) * geo.dilations[axis] + 1
         pads += [geo.pads[axis], need - size - geo.pads[axis]]
     return F.pad(x, pads, value=value)
@@ -198,12 +203,12 @@ def _functional(op: nest.ComputeOp, inputs: list[torch.Tensor], extents: list[in
             return None
         out_hw = (dom.extent("oh"), dom.extent("ow"))
         groups = dom.extent("g") if "g" in key[0] else 1
-        if x.shape[1] != groups * w.shape[1]:
+        if _shape(x)[1] != groups * _shape(w)[1]:
             return None
-        domain, maps, _ = conv_nest(tuple(x.shape), tuple(w.shape), out_hw, groups, geo)
+        domain, maps, _ = conv_nest(tuple(_shape(x)), tuple(_shape(w)), out_hw, groups, geo)
         if domain != dom or maps[:2] != op.access_maps[:2]:
             return None
-        xp = _padded(x, out_hw, tuple(w.shape[2:]), geo)
+        xp = _padded(x, out_hw, tuple(_shape(w)[2:]), geo)
         y = F.conv2d(xp, w, stride=geo.strides, dilation=geo.dilations, groups=groups)
         return y.reshape(extents[:dom.num_parallel.data])
     if op.kind in ("max", "avg") and key == (("n", "c", "oh", "ow"), ("kh", "kw")):
@@ -212,13 +217,13 @@ def _functional(op: nest.ComputeOp, inputs: list[torch.Tensor], extents: list[in
         if geo is None or x.dim() != 4 or (op.kind == "avg" and geo.dilations != (1, 1)):
             return None
         out_hw, kernel = (dom.extent("oh"), dom.extent("ow")), (dom.extent("kh"), dom.extent("kw"))
-        domain, in_map, _ = pool_nest(tuple(x.shape), out_hw, kernel, geo)
+        domain, in_map, _ = pool_nest(tuple(_shape(x)), out_hw, kernel, geo)
         if domain != dom or in_map != op.access_maps[0]:
             return None
         if op.kind == "max":
             return F.max_pool2d(_padded(x, out_hw, kernel, geo, -math.inf), kernel, geo.strides, 0, geo.dilations)
         total = F.avg_pool2d(_padded(x, out_hw, kernel, geo), kernel, geo.strides, divisor_override=1)
-        ones = torch.ones((1, 1) + tuple(x.shape[2:]), dtype=x.dtype)
+        ones = torch.ones((1, 1) + tuple(_shape(x)[2:]), dtype=x.dtype)
         count = F.avg_pool2d(_padded(ones, out_hw, kernel, geo), kernel, geo.strides, divisor_override=1)
         return total / count
     return None
@@ -232,7 +237,7 @@ def _epilogue(op: nest.ComputeOp, inputs: list[torch.Tensor], core: torch.Tensor
     for kind, refs, params in op.steps:
         if refs:
             other, _ = gather(inputs[refs[0]], op.access_maps[refs[0]], extents, fast)
-            other = other.reshape(other.shape[:npar])
+            other = other.reshape(_shape(other)[:npar])
             core = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div}[kind](core, other)
         elif kind == "relu":
             core = torch.relu(core)

@@ -8,8 +8,8 @@
 """
 
 from nasir import zoo
-from nasir.api import compile, load
+from nasir.api import check_capacity, compile, fisher_potential, load
 from nasir.errors import NasirError
 from nasir.model import Model
 
-__all__ = ["Model", "NasirError", "compile", "load", "zoo"]
+__all__ = ["Model", "NasirError", "check_capacity", "compile", "fisher_potential", "load", "zoo"]

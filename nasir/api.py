@@ -38,3 +38,17 @@ def compile(model: Model, target: str = "llvm", threads: int = 1, **options):
 
         return compile_llvm(model, threads=threads, **options)
     raise NasirError(f"unknown target '{target}' (choose from {', '.join(TARGETS)})")
+
+
+def fisher_potential(model: Model, inputs, labels, seed: int = 0):
+    """Fisher Potential of `model` on one minibatch (per layer and total); see transforms/fisher.py."""
+    from nasir.transforms.fisher import fisher_potential as compute
+
+    return compute(model, inputs, labels, seed)
+
+
+def check_capacity(candidate: Model, original: Model, inputs, labels, seed: int = 0):
+    """Accept `candidate` unless its Fisher Potential is below `original`'s on the same minibatch."""
+    from nasir.transforms.fisher import check_capacity as check
+
+    return check(candidate, original, inputs, labels, seed)

@@ -39,3 +39,7 @@ class RuntimeInputError(NasirError):
 
 class ZooError(NasirError):
     """An unknown zoo model name or a dataset the model does not support."""
+
+
+class DataError(NasirError):
+    """A data source that is missing, malformed, or too small for the requested batch."""

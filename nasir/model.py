@@ -134,13 +134,33 @@ class Model:
         return f"<nasir.Model {len(list(self.ops()))} ops, inputs {self.input_shapes}, outputs {self.output_shapes}>"
 
     # Transformations --------------------------------------------------------------------------
-    def transform(self, pipeline: str) -> "Model":
-        """Apply a pass pipeline (`nasir-opt -p` spelling) to a copy of the model."""
+    def transform(self, pipeline: str, capacity_check=None) -> "Model":
+        """Apply a pass pipeline (`nasir-opt -p` spelling) to a copy of the model.
+
+        `capacity_check` rejects (LegalityError) a result whose Fisher Potential at initialisation is
+        below this model's: pass a CIFAR-10 directory, an .npz file, "synthetic", or (inputs, labels).
+        """
         from nasir.passes import run_pipeline
 
+        if capacity_check is not None:
+            from nasir.transforms.fisher import transform_checked
+
+            return transform_checked(self, pipeline, data=None if capacity_check == "synthetic" else capacity_check)
         out = self.clone()
         run_pipeline(out.module, pipeline)
         return out
+
+    def to_torch(self):
+        """A trainable `torch.nn.Module` computing this model (weights as Parameters)."""
+        from nasir.lowering.torch_export import to_torch
+
+        return to_torch(self)
+
+    def to_onnx(self, path: str | Path, opset: int = 17) -> Path:
+        """Write the model as ONNX (via the torch backend); ONNX Runtime gives the same outputs."""
+        from nasir.lowering.torch_export import to_onnx
+
+        return to_onnx(self, path, opset)
 
     def save(self, path: str | Path) -> Path:
         """Write `path` (.mlir, weights elided) and the store beside it as .npz."""

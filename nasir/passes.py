@@ -18,6 +18,7 @@ from pathlib import Path
 
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass, PassPipeline
+from xdsl.utils.exceptions import ArgSpecParseError
 
 from nasir.errors import NasirError, PassError
 
@@ -62,10 +63,13 @@ def parse_pipeline(spec: str) -> PassPipeline:
         return PassPipeline.parse_spec(passes, spec)
     except NasirError:
         raise
-    except Exception as e:  # xDSL reports unknown passes and bad options as ValueError/Exception
+    except (Exception, ArgSpecParseError) as e:  # xDSL: ValueError/Exception; lexer errors are BaseException
         msg = str(e)
         if "Unrecognized passes" in msg:
             msg += f"; available passes: {', '.join(sorted(passes))}"
+        if isinstance(e, ArgSpecParseError):
+            msg += '\n(quote option values that contain characters such as . or *: layers="layer1.*")'
+
         raise PassError(f"bad pass pipeline '{spec}': {msg}") from None
 
 

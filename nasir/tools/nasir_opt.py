@@ -23,7 +23,7 @@ from typing import IO
 
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.parser import Parser
-from xdsl.utils.exceptions import DiagnosticException, ParseError
+from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError
 from xdsl.utils.target import Target
 from xdsl.xdsl_opt_main import xDSLOptMain
 
@@ -81,6 +81,9 @@ class NasirOptMain(xDSLOptMain):
                                 help="weight store for a .mlir input (as written by Model.save)")
         arg_parser.add_argument("--print-weights", action="store_true",
                                 help="print nn.weight values as dense_resource blobs")
+        arg_parser.add_argument("--capacity-check", metavar="DATA",
+                                help="reject the pipeline's result if its Fisher Potential at initialisation "
+                                     "is below the input's (DATA: CIFAR-10 directory, .npz, or 'synthetic')")
 
     # Input ------------------------------------------------------------------------------------
     def get_input_stream(self) -> tuple[IO[bytes], str]:
@@ -126,8 +129,20 @@ class NasirOptMain(xDSLOptMain):
     def setup_pipeline(self):
         try:
             super().setup_pipeline()
-        except Exception as e:  # xDSL reports unknown passes and bad options as plain exceptions
+        except (Exception, ArgSpecParseError) as e:  # xDSL's pipeline errors (lexer ones are BaseException)
             raise PassError(f"bad pass pipeline '{self.args.passes}': {e}") from None
+
+    def apply_passes(self, prog: ModuleOp):
+        if self.args.capacity_check is None:
+            return super().apply_passes(prog)
+        from nasir.model import Model, WeightStore, weights_of
+        from nasir.transforms.fisher import require_capacity
+
+        original = Model(prog.clone(), WeightStore(weights_of(prog)))
+        super().apply_passes(prog)
+        data = None if self.args.capacity_check == "synthetic" else self.args.capacity_check
+        result = require_capacity(Model(prog), original, self.args.passes, data)
+        print(f"nasir-opt: capacity check passed: {result.reason}", file=sys.stderr)
 
     def output_resulting_program(self, prog: ModuleOp) -> str:
         if not self.args.print_weights:

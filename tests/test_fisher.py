@@ -1,0 +1,216 @@
+"""Fisher Potential and its data sources, against an independent plain-PyTorch re-computation.
+
+The oracle is a torch module built here with forward hooks on its Conv2d layers, in training mode,
+with BlockSwap's formula written out again; nasir runs the ONNX export of the same module (same
+weights) through its own importer and torch backend.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as tnn
+import torch.nn.functional as F
+
+import nasir
+from nasir.data import CIFAR_MEAN, CIFAR_STD, DataError, load_cifar10, load_npz, minibatch
+from nasir.errors import LegalityError, ShapeError
+from nasir.transforms.fisher import check_capacity, fisher_potential, transform_checked
+
+BATCH = 8
+
+
+class SmallNet(tnn.Module):
+    """conv-bn-relu, a residual conv-bn block, global pooling and a classifier."""
+
+    def __init__(self, width: int = 8, classes: int = 10):
+        super().__init__()
+        self.conv1 = tnn.Conv2d(3, width, 3, padding=1)
+        self.bn1 = tnn.BatchNorm2d(width)
+        self.conv2 = tnn.Conv2d(width, width, 3, padding=1, bias=False)
+        self.bn2 = tnn.BatchNorm2d(width)
+        self.conv3 = tnn.Conv2d(width, 2 * width, 3, stride=2, padding=1)
+        self.fc = tnn.Linear(2 * width, classes)
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = F.relu(y + self.bn2(self.conv2(y)))
+        y = F.relu(self.conv3(y))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(y, 1), 1))
+
+
+def export(module: tnn.Module, path, batch: int = BATCH) -> nasir.Model:
+    module.eval()
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
+        torch.onnx.export(module, (torch.randn(batch, 3, 8, 8),), str(path), dynamo=False,
+                          do_constant_folding=False, input_names=["input"], output_names=["output"])
+    return nasir.load(path)
+
+
+def oracle_fisher(module: tnn.Module, x: np.ndarray, y: np.ndarray) -> list[float]:
+    """BlockSwap's Delta_layer for every Conv2d output, with hooks, in forward order."""
+    module.train()
+    acts: list[torch.Tensor] = []
+
+    def keep(_module, _inputs, out):
+        out.retain_grad()
+        acts.append(out)
+
+    hooks = [m.register_forward_hook(keep) for m in module.modules() if isinstance(m, tnn.Conv2d)]
+    loss = F.cross_entropy(module(torch.from_numpy(x)), torch.from_numpy(y))
+    loss.backward()
+    for h in hooks:
+        h.remove()
+    n = x.shape[0]
+    values = []
+    for a in acts:
+        s = (a * a.grad).sum(dim=(2, 3)).double()  # N x C
+        values.append(float((s.detach() ** 2).sum(dim=0).sum() / (2 * n)))
+    return values
+
+
+@pytest.fixture(scope="module")
+def net_and_model(tmp_path_factory):
+    torch.manual_seed(0)
+    net = SmallNet()
+    with torch.no_grad():  # non-trivial batch-norm affine parameters
+        for bn in (net.bn1, net.bn2):
+            bn.weight.uniform_(0.5, 1.5)
+            bn.bias.uniform_(-0.2, 0.2)
+    model = export(net, tmp_path_factory.mktemp("fisher") / "small.onnx")
+    return net, model
+
+
+def test_fisher_matches_plain_torch_hooks(net_and_model):
+    net, model = net_and_model
+    x, y = minibatch(None, BATCH, seed=3, shape=(3, 8, 8), num_classes=10)
+    expected = oracle_fisher(net, x, y)
+    for m in (model, model.transform("convert-nn-to-nest")):
+        report = fisher_potential(m, x, y)
+        assert len(report.layers) == 3
+        np.testing.assert_allclose(list(report.layers.values()), expected, rtol=1e-4)
+        np.testing.assert_allclose(report.total, sum(expected), rtol=1e-4)
+        assert all(v > 0 for v in expected)
+
+
+def test_fisher_leaves_the_model_unchanged(net_and_model):
+    _, model = net_and_model
+    before = {k: v.copy() for k, v in model.weights.items()}
+    x, y = minibatch(None, BATCH, seed=1, shape=(3, 8, 8))
+    fisher_potential(model, x, y)  # train-mode batch-norm must not write running stats back
+    for k, v in before.items():
+        np.testing.assert_array_equal(model.weights[k], v)
+
+
+def test_report_prints_a_table(net_and_model):
+    _, model = net_and_model
+    x, y = minibatch(None, BATCH, shape=(3, 8, 8))
+    text = str(fisher_potential(model, x, y))
+    assert text.splitlines()[0].startswith("layer") and text.splitlines()[-1].startswith("total")
+
+
+def test_capacity_accepts_equal_and_rejects_less(net_and_model, tmp_path):
+    net, model = net_and_model
+    x, y = minibatch(None, BATCH, seed=5, shape=(3, 8, 8))
+    same = check_capacity(model, model, x, y)
+    assert same.accepted and same.candidate == same.original
+    scaled = SmallNet()
+    scaled.load_state_dict(net.state_dict())
+    with torch.no_grad():  # a dead last conv measures zero: strictly less capacity
+        scaled.conv3.weight.zero_()
+        scaled.conv3.bias.zero_()
+    weaker = export(scaled, tmp_path / "weaker.onnx")
+    result = check_capacity(weaker, model, x, y)
+    expected = sum(oracle_fisher(scaled, x, y))
+    assert not result.accepted and "below" in result.reason
+    np.testing.assert_allclose(result.candidate, expected, rtol=1e-4)
+
+
+def test_transform_checked_runs_the_pipeline_and_the_check(net_and_model):
+    _, model = net_and_model
+    nested = model.transform("convert-nn-to-nest")
+    out = transform_checked(nested, 'interchange{order=ci,co}', data=None)
+    assert 'order = ["n", "ci"' in out.text()
+
+
+def test_transform_checked_rejects_with_a_reason(net_and_model, monkeypatch):
+    _, model = net_and_model
+    import nasir.transforms.fisher as fisher
+
+    monkeypatch.setattr(fisher, "check_capacity", lambda *a, **k: fisher.CapacityResult(False, 1.0, 2.0, "too small"))
+    with pytest.raises(LegalityError, match="capacity check rejects 'convert-nn-to-nest': too small"):
+        transform_checked(model, "convert-nn-to-nest", data=None)
+
+
+def test_batch_mismatch_is_a_shape_error(net_and_model):
+    _, model = net_and_model
+    x, y = minibatch(None, BATCH + 1, shape=(3, 8, 8))
+    with pytest.raises(ShapeError, match="batch 9"):
+        fisher_potential(model, x, y)
+
+
+# --- data sources ------------------------------------------------------------------------------
+
+def write_cifar(directory, counts, seed=0):
+    """CIFAR-10 binary files with random records; returns the raw (labels, pixels) per file."""
+    rng = np.random.default_rng(seed)
+    raw = []
+    names = [f"data_batch_{i + 1}.bin" for i in range(len(counts) - 1)] + ["test_batch.bin"]
+    for name, count in zip(names, counts):
+        labels = rng.integers(0, 10, count, dtype=np.uint8)
+        pixels = rng.integers(0, 256, (count, 3072), dtype=np.uint8)
+        np.concatenate([labels[:, None], pixels], axis=1).tofile(directory / name)
+        raw.append((labels, pixels))
+    return raw
+
+
+def test_cifar10_loader_reads_records_and_normalises(tmp_path):
+    raw = write_cifar(tmp_path, [3, 4, 2])
+    x, y = load_cifar10(tmp_path)  # all train records, file order
+    labels = np.concatenate([raw[0][0], raw[1][0]])
+    pixels = np.concatenate([raw[0][1], raw[1][1]])
+    assert x.shape == (7, 3, 32, 32) and x.dtype == np.float32 and y.dtype == np.int64
+    np.testing.assert_array_equal(y, labels)
+    # record 5, channel green (bytes 1024..2047), row 2, column 7 -- by hand
+    value = pixels[5, 1024 + 2 * 32 + 7] / 255.0
+    np.testing.assert_allclose(x[5, 1, 2, 7], (value - CIFAR_MEAN[1]) / CIFAR_STD[1], rtol=1e-6)
+    xt, yt = load_cifar10(tmp_path, split="test")
+    np.testing.assert_array_equal(yt, raw[2][0])
+    xb, yb = minibatch(tmp_path, batch=4, seed=1)
+    assert xb.shape == (4, 3, 32, 32)
+    for row, label in zip(xb, yb):  # every drawn example is one of the records, with its label
+        k = int(np.argmin(np.abs(x - row).reshape(7, -1).sum(1)))
+        np.testing.assert_array_equal(x[k], row)
+        assert y[k] == label
+
+
+def test_cifar10_loader_rejects_bad_files(tmp_path):
+    with pytest.raises(DataError, match="no CIFAR-10 binary files"):
+        load_cifar10(tmp_path)
+    (tmp_path / "data_batch_1.bin").write_bytes(b"\x00" * 100)
+    with pytest.raises(DataError, match="not a whole number"):
+        load_cifar10(tmp_path)
+    write_cifar(tmp_path, [2, 1])
+    with pytest.raises(DataError, match="batch of 5 from 2"):
+        load_cifar10(tmp_path, batch=5)
+
+
+def test_npz_and_synthetic_sources(tmp_path):
+    x = np.arange(5 * 2, dtype=np.float32).reshape(5, 2)
+    y = np.arange(5)
+    np.savez(tmp_path / "b.npz", x=x, y=y)
+    xs, ys = load_npz(tmp_path / "b.npz", batch=3, seed=2)
+    np.testing.assert_array_equal(xs, x[ys])
+    np.savez(tmp_path / "bad.npz", a=x)
+    with pytest.raises(DataError, match="needs arrays 'x' and 'y'"):
+        minibatch(tmp_path / "bad.npz")
+    a1, b1 = minibatch(None, 4, seed=7, shape=(3, 4, 4), num_classes=5)
+    a2, b2 = minibatch(None, 4, seed=7, shape=(3, 4, 4), num_classes=5)
+    np.testing.assert_array_equal(a1, a2)
+    assert a1.shape == (4, 3, 4, 4) and b1.max() < 5
+    with pytest.raises(DataError, match="not a CIFAR-10 binary directory"):
+        minibatch(tmp_path / "nothing.txt")
