@@ -1,0 +1,44 @@
+// RUN: nasir-opt %s -p convert-loops-to-llvm | filecheck %s
+// RUN: nasir-opt %s -p convert-loops-to-llvm -t llvm | filecheck %s --check-prefix=IR
+
+// A vectorised relu kernel with its parallel loop: memrefs become noalias pointers, scf.for becomes
+// blocks, scf.parallel is outlined and run through @nasir_parallel (libgomp).
+
+builtin.module {
+  func.func @main(%x: memref<4x16xf32>, %y: memref<4x16xf32>, %w: memref<0xi8>, %ws: memref<0xi8>) {
+    func.call @relu(%x, %y) : (memref<4x16xf32>, memref<4x16xf32>) -> ()
+    func.return
+  }
+  func.func private @relu(%x: memref<4x16xf32> {llvm.noalias}, %y: memref<4x16xf32> {llvm.noalias}) {
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c4 = arith.constant 4 : index
+    %zero = arith.constant dense<0.000000e+00> : vector<16xf32>
+    "scf.parallel"(%c0, %c4, %c1) <{operandSegmentSizes = array<i32: 1, 1, 1, 0>}> ({
+    ^bb0(%i: index):
+      %v = vector.load %x[%i, %c0] : memref<4x16xf32>, vector<16xf32>
+      %r = arith.maxnumf %v, %zero : vector<16xf32>
+      vector.store %r, %y[%i, %c0] : memref<4x16xf32>, vector<16xf32>
+      scf.reduce
+    }) : (index, index, index) -> ()
+    func.return
+  }
+}
+
+// CHECK: llvm.mlir.global weak @nasir_num_threads(1 : i32)
+// CHECK: llvm.func @GOMP_parallel(!llvm.ptr, !llvm.ptr, i32, i32)
+// CHECK: llvm.func @main(%{{.*}}: !llvm.ptr {llvm.noalias}
+// CHECK: llvm.call @relu
+// CHECK: llvm.func internal @relu(%{{.*}}: !llvm.ptr {llvm.noalias}, %{{.*}}: !llvm.ptr {llvm.noalias})
+// CHECK: llvm.mlir.addressof @relu.par0
+// CHECK: llvm.call @nasir_parallel
+// CHECK: llvm.func internal @relu.par0(%{{.*}}: !llvm.ptr)
+// CHECK: llvm.call @omp_get_thread_num()
+// CHECK: llvm.load {{.*}} -> vector<16xf32>
+// CHECK: llvm.call_intrinsic "llvm.maxnum.v16f32"
+// CHECK: llvm.store {{.*}} : vector<16xf32>, !llvm.ptr
+
+// IR: define void @"main"(ptr noalias
+// IR: define internal void @"relu.par0"(ptr
+// IR: load <16 x float>, ptr
+// IR: call <16 x float> @"llvm.maxnum.v16f32"(<16 x float>

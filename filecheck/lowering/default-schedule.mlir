@@ -1,0 +1,18 @@
+// RUN: nasir-opt %s -p default-schedule | filecheck %s
+
+// The conv keeps its 8 output channels in registers (co fully unrolled inside the reduction loops),
+// ow is the vector loop; the 288-wide sigmoid is split by the target's vector width.
+
+builtin.module {
+  func.func @main(%x: tensor<1x4x6x6xf32>, %v: tensor<1x288xf32>) -> tensor<1x8x6x6xf32> {
+    %w = nn.weight {name = "w"} : tensor<8x4x3x3xf32>
+    %y = nest.compute %x, %w {name = "conv", domain = #nest.domain<[n = 1, co = 8, oh = 6, ow = 6], [ci = 4, kh = 3, kw = 3]>, maps = [affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d0, d4, d2 + d5 - 1, d3 + d6 - 1)>, affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d1, d4, d5, d6)>], out_map = affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d0, d1, d2, d3)>, combiner = "mac", epilogue = []} : (tensor<1x4x6x6xf32>, tensor<8x4x3x3xf32>) -> tensor<1x8x6x6xf32>
+    %s = nest.compute %v {name = "sig", domain = #nest.domain<[i0 = 1, i1 = 288]>, maps = [affine_map<(d0, d1) -> (d0, d1)>], out_map = affine_map<(d0, d1) -> (d0, d1)>, combiner = "copy", epilogue = ["sigmoid"]} : (tensor<1x288xf32>) -> tensor<1x288xf32>
+    func.return %y : tensor<1x8x6x6xf32>
+  }
+}
+
+// CHECK: name = "conv"
+// CHECK-SAME: schedule = {order = ["n", "oh", "ci", "kh", "kw", "co", "ow"], vector = "ow", unroll = {co = 8 : i64}, parallel = "oh"}
+// CHECK: name = "sig"
+// CHECK-SAME: schedule = {splits = [["i1", [[W:[0-9]+]] : i64]], order = ["i0", "i1.o", "i1.i"], vector = "i1.i", parallel = "i1.o"}

@@ -1,0 +1,242 @@
+"""nest-bufferize: tensors -> memrefs with a static memory plan (first step of the llvm backend).
+
+Runs on nest-level IR (after convert-nn-to-nest and the schedule passes) and rewrites `@main` into
+destination-passing style over four kinds of storage:
+
+- the model's inputs and outputs: arguments of `@main`, in that order;
+- `%weights`: one `memref<Nxi8>` holding every weight at a 64-byte aligned offset
+  (module attribute `nasir.weight_offsets`, packed once by the runtime);
+- `%workspace`: one `memref<Mxi8>` arena holding every intermediate; values whose lifetimes do not
+  overlap share bytes (first-fit over program order). `nasir.workspace_bytes` records the peak M.
+
+Each compute op (a `nest.compute` or an nn op the nest level keeps) stays a tensor op, wrapped so
+that it reads memrefs and writes into its destination:
+
+    func.func @main(%x: memref<1x3x8x8xf32>, %out: memref<1x4x8x8xf32>,
+                    %weights: memref<448xi8>, %workspace: memref<0xi8>) {
+      %c0 = arith.constant 0 : index
+      %w = memref.view %weights[%c0][] {nasir.weight = "conv.w"} : memref<448xi8> to memref<4x3x3x3xf32>
+      %0 = bufferization.to_tensor %x : memref<1x3x8x8xf32> to tensor<1x3x8x8xf32>
+      %1 = bufferization.to_tensor %w : memref<4x3x3x3xf32> to tensor<4x3x3x3xf32>
+      %2 = nest.compute %0, %1 {...} : (...) -> tensor<1x4x8x8xf32>
+      bufferization.materialize_in_destination %2 in writable %out : (tensor<1x4x8x8xf32>, memref<1x4x8x8xf32>) -> ()
+      func.return
+    }
+
+`nn.reshape` of a value in the weights or the arena is a view at the same offset (no copy).
+convert-nest-to-loops turns each wrapped op into loops over the memrefs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from xdsl.context import Context
+from xdsl.dialects import arith, bufferization, func, memref
+from xdsl.dialects.builtin import (
+    DictionaryAttr,
+    IndexType,
+    IntegerAttr,
+    MemRefType,
+    ModuleOp,
+    StringAttr,
+    UnitAttr,
+    f32,
+    i8,
+    i64,
+)
+from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.passes import ModulePass
+
+from nasir.dialects import nest, nn
+from nasir.dialects.nn import shape_of
+from nasir.errors import LoweringError
+from nasir.model import main_func
+
+ALIGN = 64
+"""Byte alignment of every buffer in the weights and the arena (one AVX-512 cache line)."""
+
+COMPUTE_OPS = (nest.ComputeOp, nn.ConcatOp, nn.ReshapeOp, nn.SoftmaxOp, nn.LRNOp, nn.PadOp, nn.BatchNormOp)
+"""Ops that do work at the nest level: wrapped by this pass, lowered by convert-nest-to-loops."""
+
+
+def memref_of(shape) -> MemRefType:
+    return MemRefType(f32, list(shape))
+
+
+def nbytes(shape) -> int:
+    return 4 * math.prod(shape)
+
+
+def aligned(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+@dataclass
+class Arena:
+    """First-fit allocator over a growing byte range; `peak` is the arena size needed."""
+
+    free: list[tuple[int, int]] = field(default_factory=list)  # (offset, size), sorted by offset
+    peak: int = 0
+
+    def alloc(self, size: int) -> int:
+        size = aligned(size)
+        for i, (off, room) in enumerate(self.free):
+            if room >= size:
+                self.free[i: i + 1] = [(off + size, room - size)] if room > size else []
+                return off
+        if self.free and self.free[-1][0] + self.free[-1][1] == self.peak:
+            off = self.free.pop()[0]
+        else:
+            off = self.peak
+        self.peak = off + size
+        return off
+
+    def release(self, off: int, size: int) -> None:
+        self.free.append((off, aligned(size)))
+        self.free.sort()
+        merged: list[tuple[int, int]] = []
+        for o, s in self.free:
+            if merged and merged[-1][0] + merged[-1][1] == o:
+                merged[-1] = (merged[-1][0], merged[-1][1] + s)
+            else:
+                merged.append((o, s))
+        self.free = merged
+
+
+def plan(body: list[Operation], returned: list[SSAValue]) -> tuple[dict[SSAValue, int], int, set[SSAValue]]:
+    """Arena offsets of intermediates (values not returned), the peak bytes, and the reshape views.
+
+    A reshape of an arena value (not returned) is a view: it shares its source's bytes, and the
+    bytes live until the last use of any value in the group.
+    """
+    views: set[SSAValue] = set()
+    root: dict[SSAValue, SSAValue] = {}
+    for op in body:
+        if isinstance(op, nn.ReshapeOp) and op.result not in returned:
+            src = op.operands[0]
+            if src in root:
+                views.add(op.result)
+                root[op.result] = root[src]
+                continue
+        if isinstance(op, COMPUTE_OPS) and op.results[0] not in returned:
+            root[op.results[0]] = op.results[0]
+    last: dict[SSAValue, int] = {}
+    for i, op in enumerate(body):
+        for v in op.operands:
+            if v in root:
+                last[root[v]] = i
+    arena, offsets = Arena(), {}
+    for i, op in enumerate(body):
+        for r in op.results:
+            if root.get(r) is r:
+                offsets[r] = arena.alloc(nbytes(shape_of(r)))
+        for r in {root[v] for v in op.operands if v in root}:
+            if last[r] == i:
+                arena.release(offsets[r], nbytes(shape_of(r)))
+        for r in op.results:  # computed but never read
+            if root.get(r) is r and r not in last:
+                arena.release(offsets[r], nbytes(shape_of(r)))
+    for v in views:
+        offsets[v] = offsets[root[v]]
+    return offsets, arena.peak, views
+
+
+class NestBufferizePass(ModulePass):
+    """Rewrite @main over memrefs: (inputs, outputs, weights, workspace) with a static memory plan."""
+
+    name = "nest-bufferize"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        fn = main_func(op)
+        if any(isinstance(t, MemRefType) for t in fn.function_type.inputs.data):
+            return  # already bufferized
+        old = fn.body.block
+        ret = old.last_op
+        assert isinstance(ret, func.ReturnOp)
+        returned = list(ret.operands)
+        body = [o for o in old.ops if o is not ret]
+        for o in body:
+            if not isinstance(o, (nn.WeightOp, *COMPUTE_OPS)):
+                raise LoweringError(f"nest-bufferize: op '{o.name}' {_layer(o)}is not supported by the llvm backend "
+                                    "(run convert-nn-to-nest first)")
+
+        # Weights: one packed buffer.
+        weight_offsets: dict[str, int] = {}
+        wbytes = 0
+        for o in body:
+            if isinstance(o, nn.WeightOp) and o.key not in weight_offsets:
+                weight_offsets[o.key] = wbytes
+                wbytes += aligned(nbytes(shape_of(o.result)))
+        offsets, peak, views = plan(body, returned)
+
+        in_types = [memref_of(shape_of(t)) for t in fn.function_type.inputs.data]
+        out_types = [memref_of(shape_of(t)) for t in fn.function_type.outputs.data]
+        block = Block(arg_types=[*in_types, *out_types, MemRefType(i8, [wbytes]), MemRefType(i8, [peak])])
+        n_in, n_out = len(in_types), len(out_types)
+        weights_arg, ws_arg = block.args[n_in + n_out], block.args[n_in + n_out + 1]
+        buf: dict[SSAValue, SSAValue] = dict(zip(old.args, block.args[:n_in]))
+        ops: list[Operation] = []
+
+        def view(base: SSAValue, offset: int, shape) -> SSAValue:
+            c = arith.ConstantOp(IntegerAttr(offset, IndexType()))
+            v = memref.ViewOp(base, c, [], memref_of(shape))
+            ops.extend([c, v])
+            return v.result
+
+        # Where each returned value is computed: its output argument (the first one, if returned twice).
+        dest_of: dict[SSAValue, SSAValue] = {}
+        copies: list[tuple[SSAValue, SSAValue]] = []
+        for k, v in enumerate(returned):
+            out_arg = block.args[n_in + k]
+            if v in dest_of or not isinstance(v.owner, COMPUTE_OPS):
+                copies.append((v, out_arg))  # an input, a weight, or a value returned twice
+            else:
+                dest_of[v] = out_arg
+
+        for o in body:
+            if isinstance(o, nn.WeightOp):
+                w = view(weights_arg, weight_offsets[o.key], shape_of(o.result))
+                w.owner.attributes["nasir.weight"] = StringAttr(o.key)
+                buf[o.result] = w
+                continue
+            r = o.results[0]
+            if r in views:
+                buf[r] = view(ws_arg, offsets[r], shape_of(r))
+                continue
+            dest = dest_of.get(r) or view(ws_arg, offsets[r], shape_of(r))
+            tensors = []
+            for v in o.operands:
+                t = bufferization.ToTensorOp(buf[v])
+                ops.append(t)
+                tensors.append(t.tensor)
+            new = o.clone()
+            for i, t in enumerate(tensors):
+                new.operands[i] = t
+            ops.append(new)
+            ops.append(bufferization.MaterializeInDestinationOp(
+                operands=[new.results[0], dest], result_types=[[]], properties={"writable": UnitAttr()}))
+            buf[r] = dest
+        for v, out_arg in copies:
+            ops.append(memref.CopyOp(buf[v], out_arg))
+        ops.append(func.ReturnOp())
+        block.add_ops(ops)
+
+        new_fn = func.FuncOp("main", ([*in_types, *out_types, block.args[-2].type, block.args[-1].type], []),
+                             Region(block))
+        new_fn.attributes.update({k: v for k, v in fn.attributes.items() if k not in ("function_type", "sym_name")})
+        fn.detach()
+        fn.erase()
+        op.body.block.add_op(new_fn)
+        op.attributes["nasir.workspace_bytes"] = IntegerAttr(peak, i64)
+        op.attributes["nasir.weights_bytes"] = IntegerAttr(wbytes, i64)
+        op.attributes["nasir.weight_offsets"] = DictionaryAttr(
+            {k: IntegerAttr(v, i64) for k, v in weight_offsets.items()})
+        op.attributes["nasir.num_outputs"] = IntegerAttr(n_out, i64)
+
+
+def _layer(op: Operation) -> str:
+    name = getattr(op, "layer_name", "")
+    return f"(layer '{name}') " if name else ""
+

@@ -1,0 +1,63 @@
+"""LLVM IR from the llvm dialect: xDSL's llvmlite converter, extended, plus O3 for the host.
+
+The last step of the llvm backend before machine code: a module after convert-loops-to-llvm is
+converted with `xdsl.backend.llvm.convert.convert_module` (triple and data layout of the host
+target), parsed by LLVM and optimised with the new pass manager at O3 with loop and SLP
+vectorisation for the host CPU.
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects import llvm
+from xdsl.dialects.builtin import ModuleOp
+
+from nasir.errors import LoweringError
+from nasir.lowering.llvm_target import HostTarget, host_target
+
+
+def to_llvm_ir(module: ModuleOp, target: HostTarget | None = None) -> str:
+    """LLVM IR text (unoptimised) of a module at the llvm dialect level."""
+    from xdsl.backend.llvm.convert import convert_module
+
+    target = target or host_target()
+    try:
+        ir_module = convert_module(module, fallback_target_triple=target.triple,
+                                   data_layout=str(target.target_machine().target_data))
+    except NotImplementedError as e:
+        raise LoweringError(f"LLVM IR: {e} (run convert-loops-to-llvm first)") from None
+    for op in module.ops:  # the converter drops function linkage; internal kernels may be inlined away
+        if isinstance(op, llvm.FuncOp) and op.body.blocks and op.linkage.linkage.data == "internal":
+            ir_module.get_global(op.sym_name.data).linkage = "internal"
+    return _print_opaque(ir_module)
+
+
+def _print_opaque(ir_module) -> str:
+    """Print with opaque pointers (`ptr`), which LLVM >= 17 requires; llvmlite's IR layer prints
+    typed pointers (`i64*`) unless its process-wide switch is off, so it is off while printing."""
+    from llvmlite.ir import types
+
+    saved = types.ir_layer_typed_pointers_enabled
+    types.ir_layer_typed_pointers_enabled = False
+    try:
+        return str(ir_module)
+    finally:
+        types.ir_layer_typed_pointers_enabled = saved
+
+
+def optimize(ir_text: str, target: HostTarget | None = None):
+    """Parse and optimise LLVM IR at O3 for the host; returns the llvmlite ModuleRef."""
+    import llvmlite.binding as llvm
+
+    target = target or host_target()
+    mod = llvm.parse_assembly(ir_text)
+    mod.verify()
+    tm = target.target_machine()
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    pto.loop_unrolling = True
+    pto.loop_interleaving = True
+    pb = llvm.create_pass_builder(tm, pto)
+    pm = pb.getModulePassManager()
+    pm.run(mod, pb)
+    return mod

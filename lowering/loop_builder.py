@@ -1,0 +1,252 @@
+"""Builder of loop-level IR (scf/arith/math/memref/vector) used by convert-nest-to-loops.
+
+`LoopBuilder` appends ops to a current block and opens nested regions for loops and guards; values
+are scalars (`index`, `f32`, `i1`) or vectors of `width` lanes. `Lin` is an index that is affine in
+the lane number of the vector loop (`s + k + c * lane`), which is how access maps are evaluated
+inside a vectorised loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from xdsl.dialects import arith, llvm, math, memref, scf, vector
+from xdsl.dialects.builtin import (
+    DenseArrayBase,
+    DenseIntOrFPElementsAttr,
+    FloatAttr,
+    IndexType,
+    IntegerAttr,
+    MemRefType,
+    VectorType,
+    f32,
+    i1,
+    i64,
+)
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+
+index = IndexType()
+
+
+@dataclass(frozen=True)
+class Lin:
+    """An index `s + k + c * lane`: `s` a scalar SSA index (or None for 0), `k`, `c` constants."""
+
+    s: SSAValue | None = None
+    k: int = 0
+    c: int = 0
+
+
+class LoopBuilder:
+    """Appends ops to `block`; constants go to the top of `entry` (they dominate everything)."""
+
+    def __init__(self, entry: Block):
+        self.entry = entry
+        self.block = entry
+        self._consts: dict[tuple, SSAValue] = {}
+
+    # Plumbing ---------------------------------------------------------------------------------
+    def add(self, op: Operation) -> SSAValue | None:
+        self.block.add_op(op)
+        return op.results[0] if op.results else None
+
+    def const(self, value: float | int, ty: Attribute) -> SSAValue:
+        key = (value, ty)
+        if key not in self._consts:
+            if isinstance(ty, VectorType):
+                lanes = ty.get_shape()[0]
+                cast = float if ty.element_type == f32 else int
+                attr = DenseIntOrFPElementsAttr.from_list(ty, [cast(value)] * lanes)
+                op = arith.ConstantOp(attr, ty)
+            elif ty == f32:
+                op = arith.ConstantOp(FloatAttr(float(value), f32))
+            else:
+                op = arith.ConstantOp(IntegerAttr(int(value), ty))
+            first = self.entry.first_op
+            if first is None:
+                self.entry.add_op(op)
+            else:
+                self.entry.insert_op_before(op, first)
+            self._consts[key] = op.result
+        return self._consts[key]
+
+    def idx(self, n: int) -> SSAValue:
+        return self.const(n, index)
+
+    def iota(self, width: int, scale: int = 1) -> SSAValue:
+        ty = VectorType(i64, [width])
+        key = ("iota", width, scale)
+        if key not in self._consts:
+            op = arith.ConstantOp(DenseIntOrFPElementsAttr.from_list(ty, [j * scale for j in range(width)]), ty)
+            self.entry.insert_op_before(op, self.entry.first_op) if self.entry.first_op else self.entry.add_op(op)
+            self._consts[key] = op.result
+        return self._consts[key]
+
+    # Regions ----------------------------------------------------------------------------------
+    def in_block(self, block: Block, body: Callable[[], object]):
+        saved, self.block = self.block, block
+        try:
+            return body()
+        finally:
+            self.block = saved
+
+    def for_(self, lb: int | SSAValue, ub: int | SSAValue, step: int, carried: Sequence[SSAValue],
+             body: Callable[[SSAValue, list[SSAValue]], list[SSAValue]]) -> list[SSAValue]:
+        block = Block(arg_types=[index, *[v.type for v in carried]])
+
+        def inner():
+            out = body(block.args[0], list(block.args[1:]))
+            self.add(scf.YieldOp(*out))
+
+        self.in_block(block, inner)
+        lb = self.idx(lb) if isinstance(lb, int) else lb
+        ub = self.idx(ub) if isinstance(ub, int) else ub
+        op = scf.ForOp(lb, ub, self.idx(step), list(carried), block)
+        self.add(op)
+        return list(op.results)
+
+    def loop(self, extent: int, unroll: int, carried: list[SSAValue],
+             body: Callable[[SSAValue, list[SSAValue]], list[SSAValue]]) -> list[SSAValue]:
+        """`for i in range(extent)`, unrolled `unroll` times (fully when unroll >= extent)."""
+        if extent == 1 or unroll >= extent:
+            for j in range(extent):
+                carried = body(self.idx(j), carried)
+            return carried
+        if unroll <= 1:
+            return self.for_(0, extent, 1, carried, body)
+        main = extent - extent % unroll
+
+        def unrolled(iv, c):
+            for j in range(unroll):
+                c = body(self.addi(iv, self.idx(j)) if j else iv, c)
+            return c
+
+        carried = self.for_(0, main, unroll, carried, unrolled)
+        if main < extent:
+            carried = self.for_(main, extent, 1, carried, body)
+        return carried
+
+    def parallel(self, extent: int, body: Callable[[SSAValue], None]) -> None:
+        """A loop whose iterations may run on different threads (`scf.parallel`)."""
+        block = Block(arg_types=[index])
+
+        def inner():
+            body(block.args[0])
+            self.add(scf.ReduceOp())
+
+        self.in_block(block, inner)
+        self.add(scf.ParallelOp([self.idx(0)], [self.idx(extent)], [self.idx(1)], Region(block)))
+
+    def if_(self, cond: SSAValue, body: Callable[[], None]) -> None:
+        block = Block()
+
+        def inner():
+            body()
+            self.add(scf.YieldOp())
+
+        self.in_block(block, inner)
+        self.add(scf.IfOp(cond, [], Region(block)))
+
+    # Index arithmetic -------------------------------------------------------------------------
+    def addi(self, a: SSAValue, b: SSAValue) -> SSAValue:
+        return self.add(arith.AddiOp(a, b))
+
+    def muli(self, a: SSAValue, b: SSAValue) -> SSAValue:
+        return self.add(arith.MuliOp(a, b))
+
+    def lin_add(self, a: Lin, b: Lin) -> Lin:
+        s = a.s if b.s is None else b.s if a.s is None else self.addi(a.s, b.s)
+        return Lin(s, a.k + b.k, a.c + b.c)
+
+    def lin_scale(self, a: Lin, m: int) -> Lin:
+        s = None if a.s is None or m == 0 else a.s if m == 1 else self.muli(a.s, self.idx(m))
+        return Lin(s, a.k * m, a.c * m)
+
+    def scalar(self, a: Lin, lane: int = 0) -> SSAValue:
+        """The index of lane `lane` as one SSA value."""
+        k = a.k + a.c * lane
+        if a.s is None:
+            return self.idx(k)
+        return a.s if k == 0 else self.addi(a.s, self.idx(k))
+
+    # Conditions -------------------------------------------------------------------------------
+    def below(self, a: Lin, size: int, width: int | None) -> SSAValue:
+        """0 <= a < size, as i1 (scalar) or a lane mask (unsigned compare catches negatives)."""
+        if a.c == 0 or width is None:
+            cond = self.add(arith.CmpiOp(self.scalar(a), self.idx(size), "ult"))
+            return cond if width is None else self.add(vector.BroadcastOp(cond, VectorType(i1, [width])))
+        vty = VectorType(i64, [width])
+        base = self.add(arith.IndexCastOp(self.scalar(a), i64))
+        lanes = self.add(arith.AddiOp(self.add(vector.BroadcastOp(base, vty)), self.iota(width, a.c)))
+        # arith.cmpi is scalar-only in xDSL: lane masks use llvm.icmp (6 = ult), passed through later.
+        return self.add(llvm.ICmpOp(lanes, self.const(size, vty), IntegerAttr(6, i64)))
+
+    def all_of(self, conds: list[SSAValue]) -> SSAValue | None:
+        out = None
+        for c in conds:
+            out = c if out is None else self.add(arith.AndIOp(out, c))
+        return out
+
+    def clamp(self, a: SSAValue, size: int) -> SSAValue:
+        return self.add(arith.MaxSIOp(self.idx(0), self.add(arith.MinSIOp(a, self.idx(size - 1)))))
+
+    # Float arithmetic (scalars or vectors alike) ----------------------------------------------
+    def f(self, value: float, like: SSAValue) -> SSAValue:
+        return self.const(value, like.type)
+
+    def binary(self, kind: str, a: SSAValue, b: SSAValue) -> SSAValue:
+        ops = {"add": arith.AddfOp, "sub": arith.SubfOp, "mul": arith.MulfOp, "div": arith.DivfOp,
+               "max": arith.MaxnumfOp, "min": arith.MinnumfOp}
+        return self.add(ops[kind](a, b))
+
+    def fma(self, a: SSAValue, b: SSAValue, c: SSAValue) -> SSAValue:
+        return self.add(math.FmaOp.create(operands=[a, b, c], result_types=[a.type]))
+
+    def unary(self, kind: str, a: SSAValue) -> SSAValue:
+        ops = {"exp": math.ExpOp, "sqrt": math.SqrtOp}
+        return self.add(ops[kind].create(operands=[a], result_types=[a.type]))
+
+    def pow(self, a: SSAValue, b: SSAValue) -> SSAValue:
+        return self.add(math.PowFOp.create(operands=[a, b], result_types=[a.type]))
+
+    def select(self, cond: SSAValue, a: SSAValue, b: SSAValue) -> SSAValue:
+        return self.add(arith.SelectOp(cond, a, b))
+
+    # Memory -----------------------------------------------------------------------------------
+    def load(self, ref: SSAValue, indices: list[SSAValue]) -> SSAValue:
+        return self.add(memref.LoadOp.get(ref, indices))
+
+    def store(self, value: SSAValue, ref: SSAValue, indices: list[SSAValue]) -> None:
+        self.add(memref.StoreOp.get(value, ref, indices))
+
+    def vload(self, ref: SSAValue, indices: list[SSAValue], width: int, mask: SSAValue | None,
+              passthru: float) -> SSAValue:
+        vty = VectorType(f32, [width])
+        if mask is None:
+            return self.add(vector.LoadOp(ref, indices, vty))
+        return self.add(vector.MaskedLoadOp(ref, indices, mask, self.const(passthru, vty), vty))
+
+    def vstore(self, value: SSAValue, ref: SSAValue, indices: list[SSAValue], mask: SSAValue | None) -> None:
+        if mask is None:
+            self.add(vector.StoreOp(value, ref, indices))
+        else:
+            self.add(vector.MaskedStoreOp(ref, indices, mask, value))
+
+    def shuffle(self, a: SSAValue, b: SSAValue, lanes: list[int]) -> SSAValue:
+        ty = VectorType(a.type.element_type, [len(lanes)])
+        return self.add(vector.ShuffleOp(a, b, DenseArrayBase.from_list(i64, lanes), result_type=ty))
+
+    def splat(self, value: SSAValue, width: int) -> SSAValue:
+        return self.add(vector.BroadcastOp(value, VectorType(value.type, [width])))
+
+    def lanes_buffer(self, width: int, fill: SSAValue | None = None) -> SSAValue:
+        """A stack buffer of `width` floats (optionally filled with a vector), to assemble or take
+        apart a vector lane by lane, or to select lanes with a masked load (xDSL has no vector select)."""
+        buf = self.add(memref.AllocaOp.get(f32, shape=[width]))
+        if fill is not None:
+            self.vstore(fill, buf, [self.idx(0)], None)
+        return buf
+
+    def memref_type(self, ref: SSAValue) -> MemRefType:
+        return ref.type

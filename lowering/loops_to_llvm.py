@@ -1,0 +1,414 @@
+"""convert-loops-to-llvm: the loop level (func/scf/memref/arith/math/vector) -> xDSL's llvm dialect.
+
+Runs after convert-nest-to-loops; its output is what `nasir.lowering.llvm_ir` hands to LLVM.
+Conventions of the generated code:
+
+- memrefs are bare pointers (`!llvm.ptr`, static identity layouts): a load of `%m[%i, %j]` from
+  `memref<4x8xf32>` is `getelementptr float, ptr %m, i64 (i*8 + j)`; `memref.view` is a byte
+  offset; `index` is i64; kernel arguments keep their `llvm.noalias` attributes;
+- structured control flow becomes blocks (`scf.for` -> header with phis, body, exit);
+- `scf.parallel` is outlined into `@<kernel>.par<k>(ptr %ctx)`, the values it uses from outside are
+  passed in a stack struct, and `@nasir_parallel(fn, ctx)` runs it on `nasir_num_threads` threads
+  through libgomp's `GOMP_parallel`; each thread takes one contiguous chunk of the iterations;
+- masked vector loads/stores are `llvm.masked.load/store` intrinsic calls.
+
+    func.func private @relu(%x: memref<16xf32>, %y: memref<16xf32>)   becomes
+    llvm.func internal @relu(%x: !llvm.ptr {llvm.noalias}, %y: !llvm.ptr {llvm.noalias})
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from xdsl.context import Context
+from xdsl.dialects import arith, func, llvm, math as mathd, memref, scf, vector
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    DenseArrayBase,
+    DenseIntOrFPElementsAttr,
+    DictionaryAttr,
+    IndexType,
+    IntegerAttr,
+    MemRefType,
+    ModuleOp,
+    UnitAttr,
+    VectorType,
+    f32,
+    i1,
+    i8,
+    i32,
+    i64,
+)
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.passes import ModulePass
+
+from nasir.errors import LoweringError
+
+PTR = llvm.LLVMPointerType()
+THREADS_GLOBAL = "nasir_num_threads"
+PARALLEL_RUNNER = "nasir_parallel"
+
+
+def llvm_type(ty: Attribute) -> Attribute:
+    if isinstance(ty, MemRefType):
+        return PTR
+    if isinstance(ty, IndexType):
+        return i64
+    if isinstance(ty, VectorType) and isinstance(ty.element_type, IndexType):
+        return VectorType(i64, ty.get_shape())
+    return ty
+
+
+def _suffix(ty: VectorType) -> str:
+    return f"v{ty.get_shape()[0]}f32"
+
+
+FLOAT_BINARY = {arith.AddfOp: llvm.FAddOp, arith.SubfOp: llvm.FSubOp, arith.MulfOp: llvm.FMulOp,
+                arith.DivfOp: llvm.FDivOp}
+INT_BINARY = {arith.AddiOp: llvm.AddOp, arith.SubiOp: llvm.SubOp, arith.MuliOp: llvm.MulOp,
+              arith.RemSIOp: llvm.SRemOp, arith.FloorDivSIOp: llvm.SDivOp, arith.AndIOp: llvm.AndOp}
+"""floordiv/mod of nest index maps only ever see non-negative operands, where they equal sdiv/srem."""
+INTRINSICS = {arith.MaxnumfOp: "llvm.maxnum", arith.MinnumfOp: "llvm.minnum", mathd.ExpOp: "llvm.exp",
+              mathd.SqrtOp: "llvm.sqrt", mathd.PowFOp: "llvm.pow", mathd.FmaOp: "llvm.fma"}
+"""Called with type-mangled names (`llvm.maxnum.v16f32`): xDSL's converter declares these
+intrinsics unmangled, so two vector widths in one module would clash."""
+
+
+class FuncLowering:
+    """Translates one func.func body into blocks of an llvm.func region."""
+
+    def __init__(self, module: "ModuleLowering", name: str, region: Region):
+        self.module = module
+        self.name = name
+        self.region = region
+        self.vmap: dict[SSAValue, SSAValue] = {}
+        self.entry: Block = region.blocks[0]
+        self.block: Block = self.entry
+        self.n_parallel = 0
+
+    # Helpers ----------------------------------------------------------------------------------
+    def add(self, op: Operation) -> SSAValue | None:
+        self.block.add_op(op)
+        return op.results[0] if op.results else None
+
+    def new_block(self, arg_types: Sequence[Attribute] = ()) -> Block:
+        block = Block(arg_types=list(arg_types))
+        self.region.add_block(block)
+        return block
+
+    def i64c(self, n: int) -> SSAValue:
+        return self.add(llvm.ConstantOp(IntegerAttr(n, i64), i64))
+
+    def v(self, value: SSAValue) -> SSAValue:
+        return self.vmap[value]
+
+    def address(self, ref: SSAValue, indices: Sequence[SSAValue]) -> SSAValue:
+        """Pointer to element `indices` of a memref (row-major, static shape)."""
+        shape = ref.type.get_shape()
+        lin = None
+        for a, i in enumerate(indices):
+            stride = math.prod(shape[a + 1:])
+            term = self.v(i) if stride == 1 else self.add(llvm.MulOp(self.v(i), self.i64c(stride)))
+            lin = term if lin is None else self.add(llvm.AddOp(lin, term))
+        if lin is None:
+            return self.v(ref)
+        return self.add(llvm.GEPOp(self.v(ref), [llvm.GEP_USE_SSA_VAL], ref.type.element_type, ssa_indices=[lin]))
+
+    def vector_address(self, ref: SSAValue, indices: Sequence[SSAValue]) -> SSAValue:
+        """`address`, as an opaque pointer: llvmlite types pointers into allocas (`float*`) and
+        then refuses to load or store vectors through them."""
+        ptr = self.address(ref, indices)
+        return self.add(llvm.BitcastOp(ptr, PTR)) if isinstance(ref.owner, memref.AllocaOp) else ptr
+
+    # Ops --------------------------------------------------------------------------------------
+    def lower_block(self, block: Block) -> None:
+        for op in block.ops:
+            self.lower(op)
+
+    def lower(self, op: Operation) -> None:
+        r = op.results[0] if op.results else None
+        t = type(op)
+        if isinstance(op, arith.ConstantOp):
+            self.vmap[r] = self.add(llvm.ConstantOp(self._const_value(op.value, r.type), llvm_type(r.type)))
+        elif t in FLOAT_BINARY:
+            self.vmap[r] = self.add(FLOAT_BINARY[t](self.v(op.operands[0]), self.v(op.operands[1])))
+        elif t in INT_BINARY:
+            self.vmap[r] = self.add(INT_BINARY[t](self.v(op.operands[0]), self.v(op.operands[1])))
+        elif t in INTRINSICS:
+            name = f"{INTRINSICS[t]}.{_suffix(r.type) if isinstance(r.type, VectorType) else 'f32'}"
+            self.vmap[r] = self.add(llvm.CallIntrinsicOp(name, [self.v(o) for o in op.operands], [r.type]))
+        elif isinstance(op, (arith.MinSIOp, arith.MaxSIOp)):
+            a, b = self.v(op.lhs), self.v(op.rhs)
+            pred = 2 if isinstance(op, arith.MinSIOp) else 4  # slt / sgt
+            self.vmap[r] = self.add(llvm.SelectOp(self.add(llvm.ICmpOp(a, b, IntegerAttr(pred, i64))), a, b))
+        elif isinstance(op, arith.CmpiOp):
+            self.vmap[r] = self.add(llvm.ICmpOp(self.v(op.lhs), self.v(op.rhs), op.predicate))
+        elif isinstance(op, arith.IndexCastOp):
+            self.vmap[r] = self.v(op.input)
+        elif isinstance(op, arith.SelectOp):
+            self.vmap[r] = self.add(llvm.SelectOp(self.v(op.cond), self.v(op.lhs), self.v(op.rhs)))
+        elif op.dialect_name() == "llvm":
+            new = op.clone(value_mapper={o: self.v(o) for o in op.operands})
+            self.add(new)
+            for old, res in zip(op.results, new.results):
+                self.vmap[old] = res
+        elif isinstance(op, memref.LoadOp):
+            self.vmap[r] = self.add(llvm.LoadOp(self.address(op.memref, op.indices), f32, alignment=4))
+        elif isinstance(op, memref.StoreOp):
+            self.add(llvm.StoreOp(self.v(op.value), self.address(op.memref, op.indices), alignment=4))
+        elif isinstance(op, memref.ViewOp):
+            self.vmap[r] = self.add(llvm.GEPOp(self.v(op.source), [llvm.GEP_USE_SSA_VAL], i8,
+                                               ssa_indices=[self.v(op.byte_shift)]))
+        elif isinstance(op, memref.AllocaOp):
+            n = math.prod(r.type.get_shape())
+            size = llvm.ConstantOp(IntegerAttr(n, i64), i64)
+            alloca = llvm.AllocaOp(size, f32, alignment=64)
+            first = self.entry.first_op
+            for new in (size, alloca):  # in the entry block: allocas inside loops would grow the stack
+                self.entry.insert_op_before(new, first) if first is not None else self.entry.add_op(new)
+            self.vmap[r] = alloca.results[0]
+        elif isinstance(op, memref.CopyOp):
+            nbytes = 4 * math.prod(op.source.type.get_shape())
+            self.add(llvm.CallIntrinsicOp("llvm.memcpy.p0.p0.i64", [self.v(op.destination), self.v(op.source),
+                                          self.i64c(nbytes), self.add(llvm.ConstantOp(IntegerAttr(0, i1), i1))], []))
+        elif isinstance(op, vector.LoadOp):
+            self.vmap[r] = self.add(llvm.LoadOp(self.vector_address(op.base, op.indices), r.type, alignment=4))
+        elif isinstance(op, vector.StoreOp):
+            self.add(llvm.StoreOp(self.v(op.vector), self.vector_address(op.base, op.indices), alignment=4))
+        elif isinstance(op, vector.MaskedLoadOp):
+            align = self.add(llvm.ConstantOp(IntegerAttr(4, i32), i32))
+            self.vmap[r] = self.add(llvm.CallIntrinsicOp(
+                f"llvm.masked.load.{_suffix(r.type)}.p0",
+                [self.address(op.base, op.indices), align, self.v(op.mask), self.v(op.pass_thru)], [r.type]))
+        elif isinstance(op, vector.MaskedStoreOp):
+            align = self.add(llvm.ConstantOp(IntegerAttr(4, i32), i32))
+            self.add(llvm.CallIntrinsicOp(
+                f"llvm.masked.store.{_suffix(op.value_to_store.type)}.p0",
+                [self.v(op.value_to_store), self.address(op.base, op.indices), align, self.v(op.mask)], []))
+        elif isinstance(op, vector.BroadcastOp):
+            ty = llvm_type(r.type)
+            undef = self.add(llvm.UndefOp(ty))
+            one = self.add(llvm.InsertElementOp(undef, self.v(op.source), self.add(
+                llvm.ConstantOp(IntegerAttr(0, i32), i32))))
+            zeros = DenseArrayBase.from_list(i32, [0] * ty.get_shape()[0])
+            self.vmap[r] = self.add(llvm.ShuffleVectorOp(one, one, zeros, ty))
+        elif isinstance(op, vector.ShuffleOp):
+            mask = DenseArrayBase.from_list(i32, list(op.mask.get_values()))
+            self.vmap[r] = self.add(llvm.ShuffleVectorOp(self.v(op.v1), self.v(op.v2), mask, r.type))
+        elif isinstance(op, scf.ForOp):
+            self.lower_for(op)
+        elif isinstance(op, scf.IfOp):
+            self.lower_if(op)
+        elif isinstance(op, scf.ParallelOp):
+            self.lower_parallel(op)
+        elif isinstance(op, func.CallOp):
+            self.add(llvm.CallOp(op.callee.root_reference.data, *[self.v(o) for o in op.arguments]))
+        elif isinstance(op, func.ReturnOp):
+            self.add(llvm.ReturnOp())
+        else:
+            raise LoweringError(f"convert-loops-to-llvm: op '{op.name}' in @{self.name} is not supported")
+
+    def _const_value(self, value: Attribute, ty: Attribute) -> Attribute:
+        if isinstance(value, IntegerAttr) and isinstance(ty, IndexType):
+            return IntegerAttr(value.value.data, i64)
+        if isinstance(value, IntegerAttr) and ty == i1:
+            return IntegerAttr(value.value.data, i1)
+        if isinstance(value, DenseIntOrFPElementsAttr) and isinstance(ty, VectorType) and ty.element_type == i1:
+            return DenseIntOrFPElementsAttr.from_list(ty, [int(bool(x)) for x in value.get_values()])
+        return value
+
+    # Control flow -----------------------------------------------------------------------------
+    def lower_for(self, op: scf.ForOp) -> None:
+        body = op.body.block
+        carried_types = [llvm_type(a.type) for a in body.args[1:]]
+        header = self.new_block([i64, *carried_types])
+        self.add(llvm.BrOp(header, self.v(op.lb), *[self.v(a) for a in op.iter_args]))
+        inner = self.new_block()
+        self.block = header
+        cond = self.add(llvm.ICmpOp(header.args[0], self.v(op.ub), IntegerAttr(2, i64)))  # slt
+        for old, new in zip(body.args, header.args):
+            self.vmap[old] = new
+        self.block = inner
+        for o in body.ops:
+            if isinstance(o, scf.YieldOp):
+                nxt = self.add(llvm.AddOp(header.args[0], self.v(op.step)))
+                self.add(llvm.BrOp(header, nxt, *[self.v(y) for y in o.operands]))
+            else:
+                self.lower(o)
+        exit_block = self.new_block()
+        header.add_op(llvm.CondBrOp(cond, inner, [], exit_block, []))
+        for res, arg in zip(op.results, header.args[1:]):
+            self.vmap[res] = arg
+        self.block = exit_block
+
+    def lower_if(self, op: scf.IfOp) -> None:
+        if op.results or op.false_region.blocks:
+            raise LoweringError("convert-loops-to-llvm: only scf.if without results or else branch is supported")
+        then = self.new_block()
+        cur = self.block
+        self.block = then
+        for o in op.true_region.block.ops:
+            if not isinstance(o, scf.YieldOp):
+                self.lower(o)
+        merge = self.new_block()
+        self.add(llvm.BrOp(merge))
+        cur.add_op(llvm.CondBrOp(self.v(op.cond), then, [], merge, []))
+        self.block = merge
+
+    def lower_parallel(self, op: scf.ParallelOp) -> None:
+        """Outline the body into `@<name>.par<k>(ctx)`; each thread runs one chunk of iterations."""
+        body = op.body.block
+        free, consts = _free_values(op)
+        types = [llvm_type(v.type) for v in free]
+        fname = f"{self.name}.par{self.n_parallel}"
+        self.n_parallel += 1
+        if any(t not in (PTR, i64) for t in types):
+            raise LoweringError(f"convert-loops-to-llvm: parallel loop in @{self.name} uses a value of type "
+                                f"{next(t for t in types if t not in (PTR, i64))} from outside")
+        # Caller: pack the free values into i64 stack slots and run the outlined function.
+        count = llvm.ConstantOp(IntegerAttr(max(1, len(free)), i64), i64)
+        ctx = llvm.AllocaOp(count, i64, alignment=16)
+        first = self.entry.first_op
+        for new in (count, ctx):
+            self.entry.insert_op_before(new, first) if first is not None else self.entry.add_op(new)
+        for k, v in enumerate(free):
+            slot = self.add(llvm.GEPOp(ctx.results[0], [k], i64))
+            value = self.v(v) if types[k] == i64 else self.add(llvm.PtrToIntOp(self.v(v), i64))
+            self.add(llvm.StoreOp(value, slot))
+        fn_ptr = self.add(llvm.AddressOfOp(fname, PTR))
+        self.add(llvm.CallOp(PARALLEL_RUNNER, fn_ptr, ctx.results[0]))
+
+        # Outlined function.
+        region = Region(Block(arg_types=[PTR]))
+        outlined = FuncLowering(self.module, fname, region)
+        outlined.n_parallel = 1000 * (self.n_parallel + 1)
+        ctx_arg = region.blocks[0].args[0]
+        for c in consts:  # constants are re-made so LLVM still sees them
+            outlined.lower(c)
+        for k, v in enumerate(free):
+            slot = outlined.add(llvm.GEPOp(ctx_arg, [k], i64))
+            value = outlined.add(llvm.LoadOp(slot, i64))
+            outlined.vmap[v] = value if types[k] == i64 else outlined.add(llvm.IntToPtrOp(value))
+        lo, hi = outlined.chunk(_constant_bound(op.lowerBound[0], self.name), _constant_bound(op.upperBound[0], self.name))
+        header = outlined.new_block([i64])
+        outlined.add(llvm.BrOp(header, lo))
+        inner = outlined.new_block()
+        outlined.block = header
+        cond = outlined.add(llvm.ICmpOp(header.args[0], hi, IntegerAttr(2, i64)))
+        outlined.vmap[body.args[0]] = header.args[0]
+        outlined.block = inner
+        for o in body.ops:
+            if isinstance(o, scf.ReduceOp):
+                nxt = outlined.add(llvm.AddOp(header.args[0], outlined.i64c(1)))
+                outlined.add(llvm.BrOp(header, nxt))
+            else:
+                outlined.lower(o)
+        exit_block = outlined.new_block()
+        header.add_op(llvm.CondBrOp(cond, inner, [], exit_block, []))
+        outlined.block = exit_block
+        outlined.add(llvm.ReturnOp())
+        self.module.add_func(llvm.FuncOp(fname, llvm.LLVMFunctionType([PTR]), body=region))
+
+    def chunk(self, lb: int, ub: int) -> tuple[SSAValue, SSAValue]:
+        """This thread's iterations [lo, hi) of [lb, ub): equal contiguous chunks."""
+        tid = self.add(llvm.CallOp("omp_get_thread_num", return_type=i32))
+        nt = self.add(llvm.CallOp("omp_get_num_threads", return_type=i32))
+        tid64, nt64 = self.add(llvm.SExtOp(tid, i64)), self.add(llvm.SExtOp(nt, i64))
+        n = ub - lb
+        size = self.add(llvm.SDivOp(self.add(llvm.AddOp(self.i64c(n), self.add(llvm.SubOp(nt64, self.i64c(1))))), nt64))
+        lo = self.add(llvm.AddOp(self.i64c(lb), self.add(llvm.MulOp(tid64, size))))
+        hi = self.add(llvm.AddOp(lo, size))
+        capped = self.add(llvm.ICmpOp(hi, self.i64c(ub), IntegerAttr(4, i64)))  # sgt
+        return lo, self.add(llvm.SelectOp(capped, self.i64c(ub), hi))
+
+
+def _constant_bound(v: SSAValue, where: str) -> int:
+    """The constant an scf.parallel bound is defined by."""
+    if isinstance(v.owner, arith.ConstantOp):
+        return v.owner.value.value.data
+    raise LoweringError(f"convert-loops-to-llvm: parallel loop bound in @{where} is not a constant")
+
+
+def _free_values(op: Operation) -> tuple[list[SSAValue], list[Operation]]:
+    """Values used inside `op`'s regions but defined outside it, and the constants among them."""
+    inside: set[SSAValue] = set()
+    for o in op.walk():
+        if o is not op:
+            inside.update(o.results)
+        for region in o.regions:
+            for block in region.blocks:
+                inside.update(block.args)
+    free: list[SSAValue] = []
+    consts: list[Operation] = []
+    for o in op.walk():
+        if o is op:
+            continue
+        for v in o.operands:
+            if v in inside:
+                continue
+            if isinstance(v.owner, arith.ConstantOp):
+                if v.owner not in consts:
+                    consts.append(v.owner)
+            elif v not in free:
+                free.append(v)
+    return free, consts
+
+
+class ModuleLowering:
+    def __init__(self, module: ModuleOp):
+        self.module = module
+        self.new_funcs: list[Operation] = []
+
+    def add_func(self, f: Operation) -> None:
+        self.new_funcs.append(f)
+
+    def lower_func(self, fn: func.FuncOp) -> llvm.FuncOp:
+        name = fn.sym_name.data
+        inputs = [llvm_type(t) for t in fn.function_type.inputs.data]
+        region = Region(Block(arg_types=inputs))
+        lowering = FuncLowering(self, name, region)
+        for old, new in zip(fn.body.block.args, region.blocks[0].args):
+            lowering.vmap[old] = new
+        lowering.lower_block(fn.body.block)
+        public = name == "main"
+        attrs = fn.arg_attrs if fn.arg_attrs is not None else ArrayAttr(
+            [DictionaryAttr({"llvm.noalias": UnitAttr()}) for _ in inputs])
+        new = llvm.FuncOp(name, llvm.LLVMFunctionType(inputs),
+                          linkage=llvm.LinkageAttr("external" if public else "internal"), body=region)
+        new.properties["arg_attrs"] = attrs
+        return new
+
+
+def runtime_decls() -> list[Operation]:
+    """The thread-count global, libgomp's entry points and `@nasir_parallel(fn, ctx)`."""
+    threads = llvm.GlobalOp(i32, THREADS_GLOBAL, "weak", value=IntegerAttr(1, i32))
+    decls = [threads,
+             llvm.FuncOp("GOMP_parallel", llvm.LLVMFunctionType([PTR, PTR, i32, i32]), linkage=llvm.LinkageAttr("external")),
+             llvm.FuncOp("omp_get_thread_num", llvm.LLVMFunctionType([], i32), linkage=llvm.LinkageAttr("external")),
+             llvm.FuncOp("omp_get_num_threads", llvm.LLVMFunctionType([], i32), linkage=llvm.LinkageAttr("external"))]
+    block = Block(arg_types=[PTR, PTR])
+    n = llvm.LoadOp(llvm.AddressOfOp(THREADS_GLOBAL, PTR), i32)
+    zero = llvm.ConstantOp(IntegerAttr(0, i32), i32)
+    block.add_ops([n.operands[0].owner, n, zero,
+                   llvm.CallOp("GOMP_parallel", block.args[0], block.args[1], n.results[0], zero.results[0]),
+                   llvm.ReturnOp()])
+    decls.append(llvm.FuncOp(PARALLEL_RUNNER, llvm.LLVMFunctionType([PTR, PTR]), body=Region(block)))
+    return decls
+
+
+class ConvertLoopsToLLVMPass(ModulePass):
+    """Lower func/scf/memref/arith/math/vector to the llvm dialect (bare-pointer memrefs)."""
+
+    name = "convert-loops-to-llvm"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        funcs = [f for f in op.ops if isinstance(f, func.FuncOp)]
+        if not funcs:
+            return
+        lowering = ModuleLowering(op)
+        new_funcs = [lowering.lower_func(f) for f in funcs]
+        for f in funcs:
+            f.detach()
+            f.erase()
+        op.body.block.add_ops([*runtime_decls(), *new_funcs, *lowering.new_funcs])

@@ -1,0 +1,581 @@
+"""convert-nest-to-loops: each bufferized compute op becomes a kernel function of scf loops.
+
+Runs after nest-bufferize. Every `to_tensor -> op -> materialize_in_destination` group in @main
+becomes `func.call @<layer>(%inputs..., %dest)` of a private kernel whose arguments are the memrefs.
+A kernel follows the nest's schedule (data, see `nest.Schedule`):
+
+- loops in `Schedule.loops(domain)` order; parallel loops outside the first reduction loop are the
+  "outer" loops, `parallel` among them becomes `scf.parallel` (spread over threads);
+- the vector loop (innermost) becomes lanes of `vector<W x f32>` values; other parallel loops placed
+  inside the reductions must be fully unrolled (a register tile): one accumulator per tile point,
+  carried through the reduction loops as `scf.for` iter_args;
+- `unroll` replicates loop bodies; split tails (factor not dividing the extent) are guarded:
+  outer ones by `scf.if`, inner ones by lane masks;
+- input reads that may fall outside the input (padding) are masked: masked vector loads (or
+  clamped scalar loads + select) yield the combiner's identity, and `avg` counts in-bounds reads.
+
+    func.func private @conv(%x: memref<1x3x8x8xf32>, %w: memref<4x3x3x3xf32>, %y: memref<1x4x8x8xf32>) {
+      scf.parallel (%co) = (%c0) to (%c4) step (%c1) {
+        scf.for %oh = %c0 to %c8 step %c1 {
+          %r = scf.for %ci = ... iter_args(%acc = %zero) -> (vector<8xf32>) {
+            ... vector.maskedload %x[...], %mask, %zero ... math.fma ...
+          }
+          vector.store %r, %y[%c0, %co, %oh, %c0] : memref<1x4x8x8xf32>, vector<8xf32>
+        }
+      }
+    }
+
+The nn ops kept at the nest level (concat, pad with a value, reshape copies, lrn, batch_norm) are
+turned into internal nests (`Spec`) and share this code; softmax has its own small kernel.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+
+from xdsl.context import Context
+from xdsl.dialects import arith, bufferization, func
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    DictionaryAttr,
+    MemRefType,
+    ModuleOp,
+    UnitAttr,
+    VectorType,
+    f32,
+    i1,
+)
+from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.ir.affine import AffineBinaryOpExpr, AffineBinaryOpKind, AffineConstantExpr, AffineDimExpr, AffineExpr, AffineMap
+from xdsl.passes import ModulePass
+
+from nasir.dialects import nest, nn
+from nasir.dialects.nest import Schedule, expr_range
+from nasir.dialects.nn import shape_of
+from nasir.errors import LoweringError
+from nasir.lowering.default_schedule import schedule_for
+from nasir.lowering.loop_builder import Lin, LoopBuilder
+from nasir.model import main_func, sanitize
+
+Shape = tuple[int, ...]
+
+IDENTITY = {"mac": 0.0, "avg": 0.0, "max": -math.inf}
+
+
+@dataclass
+class Spec:
+    """One loop nest to emit: a nest.compute's attributes, or an internal nest built for an nn op.
+
+    Inputs and the output are kernel arguments by position; `out_map` may address a part of the
+    output (concat). `pad` is what out-of-bounds reads of a `copy` yield. Internal epilogue steps
+    (`lrn`, `batch_norm`) exist only here.
+    """
+
+    name: str
+    dims: list[tuple[str, int]]
+    npar: int
+    maps: list[AffineMap]
+    out_map: AffineMap
+    combiner: str
+    steps: list[tuple[str, list[int], list[float]]]
+    schedule: Schedule
+    in_shapes: list[Shape]
+    out_shape: Shape
+    args: list[int] = field(default_factory=list)  # kernel argument of each input
+    pad: float = 0.0
+
+    @property
+    def domain(self) -> nest.DomainAttr:
+        return nest.DomainAttr.make(self.dims[: self.npar], self.dims[self.npar:])
+
+
+# --- specs from ops -----------------------------------------------------------------------------
+
+def nest_spec(op: nest.ComputeOp) -> Spec:
+    dom = op.domain
+    return Spec(op.layer_name, dom.dims, dom.num_parallel.data, op.access_maps, op.output_map, op.kind,
+                op.steps, op.get_schedule(), [shape_of(v) for v in op.inputs], shape_of(op.result),
+                list(range(len(op.inputs))))
+
+
+def _elementwise(name: str, shape: Shape, reads: list[AffineMap], in_shapes, out_map: AffineMap | None = None,
+                 steps=(), pad=0.0, args=None, combiner="copy", red=()) -> Spec:
+    dims = list(zip([f"i{k}" for k in range(len(shape))], shape)) + list(red)
+    spec = Spec(name, dims, len(shape), reads, out_map or AffineMap.identity(len(shape)), combiner, list(steps), Schedule(), list(in_shapes), shape, args or list(range(len(reads))), pad)
+    spec.schedule = schedule_for(spec)
+    return spec
+
+
+def nn_specs(op: Operation) -> list[Spec]:
+    """Internal nests of an nn op the nest level keeps (softmax excepted)."""
+    name = op.layer_name or op.name.split(".")[1]
+    shapes = [shape_of(v) for v in op.operands]
+    out = shape_of(op.results[0])
+    rank = len(out)
+    d = [AffineExpr.dimension(i) for i in range(rank)]
+    if isinstance(op, nn.ConcatOp):
+        axis, specs, offset = op.axis.value.data, [], 0
+        for k, s in enumerate(shapes):
+            omap = AffineMap(rank, 0, tuple(e + offset if a == axis else e for a, e in enumerate(d)))
+            specs.append(_elementwise(f"{name}.{k}", s, [AffineMap.identity(rank)], [s], omap, args=[k]))
+            offset += s[axis]
+        return specs
+    if isinstance(op, nn.PadOp):
+        pads = list(op.pads.get_values())
+        reads = AffineMap(rank, 0, tuple(e - pads[a] for a, e in enumerate(d)))
+        return [_elementwise(name, out, [reads], shapes, pad=op.value.value.data)]
+    if isinstance(op, nn.ReshapeOp):
+        strides = [math.prod(out[a + 1:]) for a in range(rank)]
+        flat = sum((e * st for e, st in zip(d, strides)), AffineExpr.constant(0))
+        src = shapes[0]
+        reads = AffineMap(rank, 0, tuple((flat // math.prod(src[a + 1:])) % src[a] for a in range(len(src))))
+        return [_elementwise(name, out, [reads], shapes)]
+    if isinstance(op, nn.BatchNormOp):
+        per_c = AffineMap(rank, 0, (d[1],))
+        return [_elementwise(name, out, [AffineMap.identity(rank)] + [per_c] * 4, shapes,
+                             steps=[("batch_norm", [1, 2, 3, 4], [op.epsilon.value.data])])]
+    if isinstance(op, nn.LRNOp):
+        size = op.size.value.data
+        k = AffineExpr.dimension(rank)
+        window = AffineMap(rank + 1, 0, (d[0], d[1] + k - (size - 1) // 2, *d[2:]))
+        center = AffineMap(rank + 1, 0, tuple(d))
+        step = ("lrn", [2], [op.alpha.value.data / size, op.beta.value.data, op.bias.value.data])
+        return [_elementwise(name, out, [window, window, center], [shapes[0]] * 3,
+                             AffineMap(rank + 1, 0, tuple(d)), [step], args=[0, 0, 0], combiner="mac",
+                             red=[("k", size)])]
+    raise LoweringError(f"convert-nest-to-loops: op '{op.name}' (layer '{name}') is not supported")
+
+
+# --- kernel emission ---------------------------------------------------------------------------
+
+class NestEmitter:
+    """Emits the loops of one Spec into a kernel whose arguments are `refs`."""
+
+    def __init__(self, b: LoopBuilder, spec: Spec, refs: list[SSAValue]):
+        self.b, self.spec, self.refs = b, spec, refs
+        self.ins = [refs[a] for a in spec.args]
+        self.out = refs[-1]
+        sched = spec.schedule
+        where = f"nest '{spec.name}'"
+        try:
+            self.loops = sched.loops(spec.domain)
+        except Exception as e:
+            raise LoweringError(f"{where}: bad schedule: {e}") from None
+        self.extent = dict(self.loops)
+        self.order = [n for n, _ in self.loops]
+        self.split_extents, self.fused_into = self._derivation()
+        red_dims = {n for n, _ in spec.dims[spec.npar:]}
+        self.is_red = {n: bool(self._origins(n) & red_dims) for n in self.order}
+        for n in self.order:
+            if self.is_red[n] and self._origins(n) - red_dims:
+                raise LoweringError(f"{where}: loop '{n}' fuses parallel and reduction dims")
+        self.vec = sched.vector
+        if self.vec is not None:
+            if self.order[-1] != self.vec:
+                raise LoweringError(f"{where}: vector loop '{self.vec}' must be the innermost loop")
+            if "*" in self.vec or self.is_red[self.vec]:
+                raise LoweringError(f"{where}: vector loop '{self.vec}' must be an unfused parallel loop")
+        self.width = self.extent[self.vec] if self.vec else None
+        first_red = next((i for i, n in enumerate(self.order) if self.is_red[n]), len(self.order))
+        self.outer = [n for n in self.order[:first_red] if n != self.vec]
+        self.red = [n for n in self.order if self.is_red[n]]
+        self.tile = [n for n in self.order[first_red:] if not self.is_red[n] and n != self.vec]
+        for n in self.tile:
+            if sched.unroll.get(n, 1) < self.extent[n]:
+                raise LoweringError(
+                    f"{where}: parallel loop '{n}' sits inside reduction loops; it must be the vector loop or "
+                    f"fully unrolled (unroll {n} = {self.extent[n]})")
+        if sched.parallel is not None and sched.parallel not in self.outer:
+            raise LoweringError(f"{where}: parallel loop '{sched.parallel}' must be outside the reduction loops")
+        self.ivs: dict[str, Lin] = {}
+
+    # Loop structure ---------------------------------------------------------------------------
+    def _derivation(self):
+        """Extent of every split dim, and the fused loop each fused name went into."""
+        loops = dict(self.spec.dims)
+        split_extents = {}
+        self.fusion_parts: dict[str, tuple[str, str]] = {}
+        for name, factor in self.spec.schedule.splits:
+            split_extents[name] = (loops[name], factor)
+            e = loops.pop(name)
+            loops[f"{name}.o"], loops[f"{name}.i"] = -(-e // factor), factor
+        fused_into = {}
+        for a, b_ in self.spec.schedule.fusions:
+            fused = f"{a}*{b_}"
+            fused_into[a] = fused_into[b_] = (fused, loops[b_], a)
+            self.fusion_parts[fused] = (a, b_)
+            loops[fused] = loops.pop(a) * loops.pop(b_)
+        return split_extents, fused_into
+
+    def _origins(self, loop: str) -> set[str]:
+        """Domain dims a loop iterates over."""
+        if loop in self.fusion_parts:
+            a, b_ = self.fusion_parts[loop]
+            return self._origins(a) | self._origins(b_)
+        if loop in dict(self.spec.dims):
+            return {loop}
+        return self._origins(loop.rsplit(".", 1)[0])
+
+    def _loops_of(self, name: str) -> set[str]:
+        if name in self.extent:
+            return {name}
+        if name in self.fused_into:
+            return {self.fused_into[name][0]}
+        return self._loops_of(f"{name}.o") | self._loops_of(f"{name}.i")
+
+    def value(self, name: str) -> Lin:
+        """Value of a dim or intermediate loop name from the loop ivs bound so far."""
+        if name in self.ivs:
+            return self.ivs[name]
+        b = self.b
+        if name in self.fused_into:
+            fused, inner_extent, outer = self.fused_into[name]
+            f = self.value(fused)
+            if f.c:
+                raise LoweringError(f"nest '{self.spec.name}': fused loop '{fused}' cannot be vectorised")
+            kind = arith.FloorDivSIOp if name == outer else arith.RemSIOp
+            return Lin(b.add(kind(b.scalar(f), b.idx(inner_extent))))
+        _, factor = self.split_extents[name]
+        return b.lin_add(b.lin_scale(self.value(f"{name}.o"), factor), self.value(f"{name}.i"))
+
+    def guards(self) -> list[tuple[str, int]]:
+        return [(n, e) for n, (e, f) in self.split_extents.items() if e % f]
+
+    # Expressions ------------------------------------------------------------------------------
+    def eval(self, expr: AffineExpr, dims: list[Lin]) -> Lin:
+        b = self.b
+        if isinstance(expr, AffineConstantExpr):
+            return Lin(None, expr.value)
+        if isinstance(expr, AffineDimExpr):
+            return dims[expr.position]
+        assert isinstance(expr, AffineBinaryOpExpr)
+        if expr.kind == AffineBinaryOpKind.Add:
+            return b.lin_add(self.eval(expr.lhs, dims), self.eval(expr.rhs, dims))
+        if expr.kind == AffineBinaryOpKind.Mul:
+            lhs, rhs = expr.lhs, expr.rhs
+            if isinstance(lhs, AffineConstantExpr):
+                lhs, rhs = rhs, lhs
+            if not isinstance(rhs, AffineConstantExpr):
+                raise LoweringError(f"nest '{self.spec.name}': non-affine product {expr}")
+            return b.lin_scale(self.eval(lhs, dims), rhs.value)
+        lhs = self.eval(expr.lhs, dims)
+        if lhs.c or not isinstance(expr.rhs, AffineConstantExpr):
+            raise LoweringError(f"nest '{self.spec.name}': '{expr}' of the vector loop is not supported")
+        kind = {AffineBinaryOpKind.FloorDiv: arith.FloorDivSIOp, AffineBinaryOpKind.CeilDiv: arith.CeilDivSIOp,
+                AffineBinaryOpKind.Mod: arith.RemSIOp}[expr.kind]
+        return Lin(b.add(kind(b.scalar(lhs), b.idx(expr.rhs.value))))
+
+    def mask(self, conds: list[tuple[Lin, int]]) -> SSAValue | None:
+        return self.b.all_of([self.b.below(a, size, self.width) for a, size in conds])
+
+    def read(self, k: int, dims: list[Lin], extra: list[tuple[Lin, int]], identity: float) -> tuple[SSAValue, SSAValue | None]:
+        """Input k at the current point (lanes), and the in-bounds mask when reads may leave the input."""
+        b, spec = self.b, self.spec
+        shape = spec.in_shapes[k]
+        extents = [e for _, e in spec.dims]
+        idx = [self.eval(e, dims) for e in spec.maps[k].results]
+        conds = list(extra)
+        for a, e in enumerate(spec.maps[k].results):
+            lo, hi = expr_range(e, extents)
+            if lo < 0 or hi >= shape[a]:
+                conds.append((idx[a], shape[a]))
+        ref = self.ins[k]
+        m = self.mask(conds)
+        w = self.width
+        strides = [math.prod(shape[a + 1:]) for a in range(len(shape))]
+        lane_stride = sum(l.c * s for l, s in zip(idx, strides))
+        if w is None or lane_stride == 0:
+            scalar_m = self.b.all_of([b.below(a, size, None) for a, size in conds])
+            at = [b.scalar(l) for l in idx]
+            if scalar_m is not None:
+                at = [b.clamp(i, s) for i, s in zip(at, shape)]
+            v = b.load(ref, at)
+            if scalar_m is not None:
+                v = b.select(scalar_m, v, b.const(identity, f32))
+            if w is not None:
+                v = b.splat(v, w)
+            return v, m
+        at = [b.scalar(l) for l in idx]
+        if lane_stride == 1:
+            return b.vload(ref, at, w, m, identity), m
+        if 1 < lane_stride <= 4 and idx[-1].c == lane_stride:
+            narrow = m if m is not None else b.const(1, VectorType(i1, [w]))
+            false = b.const(0, narrow.type)
+            wide_mask = b.shuffle(narrow, false, [j // lane_stride if j % lane_stride == 0 else w
+                                                  for j in range(w * lane_stride)])
+            wide = b.vload(ref, at, w * lane_stride, wide_mask, identity)
+            return b.shuffle(wide, wide, [j * lane_stride for j in range(w)]), m
+        buf = b.lanes_buffer(w)
+        for j in range(w):
+            b.store(b.load(ref, [b.clamp(b.scalar(l, j), s) for l, s in zip(idx, shape)]), buf, [b.idx(j)])
+        return b.vload(buf, [b.idx(0)], w, m, identity), m
+
+    def write(self, value: SSAValue, dims: list[Lin], conds: list[tuple[Lin, int]]) -> None:
+        b, spec = self.b, self.spec
+        shape = spec.out_shape
+        idx = [self.eval(e, dims) for e in spec.out_map.results]
+        strides = [math.prod(shape[a + 1:]) for a in range(len(shape))]
+        lane_stride = sum(l.c * s for l, s in zip(idx, strides))
+        if self.width is None:
+            b.store(value, self.out, [b.scalar(l) for l in idx])
+        elif lane_stride == 1:
+            b.vstore(value, self.out, [b.scalar(l) for l in idx], self.mask(conds))
+        else:
+            buf = b.lanes_buffer(self.width)
+            b.vstore(value, buf, [b.idx(0)], None)
+            for j in range(self.width):
+                def put(j=j):
+                    b.store(b.load(buf, [b.idx(j)]), self.out, [b.scalar(l, j) for l in idx])
+                lane_ok = b.all_of([b.add(arith.CmpiOp(b.scalar(a, j), b.idx(size), "ult")) for a, size in conds])
+                b.if_(lane_ok, put) if lane_ok is not None else put()
+
+    # The nest ---------------------------------------------------------------------------------
+    def emit(self) -> None:
+        self._outer(0)
+
+    def _bind(self, name: str, lin: Lin) -> None:
+        self.ivs[name] = lin
+
+    def _outer(self, i: int) -> None:
+        b, sched = self.b, self.spec.schedule
+        if i == len(self.outer):
+            return self._point_block()
+        name = self.outer[i]
+        extent = self.extent[name]
+
+        def body(iv, carried):
+            self._bind(name, Lin(iv))
+            self._outer(i + 1)
+            return carried
+
+        if name == sched.parallel and extent > 1:
+            b.parallel(extent, lambda iv: body(iv, []))
+        else:
+            b.loop(extent, sched.unroll.get(name, 1), [], body)
+
+    def _point_block(self) -> None:
+        """Inside the outer loops: guards, accumulators, reduction loops, epilogue and stores."""
+        b = self.b
+        bound = set(self.outer)
+        outer_guards, inner_guards = [], []
+        for name, e in self.guards():
+            (outer_guards if self._loops_of(name) <= bound else inner_guards).append((name, e))
+        if outer_guards:
+            cond = b.all_of([b.below(self.value(n), e, None) for n, e in outer_guards])
+            b.if_(cond, lambda: self._tile(inner_guards))
+        else:
+            self._tile(inner_guards)
+
+    def _dims(self) -> list[Lin]:
+        return [self.value(n) for n, _ in self.spec.dims]
+
+    def _tile(self, guards: list[tuple[str, int]]) -> None:
+        b, spec = self.b, self.spec
+        ty = f32 if self.width is None else VectorType(f32, [self.width])
+        points = list(itertools.product(*[range(self.extent[n]) for n in self.tile]))
+        if self.vec:
+            self._bind(self.vec, Lin(None, 0, 1))
+        kind = spec.combiner
+        arity = nest.COMBINERS[kind]
+        extents = [e for _, e in spec.dims]
+        may_leave = any(lo < 0 or hi >= spec.in_shapes[k][a]
+                        for k in range(arity) for a, ex in enumerate(spec.maps[k].results)
+                        for lo, hi in [expr_range(ex, extents)])
+        counting = kind == "avg" and (may_leave or any(self.is_red[self._first_loop(n)] for n, _ in guards))
+        ones = b.lanes_buffer(self.width, b.const(1.0, ty)) if counting and self.width else None
+
+        def set_point(p):
+            for n, j in zip(self.tile, p):
+                self._bind(n, Lin(None, j))
+
+        def cond_list():
+            return [(self.value(n), e) for n, e in guards]
+
+        if kind == "copy":
+            for p in points:
+                set_point(p)
+                dims = self._dims()
+                v, _ = self.read(0, dims, cond_list(), spec.pad)
+                self._finish(v, dims, cond_list())
+            return
+        init = [b.const(IDENTITY[kind], ty) for _ in points] + ([b.const(0.0, ty)] * len(points) if counting else [])
+
+        def update(carried):
+            accs = list(carried)
+            for t, p in enumerate(points):
+                set_point(p)
+                dims = self._dims()
+                conds = cond_list()
+                if kind == "mac":
+                    x, _ = self.read(0, dims, conds, 0.0)
+                    y, _ = self.read(1, dims, conds, 0.0)
+                    accs[t] = b.fma(x, y, accs[t])
+                else:
+                    x, m = self.read(0, dims, conds, IDENTITY[kind])
+                    accs[t] = b.binary("max" if kind == "max" else "add", accs[t], x)
+                    if counting:
+                        if m is None:
+                            one = b.const(1.0, ty)
+                        elif ones is not None:
+                            one = b.vload(ones, [b.idx(0)], self.width, m, 0.0)
+                        else:
+                            one = b.select(m, b.const(1.0, ty), b.const(0.0, ty))
+                        accs[len(points) + t] = b.binary("add", accs[len(points) + t], one)
+            return accs
+
+        def red(i, carried):
+            if i == len(self.red):
+                return update(carried)
+            name = self.red[i]
+
+            def body(iv, c):
+                self._bind(name, Lin(iv))
+                return red(i + 1, c)
+
+            return b.loop(self.extent[name], spec.schedule.unroll.get(name, 1), carried, body)
+
+        accs = red(0, init)
+        for t, p in enumerate(points):
+            set_point(p)
+            dims = self._dims()
+            v = accs[t]
+            if kind == "avg":
+                count = accs[len(points) + t] if counting else b.const(
+                    float(math.prod(e for _, e in spec.dims[spec.npar:])), ty)
+                v = b.binary("div", v, count)
+            self._finish(v, dims, cond_list())
+
+    def _first_loop(self, name: str) -> str:
+        return sorted(self._loops_of(name))[0]
+
+    def _finish(self, v: SSAValue, dims: list[Lin], conds: list[tuple[Lin, int]]) -> None:
+        b = self.b
+        for kind, refs, params in self.spec.steps:
+            operands = [self.read(k, dims, conds, 0.0)[0] for k in refs]
+            v = epilogue(b, kind, v, operands, params)
+        self.write(v, dims, conds)
+
+
+def epilogue(b: LoopBuilder, kind: str, v: SSAValue, operands: list[SSAValue], params: list[float]) -> SSAValue:
+    """One epilogue step on a finished value (see nest.EPILOGUE_STEPS; `lrn`, `batch_norm` internal)."""
+    f = lambda x: b.f(x, v)  # noqa: E731
+    if kind in ("add", "sub", "mul", "div"):
+        return b.binary(kind, v, operands[0])
+    if kind == "relu":
+        return b.binary("max", v, f(0.0))
+    if kind == "clip":
+        return b.binary("min", b.binary("max", v, f(params[0])), f(params[1]))
+    if kind == "scale":
+        return b.binary("mul", v, f(params[0]))
+    if kind == "leaky_relu":
+        # max(x, 0) + alpha * min(x, 0): no vector select in xDSL's arith
+        return b.fma(b.binary("min", v, f(0.0)), f(params[0]), b.binary("max", v, f(0.0)))
+    if kind == "hard_sigmoid":
+        lin = b.fma(v, f(params[0]), f(params[1]))
+        return b.binary("min", b.binary("max", lin, f(0.0)), f(1.0))
+    if kind == "hard_swish":
+        gate = b.binary("min", b.binary("max", b.fma(v, f(1 / 6), f(0.5)), f(0.0)), f(1.0))
+        return b.binary("mul", v, gate)
+    if kind == "sigmoid":
+        e = b.unary("exp", b.binary("sub", f(0.0), v))
+        return b.binary("div", f(1.0), b.binary("add", f(1.0), e))
+    if kind == "batch_norm":
+        scale, shift, mean, var = operands
+        inv = b.binary("div", scale, b.unary("sqrt", b.binary("add", var, f(params[0]))))
+        return b.fma(b.binary("sub", v, mean), inv, shift)
+    if kind == "lrn":
+        alpha_n, beta, bias = params
+        return b.binary("div", operands[0], b.pow(b.fma(v, f(alpha_n), f(bias)), f(beta)))
+    raise LoweringError(f"epilogue step '{kind}' is not supported by the llvm backend")
+
+
+def softmax_kernel(b: LoopBuilder, shape: Shape, axis: int, x: SSAValue, y: SSAValue) -> None:
+    """y = exp(x - max) / sum(exp(x - max)) along `axis`, scalar loops (LLVM vectorises them)."""
+    others = [a for a in range(len(shape)) if a != axis]
+
+    def outer(i, at):
+        if i < len(others):
+            b.loop(shape[others[i]], 1, [], lambda iv, c: (outer(i + 1, {**at, others[i]: iv}), c)[1])
+            return
+
+        def index(iv):
+            return [iv if a == axis else at[a] for a in range(len(shape))]
+
+        n = shape[axis]
+        mx = b.loop(n, 1, [b.const(-math.inf, f32)], lambda iv, c: [b.binary("max", c[0], b.load(x, index(iv)))])[0]
+
+        def expsum(iv, c):
+            e = b.unary("exp", b.binary("sub", b.load(x, index(iv)), mx))
+            b.store(e, y, index(iv))
+            return [b.binary("add", c[0], e)]
+
+        total = b.loop(n, 1, [b.const(0.0, f32)], expsum)[0]
+        inv = b.binary("div", b.const(1.0, f32), total)
+        b.loop(n, 1, [], lambda iv, c: (b.store(b.binary("mul", b.load(y, index(iv)), inv), y, index(iv)), c)[1])
+
+    outer(0, {})
+
+
+def make_kernel(name: str, arg_types: list[MemRefType], emit) -> func.FuncOp:
+    """A private kernel `@name(args...)` with noalias memref arguments; `emit(builder, args)` fills it."""
+    block = Block(arg_types=arg_types)
+    b = LoopBuilder(block)
+    emit(b, list(block.args))
+    b.block = block
+    b.add(func.ReturnOp())
+    noalias = DictionaryAttr({"llvm.noalias": UnitAttr()})
+    return func.FuncOp(name, (arg_types, []), Region(block), "private",
+                       arg_attrs=ArrayAttr([noalias] * len(arg_types)))
+
+
+def kernel_for(name: str, op: Operation, arg_types: list[MemRefType]) -> func.FuncOp:
+    if isinstance(op, nn.SoftmaxOp):
+        return make_kernel(name, arg_types, lambda b, a: softmax_kernel(
+            b, shape_of(op.results[0]), op.axis.value.data % len(shape_of(op.results[0])), a[0], a[1]))
+    specs = [nest_spec(op)] if isinstance(op, nest.ComputeOp) else nn_specs(op)
+
+    def emit(b, args):
+        for spec in specs:
+            NestEmitter(b, spec, args).emit()
+
+    return make_kernel(name, arg_types, emit)
+
+
+class ConvertNestToLoopsPass(ModulePass):
+    """Lower every bufferized nest.compute / nn op in @main to a kernel of scf loops and a call."""
+
+    name = "convert-nest-to-loops"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        fn = main_func(op)
+        if fn.function_type.inputs.data and not isinstance(fn.function_type.inputs.data[0], MemRefType):
+            raise LoweringError("convert-nest-to-loops: run nest-bufferize first")
+        taken: set[str] = {"main"}
+        kernels: list[func.FuncOp] = []
+        for mat in list(fn.body.block.ops):
+            if not isinstance(mat, bufferization.MaterializeInDestinationOp):
+                continue
+            compute = mat.source.owner
+            refs = []
+            for v in compute.operands:
+                assert isinstance(v.owner, bufferization.ToTensorOp)
+                refs.append(v.owner.memref)
+            refs.append(mat.dest)
+            layer = getattr(compute, "layer_name", "") or compute.name.split(".")[1]
+            name, n = sanitize(layer) or "kernel", 1
+            while name in taken:
+                name, n = f"{sanitize(layer)}_{n}", n + 1
+            taken.add(name)
+            kernels.append(kernel_for(name, compute, [r.type for r in refs]))
+            call = func.CallOp(name, refs, [])
+            fn.body.block.insert_op_before(call, mat)
+            tensors = [v.owner for v in compute.operands]
+            mat.detach(); mat.erase()
+            compute.detach(); compute.erase()
+            for t in tensors:
+                if not t.tensor.uses:
+                    t.detach(); t.erase()
+        for k in kernels:
+            op.body.block.add_op(k)

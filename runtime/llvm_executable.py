@@ -1,0 +1,121 @@
+"""`compile_llvm(model)`: a Model -> native code through the llvm lowering pipeline -> Executable.
+
+Data flow: nn IR --LLVM_PIPELINE--> llvm dialect --llvm_ir--> LLVM IR --O3--> MCJIT. The weights
+are packed once into one 64-byte aligned buffer at the offsets nest-bufferize chose; the workspace
+arena is allocated once; each call is one ctypes call of `main(inputs, outputs, weights, workspace)`.
+`save(dir)` writes `model.so` (cc -shared), `weights.npy` and `meta.json`; `load(dir)` runs them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from nasir.errors import NasirError
+from nasir.lowering.pipeline import LLVM_PIPELINE
+from nasir.model import Model
+from nasir.runtime.executable import Executable
+from nasir.runtime.jit import JITModule, SharedLibrary, write_shared_library
+
+
+def aligned_empty(nbytes: int, align: int = 64) -> np.ndarray:
+    """A uint8 buffer of `nbytes` whose data pointer is `align`-byte aligned."""
+    raw = np.zeros(nbytes + align, np.uint8)
+    start = (-raw.ctypes.data) % align
+    return raw[start: start + nbytes]
+
+
+def pack_weights(model_weights: dict[str, np.ndarray], offsets: dict[str, int], nbytes: int) -> np.ndarray:
+    buf = aligned_empty(nbytes)
+    for name, off in offsets.items():
+        data = np.ascontiguousarray(model_weights[name], np.float32).view(np.uint8).reshape(-1)
+        buf[off: off + data.size] = data
+    return buf
+
+
+class LLVMExecutable(Executable):
+    """Native code for one model: one call of the entry per inference."""
+
+    target = "llvm"
+
+    def __init__(self, native, meta: dict, weights: np.ndarray, optimized_module=None, threads: int = 1):
+        super().__init__(meta["input_names"], [tuple(s) for s in meta["input_shapes"]], meta["output_names"])
+        self.native = native
+        self.meta = meta
+        self.output_shapes = [tuple(s) for s in meta["output_shapes"]]
+        self.weights = weights
+        self.workspace = aligned_empty(max(1, meta["workspace_bytes"]))
+        self.workspace_bytes = meta["workspace_bytes"]
+        self._module = optimized_module
+        n_args = len(self.input_shapes) + len(self.output_shapes) + 2
+        self._entry = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * n_args)(native.entry_address)
+        self.threads = threads
+        self.compile_seconds = meta.get("compile_seconds", 0.0)
+
+    @property
+    def threads(self) -> int:
+        return ctypes.c_int.from_address(self.native.threads_address).value
+
+    @threads.setter
+    def threads(self, n: int) -> None:
+        if int(n) < 1:
+            raise NasirError(f"threads must be >= 1, got {n}")
+        ctypes.c_int.from_address(self.native.threads_address).value = int(n)
+
+    def _run(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        outputs = [np.empty(s, np.float32) for s in self.output_shapes]
+        ptrs = [a.ctypes.data for a in arrays] + [o.ctypes.data for o in outputs]
+        self._entry(*ptrs, self.weights.ctypes.data, self.workspace.ctypes.data)
+        return outputs
+
+    def save(self, path: str | Path) -> Path:
+        """Write a directory with `model.so`, `weights.npy` and `meta.json` for `nasir.runtime.load`."""
+        if self._module is None:
+            raise NasirError("this executable was loaded from disk; save the original instead")
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        write_shared_library(self._module, path / "model.so")
+        np.save(path / "weights.npy", np.asarray(self.weights))
+        (path / "meta.json").write_text(json.dumps(self.meta, indent=1))
+        return path
+
+
+def lower_to_llvm_dialect(model: Model) -> Model:
+    return model.transform(LLVM_PIPELINE)
+
+
+def compile_llvm(model: Model, threads: int = 1) -> LLVMExecutable:
+    """Compile `model` to native code for the host CPU (see the module docstring)."""
+    from nasir.lowering.llvm_ir import optimize, to_llvm_ir
+
+    start = time.perf_counter()
+    lowered = lower_to_llvm_dialect(model)
+    attrs = lowered.module.attributes
+    offsets = {k: v.value.data for k, v in attrs["nasir.weight_offsets"].data.items()}
+    meta = {
+        "input_names": model.input_names, "output_names": model.output_names,
+        "input_shapes": [list(s) for s in model.input_shapes], "output_shapes": [list(s) for s in model.output_shapes],
+        "workspace_bytes": attrs["nasir.workspace_bytes"].value.data,
+        "weights_bytes": attrs["nasir.weights_bytes"].value.data,
+    }
+    weights = pack_weights(lowered.weights, offsets, meta["weights_bytes"])
+    module = optimize(to_llvm_ir(lowered.module))
+    native = JITModule(module)
+    meta["compile_seconds"] = time.perf_counter() - start
+    return LLVMExecutable(native, meta, weights, module, threads)
+
+
+def load(path: str | Path, threads: int = 1) -> LLVMExecutable:
+    """Run a directory written by `LLVMExecutable.save` without recompiling."""
+    path = Path(path)
+    if not (path / "meta.json").exists():
+        raise NasirError(f"{path}: not a saved nasir executable (no meta.json)")
+    meta = json.loads((path / "meta.json").read_text())
+    raw = np.load(path / "weights.npy")
+    weights = aligned_empty(raw.size)
+    weights[:] = raw
+    return LLVMExecutable(SharedLibrary(path / "model.so"), meta, weights, None, threads)

@@ -1,0 +1,199 @@
+"""llvm backend: per-op numerics against PyTorch/numpy oracles, threads, bad inputs, save/load, IR."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Block, Region
+
+from nasir.dialects import nn
+from nasir.errors import RuntimeInputError
+from nasir.model import Model, WeightStore
+from nasir.runtime.llvm_executable import compile_llvm
+
+RNG = np.random.default_rng(0)
+
+
+def build(input_shapes, body, weights=None):
+    """A Model whose @main applies `body(args, weight) -> [ops]` (the last op's result is returned)."""
+    block = Block(arg_types=[nn.tensor(s) for s in input_shapes])
+    store = WeightStore()
+    ops = []
+
+    def weight(name, array):
+        store[name] = np.asarray(array, np.float32)
+        op = nn.WeightOp.make(name, array.shape)
+        ops.append(op)
+        return op.result
+
+    made = body(list(block.args), weight)
+    ops += made
+    ops.append(func.ReturnOp(made[-1].results[0]))
+    block.add_ops(ops)
+    fn = func.FuncOp("main", (list(block.arg_types), [made[-1].results[0].type]), Region(block))
+    return Model(ModuleOp([fn]), store)
+
+
+def run(model, *xs, threads=1):
+    exe = compile_llvm(model, threads=threads)
+    return exe(*xs)
+
+
+def rand(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+CONVS = [  # (c, o, h, w, k, stride, pad, dilation, groups)
+    (3, 16, 8, 8, 3, 1, 1, 1, 1),
+    (5, 20, 13, 13, 13, 1, 6, 1, 1),
+    (3, 8, 15, 17, 7, 2, 3, 1, 1),
+    (6, 12, 9, 9, 3, 1, 2, 2, 3),
+    (18, 18, 11, 11, 3, 2, 1, 1, 18),
+    (7, 33, 6, 5, 1, 1, 0, 1, 1),
+    (4, 4, 9, 9, 3, 2, 0, 1, 1),
+]
+
+
+@pytest.mark.parametrize("c,o,h,w,k,stride,pad,dil,groups", CONVS)
+def test_conv(c, o, h, w, k, stride, pad, dil, groups):
+    wt, b, x = rand(o, c // groups, k, k), rand(o), rand(1, c, h, w)
+    model = build([(1, c, h, w)], lambda a, W: [nn.Conv2DOp.new(a[0], W("w", wt), W("b", b), (stride, stride),
+                                                               (pad,) * 4, (dil, dil), groups).named("conv")])
+    ref = F.conv2d(torch.tensor(x), torch.tensor(wt), torch.tensor(b), stride, pad, dil, groups).numpy()
+    np.testing.assert_allclose(run(model, x), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_gemm_with_bias_and_transpose():
+    a, bm, c = rand(3, 37), rand(21, 37), rand(21)
+    model = build([(3, 37)], lambda a_, W: [nn.GemmOp.new(a_[0], W("b", bm), W("c", c), trans_b=True)])
+    np.testing.assert_allclose(run(model, a), a @ bm.T + c, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("kind,ceil", [("max", False), ("max", True), ("avg", False), ("avg", True)])
+def test_pools(kind, ceil):
+    x = rand(1, 5, 10, 11)
+    if kind == "max":
+        model = build([x.shape], lambda a, W: [nn.MaxPoolOp.new(a[0], (3, 3), (2, 2), (1, 1, 1, 1), ceil_mode=ceil)])
+        ref = F.max_pool2d(torch.tensor(x), 3, 2, 1, ceil_mode=ceil)
+    else:
+        model = build([x.shape], lambda a, W: [nn.AvgPoolOp.new(a[0], (3, 3), (2, 2), (1, 1, 1, 1), ceil_mode=ceil)])
+        ref = F.avg_pool2d(torch.tensor(x), 3, 2, 1, ceil_mode=ceil, count_include_pad=False)
+    np.testing.assert_allclose(run(model, x), ref.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_global_pool_and_broadcasting_elementwise():
+    x, s = rand(1, 19, 5, 6), rand(19, 1, 1)
+
+    def body(a, W):
+        g = nn.GlobalAvgPoolOp.new(a[0])
+        m = nn.MulOp.new(a[0], g.result)
+        add = nn.AddOp.new(m.result, W("s", s))
+        return [g, m, add, nn.HardSwishOp.new(add.result)]
+
+    t = torch.tensor(x)
+    ref = F.hardswish(t * t.mean((2, 3), keepdim=True) + torch.tensor(s)).numpy()
+    np.testing.assert_allclose(run(build([x.shape], body), x), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_concat_softmax_lrn_reshape():
+    x, y = rand(1, 3, 4, 5), rand(1, 2, 4, 5)
+
+    def body(a, W):
+        cat = nn.ConcatOp.new([a[0], a[1]], 1)
+        lrn = nn.LRNOp.create(operands=[cat.result], result_types=[cat.result.type],
+                              properties={"size": nn.IntegerAttr(3, nn.i64), "alpha": nn.FloatAttr(1e-2, nn.f32),
+                                          "beta": nn.FloatAttr(0.75, nn.f32), "bias": nn.FloatAttr(1.0, nn.f32)})
+        flat = nn.ReshapeOp.new(lrn.result, (1, 100))
+        sm = nn.SoftmaxOp.create(operands=[flat.result], result_types=[flat.result.type],
+                                 properties={"axis": nn.IntegerAttr(1, nn.i64)})
+        return [cat, lrn, flat, sm]
+
+    t = torch.cat([torch.tensor(x), torch.tensor(y)], 1)
+    ref = torch.softmax(F.local_response_norm(t, 3, 1e-2, 0.75, 1.0).reshape(1, 100), 1).numpy()
+    np.testing.assert_allclose(run(build([x.shape, y.shape], body), x, y), ref, rtol=1e-4, atol=1e-5)
+
+
+def test_reshape_is_a_view_and_memory_is_reused():
+    from nasir.lowering.pipeline import LLVM_PIPELINE
+
+    def body(a, W):
+        ops = [nn.ReluOp.new(a[0])]
+        for _ in range(4):
+            ops.append(nn.ReluOp.new(ops[-1].result))
+        ops.append(nn.ReshapeOp.new(ops[-1].result, (1, 4096)))
+        ops.append(nn.SigmoidOp.new(ops[-1].result))
+        return ops
+
+    model = build([(1, 16, 16, 16)], body)
+    lowered = model.transform(LLVM_PIPELINE.split(",convert-nest-to-loops")[0])
+    # five 16 KiB intermediates live one or two at a time: two slots suffice
+    assert lowered.module.attributes["nasir.workspace_bytes"].value.data == 2 * 16384
+    assert "nn.reshape" not in str(lowered.module)
+    x = rand(1, 16, 16, 16)
+    ref = torch.sigmoid(torch.relu(torch.tensor(x)).reshape(1, 4096)).numpy()
+    np.testing.assert_allclose(run(model, x), ref, rtol=1e-4, atol=1e-5)
+
+
+def test_threads_give_identical_results():
+    wt, x = rand(24, 8, 3, 3), rand(1, 8, 12, 12)
+    model = build([x.shape], lambda a, W: [nn.Conv2DOp.new(a[0], W("w", wt), pads=(1, 1, 1, 1))])
+    exe = compile_llvm(model, threads=1)
+    one = exe(x)
+    exe.threads = 2
+    np.testing.assert_array_equal(exe(torch.tensor(x)), one)
+
+
+def test_bad_inputs_are_rejected_before_native_code():
+    model = build([(1, 2, 3, 3)], lambda a, W: [nn.ReluOp.new(a[0])])
+    exe = compile_llvm(model)
+    with pytest.raises(RuntimeInputError, match="shape"):
+        exe(np.zeros((1, 2, 3), np.float32))
+    with pytest.raises(RuntimeInputError, match="dtype"):
+        exe(np.zeros((1, 2, 3, 3), bool))
+    with pytest.raises(RuntimeInputError, match="input"):
+        exe()
+    x = np.asfortranarray(rand(1, 2, 3, 3)).astype(np.float64)
+    np.testing.assert_allclose(exe(x), np.maximum(x, 0), rtol=1e-6)
+
+
+def test_save_load_round_trip(tmp_path):
+    import nasir.runtime
+
+    wt, x = rand(4, 3, 3, 3), rand(1, 3, 7, 7)
+    model = build([x.shape], lambda a, W: [nn.Conv2DOp.new(a[0], W("w", wt), pads=(1, 1, 1, 1))])
+    exe = compile_llvm(model)
+    exe.save(tmp_path / "conv")
+    loaded = nasir.runtime.load(tmp_path / "conv", threads=2)
+    np.testing.assert_allclose(loaded(x), exe(x), rtol=0, atol=0)
+
+
+def test_llvm_ir_of_a_conv_has_vector_types():
+    from nasir.lowering.llvm_ir import optimize, to_llvm_ir
+    from nasir.lowering.llvm_target import host_target
+    from nasir.lowering.pipeline import LLVM_PIPELINE
+
+    wt = rand(32, 16, 3, 3)
+    model = build([(1, 16, 20, 20)], lambda a, W: [nn.Conv2DOp.new(a[0], W("w", wt), pads=(1, 1, 1, 1))])
+    text = to_llvm_ir(model.transform(LLVM_PIPELINE).module)
+    width = host_target().vector_width
+    assert f"<{width} x float>" in text
+    assert "noalias" in text
+    assert f"<{width} x float>" in str(optimize(text))
+
+
+def test_unsupported_schedule_names_the_nest():
+    from nasir.dialects import nest
+    from nasir.errors import LoweringError
+
+    wt = rand(4, 3, 3, 3)
+    model = build([(1, 3, 6, 6)], lambda a, W: [nn.Conv2DOp.new(a[0], W("w", wt)).named("conv1")])
+    lowered = model.transform("convert-nn-to-nest")
+    op = next(o for o in lowered.module.walk() if isinstance(o, nest.ComputeOp))
+    # a big parallel loop (oh) inside the reduction loops: neither vectorised nor unrolled
+    op.properties["schedule"] = nest.Schedule(order=["n", "co", "ci", "oh", "kh", "kw", "ow"]).to_attr()
+    with pytest.raises(LoweringError, match="conv1.*'oh'"):
+        compile_llvm(lowered)

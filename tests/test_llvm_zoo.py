@@ -1,0 +1,29 @@
+"""End to end: every zoo model compiled for llvm matches ONNX Runtime, with 1 and 2 threads."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import nasir
+import nasir.zoo as zoo
+from nasir.runtime.llvm_executable import compile_llvm
+
+FAST = {("resnet18", "cifar10"), ("mobilenet_v2", "cifar10")}
+CASES = [pytest.param(name, ds, marks=() if (name, ds) in FAST else pytest.mark.slow, id=f"{name}-{ds}")
+         for name in zoo.names() for ds in zoo.datasets(name)]
+
+
+@pytest.mark.parametrize("name,dataset", CASES)
+def test_zoo_model_matches_onnxruntime(name, dataset, tmp_path):
+    path = zoo.export_onnx(name, tmp_path / f"{name}.onnx", dataset=dataset)
+    model = nasir.load(path)
+    x = np.random.default_rng(0).standard_normal(model.input_shapes[0]).astype(np.float32)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    expected = session.run(None, {session.get_inputs()[0].name: x})[0]
+    exe = compile_llvm(model, threads=1)
+    one = exe(x)
+    np.testing.assert_allclose(one, expected, rtol=1e-4, atol=1e-4)
+    exe.threads = 2
+    np.testing.assert_array_equal(exe(x), one)
