@@ -1,7 +1,8 @@
 """`python -m nasir.demo` (`make demo`): the whole path for one zoo model, checked against ONNX Runtime.
 
-    zoo model -> ONNX (temp dir) -> nasir.load -> layer table -> compile (torch backend)
+    zoo model -> ONNX (temp dir) -> nasir.load -> layer table -> compile (llvm backend by default)
               -> run on a seeded input -> compare with ONNX Runtime -> PASS/FAIL (exit 1 on FAIL)
+              -> single-thread latency of nasir and ONNX Runtime, measured in the same run
 
     python -m nasir.demo --model resnet34 --dataset imagenet
 """
@@ -24,6 +25,10 @@ from nasir.tools.reference import compare, onnxruntime_outputs, seeded_inputs
 
 def demo(name: str, dataset: str, target: str, console: Console) -> bool:
     """Run the demo for one model; True when nasir and ONNX Runtime agree."""
+    import time
+
+    import onnxruntime as ort
+
     with tempfile.TemporaryDirectory(prefix="nasir-demo-") as tmp:
         path = Path(tmp) / f"{name}_{dataset}.onnx"
         with step(console, f"exporting {name} ({dataset}) to ONNX"):
@@ -36,6 +41,20 @@ def demo(name: str, dataset: str, target: str, console: Console) -> bool:
             exe = nasir.compile(model, target=target)
         with step(console, f"running nasir ({target}) and ONNX Runtime on a seeded input"):
             result = compare(exe(*inputs), onnxruntime_outputs(path, inputs))
+        with step(console, "timing one thread, batch 1 (medians of 10 runs)"):
+            ours = exe.benchmark(*inputs, repeat=10)["median_ms"]
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = 1
+            session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+            feed = {i.name: x for i, x in zip(session.get_inputs(), inputs)}
+            times = []
+            for _ in range(12):
+                start = time.perf_counter()
+                session.run(None, feed)
+                times.append((time.perf_counter() - start) * 1e3)
+            theirs = sorted(times[2:])[len(times[2:]) // 2]
+    console.print(f"latency: nasir-{target} {ours:.2f} ms, ONNX Runtime {theirs:.2f} ms "
+                  f"(nasir/ORT = {ours / theirs:.2f})")
     style = "green" if result.ok else "red"
     console.print(f"{name} ({dataset}): max abs diff vs ONNX Runtime {result.max_abs_diff:.3e}  "
                   f"[bold {style}]{result.verdict}[/bold {style}]")
@@ -46,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m nasir.demo", description=__doc__.splitlines()[0])
     p.add_argument("--model", default="resnet18", choices=zoo.names())
     p.add_argument("--dataset", default="cifar10")
-    p.add_argument("--target", default="torch", choices=nasir.api.TARGETS)
+    p.add_argument("--target", default="llvm", choices=nasir.api.TARGETS)
     args = p.parse_args(argv)
     console = Console(highlight=False)
     try:

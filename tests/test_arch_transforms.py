@@ -338,3 +338,22 @@ def test_resnet34_group2_halves_block_conv_macs():
     for name in blocks:
         assert rows[name].macs * 2 == base[name].macs, name
     assert sum(base[n].macs for n in blocks) == 2 * sum(rows[n].macs for n in blocks)
+
+
+def test_resnet34_group2_agrees_on_llvm_torch_and_onnx_runtime(tmp_path):
+    """Issue 4's end-to-end check: the grouped ResNet-34 compiles on llvm, matches the torch backend,
+    and its ONNX export gives the same outputs in ONNX Runtime."""
+    import onnxruntime as ort
+
+    import nasir
+    from nasir import zoo
+
+    model = zoo.load("resnet34", "cifar10").transform("convert-nn-to-nest")
+    grouped = model.transform(C.grouped("layer[0-9]_.*_conv[12]_Conv", 2))
+    x = np.random.default_rng(0).standard_normal(grouped.input_shapes[0]).astype(np.float32)
+    expected = nasir.compile(grouped, target="torch")(x)
+    np.testing.assert_allclose(nasir.compile(grouped, target="llvm")(x), expected, rtol=1e-4, atol=1e-4)
+    path = grouped.to_onnx(tmp_path / "resnet34_g2.onnx")
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (got,) = session.run(None, {session.get_inputs()[0].name: x})
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)

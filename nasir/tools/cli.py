@@ -3,7 +3,7 @@
     nasir zoo                                   # models and the datasets they are defined for
     nasir summary resnet18 --dataset imagenet   # per-layer table of a zoo model or a .onnx/.mlir file
     nasir export resnet18 r18.onnx              # a zoo model as ONNX
-    nasir run r18.onnx --target torch           # compile, run on a seeded input, print a checksum
+    nasir run r18.onnx                          # compile (llvm), run on a seeded input, print a checksum
     nasir check r18.onnx                        # compare with ONNX Runtime: max |diff|, PASS/FAIL
 
 A model argument is a file path or a zoo name (then `--dataset` picks its variant). User mistakes
@@ -134,7 +134,7 @@ def parser() -> argparse.ArgumentParser:
         c.add_argument("--dataset", default="cifar10", help="dataset variant of a zoo model (default cifar10)")
 
     def run_args(c: argparse.ArgumentParser) -> None:
-        c.add_argument("--target", choices=TARGETS, default="torch", help="backend (default torch)")
+        c.add_argument("--target", choices=TARGETS, default="llvm", help="backend (default llvm)")
         c.add_argument("--seed", type=int, default=0, help="seed of the random input")
 
     command("zoo", cmd_zoo, "list the zoo models and their datasets")
