@@ -56,9 +56,10 @@ def nasir_opt(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(BIN / "nasir-opt"), *map(str, args)], capture_output=True, text=True, timeout=300)
 
 
-def opt_in_process(capsys, *args: str) -> tuple[int, str, str]:
+def run_main(main, capsys, *args: str) -> tuple[int, str, str]:
+    """Run a tool's main() in process: (exit code, stdout, stderr)."""
     try:
-        opt_tool.main([str(a) for a in args])
+        main([str(a) for a in args])
         code = 0
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1
@@ -66,6 +67,10 @@ def opt_in_process(capsys, *args: str) -> tuple[int, str, str]:
             print(e.code, file=sys.stderr)
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def opt_in_process(capsys, *args: str) -> tuple[int, str, str]:
+    return run_main(opt_tool.main, capsys, *args)
 
 
 def assert_one_line_error(code: int, err: str, tool: str = "nasir-opt", contains: str = "") -> None:
@@ -169,15 +174,7 @@ def test_verify_failure_is_one_line_and_parse_error_keeps_caret(tmp_path, capsys
 # --- nasir CLI -----------------------------------------------------------------------------------
 
 def run_cli(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        cli.main([str(a) for a in args])
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
-        if isinstance(e.code, str):
-            print(e.code, file=sys.stderr)
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_main(cli.main, capsys, *args)
 
 
 def test_cli_zoo_lists_models_and_datasets():
