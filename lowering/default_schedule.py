@@ -6,14 +6,20 @@ convert-nest-to-loops reads; the performance work replaces this pass, not the lo
 - the vector loop is a parallel dim that is contiguous in the output (stride 1), split by the
   target's vector width (16 floats with AVX-512) when longer, and placed innermost;
 - the other parallel dims come first in domain order, then the reduction dims;
-- for contractions (`mac`) a register tile: a parallel dim that input 0 does not read (conv's
-  `co`) is split by 8, 4 or 2 (a divisor) and its inner loop fully unrolled inside the reduction
-  loops, so each vector of input 0 feeds several accumulators;
+- for contractions (`mac`) a register tile, fully unrolled inside the reduction loops: a parallel
+  dim that input 0 does not read (conv's `co`) split by 8, 4 or 2 (the largest divisor whose
+  input-1 rows fit TILE_INPUT1_BYTES), times a parallel dim that input 1 does not read (conv's
+  `oh`) split by 7, 4 or 2 (not for strided 1x1 convs), at most MAX_ACCUMULATORS vectors: each
+  vector of input 0 feeds several accumulators and each broadcast weight several rows;
+- the reduction loops inside the first one (conv's kh, kw) fully unrolled while the unrolled body
+  stays within MAX_UNROLLED_BODY steps: the in-bounds masks and addresses of padded reads then do
+  not change in the remaining reduction loop (ci) and LLVM hoists them out of it;
 - the first outer loop with more than one iteration is the thread-parallel loop.
 
     domain = #nest.domain<[n = 1, co = 16, oh = 32, ow = 32], [ci = 3, kh = 3, kw = 3]>
-    -> schedule = {splits = [["ow", 16]], order = ["n", "co", "oh", "ow.o", "ci", "kh", "kw", "ow.i"],
-                   vector = "ow.i", parallel = "co"}
+    -> schedule = {splits = [["ow", 16], ["oh", 2], ["co", 8]],
+                   order = ["n", "co.o", "oh.o", "ow.o", "ci", "kh", "kw", "oh.i", "co.i", "ow.i"],
+                   vector = "ow.i", unroll = {oh.i = 2, co.i = 8, kw = 3, kh = 3}, parallel = "co.o"}
 """
 
 from __future__ import annotations
@@ -74,6 +80,26 @@ class NestShape:
     combiner: str
 
 
+TILE_INPUT1_BYTES = 96 * 1024
+"""Input-1 bytes (weights) the output channels of one register tile may read (they stay in cache)."""
+MAX_ACCUMULATORS = 16
+"""Vector accumulators of a register tile (AVX-512 has 32 registers; loads and addresses need some)."""
+MAX_UNROLLED_BODY = 256
+"""Combiner steps (FMAs) the fully unrolled inner reduction loops of a register tile may hold."""
+
+
+def _tile_loop(sched: Schedule, loops: list[str], name: str, extent: int, factor: int) -> list[str]:
+    """Split `name` by `factor` and return the inner loop, fully unrolled for the register tile."""
+    if factor == extent:
+        loops.remove(name)
+        sched.unroll[name] = extent
+        return [name]
+    sched.splits.append((name, factor))
+    loops[loops.index(name)] = f"{name}.o"
+    sched.unroll[f"{name}.i"] = factor
+    return [f"{name}.i"]
+
+
 def schedule_for(n, width: int | None = None) -> Schedule:
     """The default schedule of a nest (anything with NestShape's fields)."""
     if width is None:
@@ -99,18 +125,35 @@ def schedule_for(n, width: int | None = None) -> Schedule:
             sched.vector = name
     tile = []
     if getattr(n, "combiner", "mac") == "mac" and n.dims[n.npar:] and sched.vector and len(n.maps) >= 2:
-        read0 = nest.map_dims(n.maps[0])
-        for pos, (name, extent) in reversed(list(enumerate(par))):
-            if name in loops and pos not in read0 and pos in nest.map_dims(n.maps[1]):
-                factor = next((f for f in (8, 4, 2) if extent % f == 0), None)
-                if factor is not None and extent > factor:
-                    sched.splits.append((name, factor))
-                    loops[loops.index(name)] = f"{name}.o"
-                    tile, sched.unroll = [f"{name}.i"], {f"{name}.i": factor}
-                elif factor is not None:
-                    loops.remove(name)
-                    tile, sched.unroll = [name], {name: extent}
+        read0, read1 = nest.map_dims(n.maps[0]), nest.map_dims(n.maps[1])
+        col = next(((name, e) for pos, (name, e) in reversed(list(enumerate(par)))
+                    if name in loops and pos not in read0 and pos in read1), None)
+        row = next(((name, e) for pos, (name, e) in enumerate(par)
+                    if name in loops and e > 1 and pos in read0 and pos not in read1), None)
+        if col is not None:
+            # bytes of input 1 one output channel reads (conv: ci * kh * kw floats)
+            row_bytes = 4 * math.prod(e for _, e in n.dims[n.npar:])
+            cols = [f for f in (8, 4, 2) if col[1] % f == 0 and f * row_bytes <= TILE_INPUT1_BYTES] or \
+                [f for f in (2,) if col[1] % f == 0]
+            # a strided vector read (stride-2 conv) costs a shuffle per row: without a window (1x1
+            # conv) the rows share no input, so no row tile
+            vec_pos = [name for name, _ in par].index(vec[0])
+            strided = stride_of(n.maps[0], n.in_shapes[0], vec_pos) != 1
+            rows = (7, 4, 2) if not strided or len(n.dims) - n.npar > 1 else ()
+            pairs = [(c, r) for c in cols for r in rows
+                     if row is not None and row[1] % r == 0 and c * r <= MAX_ACCUMULATORS]
+            c, r = pairs[0] if pairs else (cols[0] if cols else None, None)
+            if r is not None:
+                tile += _tile_loop(sched, loops, row[0], row[1], r)
+            if c is not None:
+                tile += _tile_loop(sched, loops, col[0], col[1], c)
+        # unroll the inner reduction loops (conv's kw, kh): masks and addresses become loop-invariant
+        body = math.prod(sched.unroll.values())
+        for name, extent in reversed(n.dims[n.npar + 1:]):
+            if body * extent > MAX_UNROLLED_BODY:
                 break
+            sched.unroll[name] = extent
+            body *= extent
     sched.order = loops + [name for name, _ in n.dims[n.npar:]] + tile + ([sched.vector] if sched.vector else [])
     extents = dict(sched.loops(nest.DomainAttr.make(par, n.dims[n.npar:])))
     sched.parallel = next((l for l in loops if extents[l] > 1), None)

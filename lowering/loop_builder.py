@@ -45,6 +45,7 @@ class LoopBuilder:
         self.entry = entry
         self.block = entry
         self._consts: dict[tuple, SSAValue] = {}
+        self._pure: dict[tuple, SSAValue] = {}
 
     # Plumbing ---------------------------------------------------------------------------------
     def add(self, op: Operation) -> SSAValue | None:
@@ -149,11 +150,19 @@ class LoopBuilder:
         self.add(scf.IfOp(cond, [], Region(block)))
 
     # Index arithmetic -------------------------------------------------------------------------
+    def pure(self, key: tuple, make: Callable[[], SSAValue]) -> SSAValue:
+        """`make()`'s value, reused for the same `key` within the current block (the unrolled
+        points of a register tile compute the same indices and masks many times)."""
+        key = (self.block, *key)
+        if key not in self._pure:
+            self._pure[key] = make()
+        return self._pure[key]
+
     def addi(self, a: SSAValue, b: SSAValue) -> SSAValue:
-        return self.add(arith.AddiOp(a, b))
+        return self.pure(("addi", a, b), lambda: self.add(arith.AddiOp(a, b)))
 
     def muli(self, a: SSAValue, b: SSAValue) -> SSAValue:
-        return self.add(arith.MuliOp(a, b))
+        return self.pure(("muli", a, b), lambda: self.add(arith.MuliOp(a, b)))
 
     def lin_add(self, a: Lin, b: Lin) -> Lin:
         s = a.s if b.s is None else b.s if a.s is None else self.addi(a.s, b.s)
@@ -173,6 +182,9 @@ class LoopBuilder:
     # Conditions -------------------------------------------------------------------------------
     def below(self, a: Lin, size: int, width: int | None) -> SSAValue:
         """0 <= a < size, as i1 (scalar) or a lane mask (unsigned compare catches negatives)."""
+        return self.pure(("below", a, size, width), lambda: self._below(a, size, width))
+
+    def _below(self, a: Lin, size: int, width: int | None) -> SSAValue:
         if a.c == 0 or width is None:
             cond = self.add(arith.CmpiOp(self.scalar(a), self.idx(size), "ult"))
             return cond if width is None else self.add(vector.BroadcastOp(cond, VectorType(i1, [width])))
@@ -185,11 +197,12 @@ class LoopBuilder:
     def all_of(self, conds: list[SSAValue]) -> SSAValue | None:
         out = None
         for c in conds:
-            out = c if out is None else self.add(arith.AndIOp(out, c))
+            out = c if out is None else self.pure(("and", out, c), lambda: self.add(arith.AndIOp(out, c)))
         return out
 
     def clamp(self, a: SSAValue, size: int) -> SSAValue:
-        return self.add(arith.MaxSIOp(self.idx(0), self.add(arith.MinSIOp(a, self.idx(size - 1)))))
+        return self.pure(("clamp", a, size), lambda: self.add(
+            arith.MaxSIOp(self.idx(0), self.add(arith.MinSIOp(a, self.idx(size - 1))))))
 
     # Float arithmetic (scalars or vectors alike) ----------------------------------------------
     def f(self, value: float, like: SSAValue) -> SSAValue:

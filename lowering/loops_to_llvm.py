@@ -10,6 +10,7 @@ Conventions of the generated code:
 - `scf.parallel` is outlined into `@<kernel>.par<k>(ptr %ctx)`, the values it uses from outside are
   passed in a stack struct, and `@nasir_parallel(fn, ctx)` runs it on `nasir_num_threads` threads
   through libgomp's `GOMP_parallel`; each thread takes one contiguous chunk of the iterations;
+  with `nasir_num_threads == 1` the outlined function is called directly (and inlined by LLVM);
 - masked vector loads/stores are `llvm.masked.load/store` intrinsic calls.
 
     func.func private @relu(%x: memref<16xf32>, %y: memref<16xf32>)   becomes
@@ -276,8 +277,18 @@ class FuncLowering:
             slot = self.add(llvm.GEPOp(ctx.results[0], [k], i64))
             value = self.v(v) if types[k] == i64 else self.add(llvm.PtrToIntOp(self.v(v), i64))
             self.add(llvm.StoreOp(value, slot))
+        # One thread: a direct call, which LLVM inlines (the kernel's noalias pointers come back).
+        threads = self.add(llvm.LoadOp(self.add(llvm.AddressOfOp(THREADS_GLOBAL, PTR)), i32))
+        single = self.add(llvm.ICmpOp(threads, self.add(llvm.ConstantOp(IntegerAttr(1, i32), i32)),
+                                      IntegerAttr(0, i64)))  # eq
+        cur, direct, spread, merge = self.block, self.new_block(), self.new_block(), self.new_block()
+        cur.add_op(llvm.CondBrOp(single, direct, [], spread, []))
+        direct.add_ops([llvm.CallOp(fname, ctx.results[0]), llvm.BrOp(merge)])
+        self.block = spread
         fn_ptr = self.add(llvm.AddressOfOp(fname, PTR))
         self.add(llvm.CallOp(PARALLEL_RUNNER, fn_ptr, ctx.results[0]))
+        self.add(llvm.BrOp(merge))
+        self.block = merge
 
         # Outlined function.
         region = Region(Block(arg_types=[PTR]))

@@ -291,15 +291,16 @@ class NestEmitter:
             at = [b.scalar(l) for l in idx]
             if scalar_m is not None:
                 at = [b.clamp(i, s) for i, s in zip(at, shape)]
-            v = b.load(ref, at)
+            # inputs are read-only in a kernel: the tile's points share their loads
+            v = b.pure(("load", ref, *at), lambda: b.load(ref, at))
             if scalar_m is not None:
                 v = b.select(scalar_m, v, b.const(identity, f32))
             if w is not None:
-                v = b.splat(v, w)
+                v = b.pure(("splat", v, w), lambda: b.splat(v, w))
             return v, m
         at = [b.scalar(l) for l in idx]
         if lane_stride == 1:
-            return b.vload(ref, at, w, m, identity), m
+            return b.pure(("vload", ref, *at, w, m, identity), lambda: b.vload(ref, at, w, m, identity)), m
         if 1 < lane_stride <= 4 and idx[-1].c == lane_stride:
             narrow = m if m is not None else b.const(1, VectorType(i1, [w]))
             false = b.const(0, narrow.type)

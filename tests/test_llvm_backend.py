@@ -55,6 +55,8 @@ CONVS = [  # (c, o, h, w, k, stride, pad, dilation, groups)
     (18, 18, 11, 11, 3, 2, 1, 1, 18),
     (7, 33, 6, 5, 1, 1, 0, 1, 1),
     (4, 4, 9, 9, 3, 2, 0, 1, 1),
+    (5, 8, 7, 7, 3, 1, 1, 1, 1),  # register tile of 7 rows x 2 channels, kh and kw unrolled
+    (4, 16, 12, 20, 3, 1, 1, 1, 1),  # 2 rows x 8 channels, ow = 20 leaves a masked vector tail
 ]
 
 

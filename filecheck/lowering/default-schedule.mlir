@@ -1,7 +1,8 @@
 // RUN: nasir-opt %s -p default-schedule | filecheck %s
 
-// The conv keeps its 8 output channels in registers (co fully unrolled inside the reduction loops),
-// ow is the vector loop; the 288-wide sigmoid is split by the target's vector width.
+// The conv keeps a 2-row x 8-channel register tile (oh.i and co fully unrolled inside the reduction
+// loops, kh and kw unrolled too); ow is the vector loop; the 288-wide sigmoid is split by the
+// target's vector width.
 
 builtin.module {
   func.func @main(%x: tensor<1x4x6x6xf32>, %v: tensor<1x288xf32>) -> tensor<1x8x6x6xf32> {
@@ -13,6 +14,6 @@ builtin.module {
 }
 
 // CHECK: name = "conv"
-// CHECK-SAME: schedule = {order = ["n", "oh", "ci", "kh", "kw", "co", "ow"], vector = "ow", unroll = {co = 8 : i64}, parallel = "oh"}
+// CHECK-SAME: schedule = {splits = {{\[}}["oh", 2 : i64]], order = ["n", "oh.o", "ci", "kh", "kw", "oh.i", "co", "ow"], vector = "ow", unroll = {oh.i = 2 : i64, co = 8 : i64, kw = 3 : i64, kh = 3 : i64}, parallel = "oh.o"}
 // CHECK: name = "sig"
 // CHECK-SAME: schedule = {splits = [["i1", [[W:[0-9]+]] : i64]], order = ["i0", "i1.o", "i1.i"], vector = "i1.i", parallel = "i1.o"}
