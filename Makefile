@@ -26,7 +26,7 @@ demo: $(STAMP)
 	$(BIN)/python -m nasir.demo
 
 bench: $(STAMP)
-	$(BIN)/python -m nasir.benchmarks
+	$(BIN)/python -m nasir.benchmarks $(ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

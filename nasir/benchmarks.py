@@ -1,10 +1,28 @@
-"""`python -m nasir.benchmarks`: nasir-llvm vs ONNX Runtime vs PyTorch on the zoo, one thread each.
+"""`make bench` / `python -m nasir.benchmarks`: nasir-llvm vs ONNX Runtime vs PyTorch, and realisation.
 
-For every zoo model (and dataset) it measures, in the same process and run: compile time (nasir:
-ONNX import + lowering + LLVM; ORT: session creation; PyTorch: none, eager) and the median latency
-of one inference, then prints a table with the ratios to nasir and writes the rows as JSON.
+A script, not a test: it measures, in one process and run,
 
-    python -m nasir.benchmarks --dataset imagenet --models resnet34 --repeat 20 --json bench.json
+1. the host's single-thread peak (`nasir.peak`: a register-only FMA kernel through llvmlite);
+2. for every selected zoo model, dataset (cifar10 32x32, imagenet 224x224; batch 1) and thread count:
+   the median latency of nasir-llvm, ONNX Runtime (intra_op_num_threads = threads) and PyTorch eager
+   (torch.set_num_threads(threads)), nasir/ORT, GFLOP/s = 2 * MACs / time (MACs from
+   `Model.summary().total_macs`) and nasir's percent of peak (peak times threads);
+3. for ResNet-34 architecture variants built with nasir's own transforms (grouped G = 2..16 and
+   depthwise on the block convs, bottleneck(2) on the first conv of each block), the realisation
+   ratio
+
+       realisation = (t_base / t_variant) / (MACs_base / MACs_variant)
+
+   for nasir and, for comparison, for ONNX Runtime running `Model.to_onnx` exports of the base and
+   the variant (1.0: the MAC reduction became the same time reduction). The base is the model as
+   `nasir.compile` gets it (nn level); the variant "nest" (base through `convert-nn-to-nest` only)
+   separates what the transform costs from what lowering an already-converted model costs
+   (`nasir_realisation_vs_nest`).
+
+Writes `OUT/bench.json` (every number) and `OUT/bench.png`, and prints rich tables:
+
+    python -m nasir.benchmarks --quick                      # cifar10 zoo + ResNet-34 imagenet
+    python -m nasir.benchmarks --models resnet34 --datasets imagenet --threads 1 2 --repeat 20
 """
 
 from __future__ import annotations
@@ -13,103 +31,307 @@ import argparse
 import json
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
+BLOCK_CONVS = "layer[0-9]_.*_conv[12]_Conv"
+"""The 3x3 convs inside ResNet basic blocks (ONNX node names of the zoo export)."""
+BLOCK_CONV1 = "layer[0-9]_.*_conv1_Conv"
+"""The first conv of each block: its output meets no residual add, so it may be bottlenecked."""
+PREFIX = "convert-nn-to-nest"
+"""The transforms work on nests; "nest" is the untransformed model through this prefix alone."""
 
-def _median_ms(fn, repeat: int, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return float(np.median(times))
+VARIANTS: dict[str, str] = {
+    "base": "",
+    "nest": PREFIX,
+    **{f"group{g}": f'{PREFIX},group{{factor={g} layers="{BLOCK_CONVS}"}}' for g in (2, 4, 8, 16)},
+    "depthwise": f'{PREFIX},depthwise{{layers="{BLOCK_CONVS}"}}',
+    "bottleneck2": f'{PREFIX},bottleneck{{dim=co factor=2 layers="{BLOCK_CONV1}"}}',
+}
 
 
-def bench_model(name: str, dataset: str, repeat: int, threads: int = 1) -> dict:
+def median_ms(fns: dict[str, Callable[[], object]], repeat: int, warmup: int = 1) -> dict[str, float]:
+    """Median wall time of each `fn()` in milliseconds, over `repeat` rounds that call every fn once.
+
+    Interleaving the candidates makes their ratios robust to load that changes during the run (the
+    machine is shared): each round sees about the same load for all of them.
+    """
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(max(1, repeat)):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append((time.perf_counter() - start) * 1e3)
+    return {name: float(np.median(ts)) for name, ts in times.items()}
+
+
+def gflops(macs: int, ms: float) -> float:
+    return 2 * macs / (ms * 1e-3) / 1e9
+
+
+def realisation(base_ms: float, variant_ms: float, base_macs: int, variant_macs: int) -> float:
+    """Speedup over the base divided by the MAC ratio."""
+    return (base_ms / variant_ms) / (base_macs / variant_macs)
+
+
+def _ort_session(path: str | Path, threads: int):
     import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+def _ort_run(session, x: np.ndarray) -> Callable[[], np.ndarray]:
+    feed = {session.get_inputs()[0].name: x}
+    return lambda: session.run(None, feed)[0]
+
+
+def bench_model(name: str, dataset: str, threads: list[int], repeat: int, peak: float) -> list[dict]:
+    """One row per thread count: latencies of nasir, ORT, PyTorch on `name` at `dataset`, batch 1."""
     import torch
 
     import nasir
     import nasir.zoo as zoo
     from nasir.runtime.llvm_executable import compile_llvm
 
-    torch.set_num_threads(threads)
+    x = np.random.default_rng(0).standard_normal(zoo.input_shape(name, dataset)).astype(np.float32)
+    tx = torch.from_numpy(x)
+    net = zoo.build_torch(name, dataset)
+
+    def torch_run():
+        with torch.inference_mode():
+            net(tx)
+
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         path = zoo.export_onnx(name, Path(tmp) / f"{name}.onnx", dataset=dataset)
-        x = np.random.default_rng(0).standard_normal(zoo.input_shape(name, dataset)).astype(np.float32)
-
         start = time.perf_counter()
-        exe = compile_llvm(nasir.load(path), threads=threads)
-        nasir_compile = time.perf_counter() - start
-
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads
-        opts.inter_op_num_threads = 1
-        start = time.perf_counter()
-        session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-        ort_compile = time.perf_counter() - start
-        feed = {session.get_inputs()[0].name: x}
-
-        net = zoo.build_torch(name, dataset)
-        tx = torch.from_numpy(x)
-
-        def torch_run():
-            with torch.inference_mode():
-                net(tx)
-
-        expected = session.run(None, feed)[0]
-        max_err = float(np.abs(exe(x) - expected).max())
-        row = {
-            "model": name, "dataset": dataset, "threads": threads,
-            "nasir_compile_s": nasir_compile, "ort_compile_s": ort_compile,
-            "nasir_ms": _median_ms(lambda: exe(x), repeat),
-            "ort_ms": _median_ms(lambda: session.run(None, feed), repeat),
-            "torch_ms": _median_ms(torch_run, repeat),
-            "workspace_bytes": exe.workspace_bytes, "max_abs_err_vs_ort": max_err,
-        }
-    row["ort_over_nasir"] = row["ort_ms"] / row["nasir_ms"]
-    row["torch_over_nasir"] = row["torch_ms"] / row["nasir_ms"]
-    return row
+        model = nasir.load(path)
+        import_s = time.perf_counter() - start
+        macs = model.summary().total_macs
+        exe = compile_llvm(model)
+        for t in threads:
+            exe.threads = t
+            torch.set_num_threads(t)
+            ort_run = _ort_run(_ort_session(path, t), x)
+            ms = median_ms({"nasir": lambda: exe(x), "ort": ort_run, "torch": torch_run}, repeat)
+            row = {"model": name, "dataset": dataset, "threads": t, "macs": macs, "nasir_import_s": import_s,
+                   "nasir_compile_s": exe.compile_seconds, "workspace_bytes": exe.workspace_bytes,
+                   **{f"{backend}_ms": v for backend, v in ms.items()},
+                   "max_abs_err_vs_ort": float(np.abs(exe(x) - ort_run()).max())}
+            row["nasir_over_ort"] = row["nasir_ms"] / row["ort_ms"]
+            for backend in ("nasir", "ort", "torch"):
+                row[f"{backend}_gflops"] = gflops(macs, row[f"{backend}_ms"])
+            row["nasir_pct_peak"] = 100 * row["nasir_gflops"] / (peak * t)
+            row["ort_pct_peak"] = 100 * row["ort_gflops"] / (peak * t)
+            rows.append(row)
+    return rows
 
 
-def print_table(rows: list[dict]) -> None:
-    from rich.console import Console
+def bench_variants(model_name: str, dataset: str, variants: list[str], repeat: int, threads: int = 1,
+                   on_compile: Callable[[str], None] = lambda _: None) -> list[dict]:
+    """Raw rows (see `add_realisation`) for the base, then each other variant of `model_name`.
+
+    Every variant is transformed, compiled (nasir) and exported (ORT) first, calling `on_compile(name)`
+    before each; then all are timed in interleaved rounds, so the ratios share the load they saw.
+    """
+    import nasir.zoo as zoo
+    from nasir.runtime.llvm_executable import compile_llvm
+
+    x = np.random.default_rng(0).standard_normal(zoo.input_shape(model_name, dataset)).astype(np.float32)
+    original = zoo.load(model_name, dataset)
+    rows, runs = [], {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in ["base", *(v for v in variants if v != "base")]:
+            on_compile(name)
+            model = original.transform(VARIANTS[name]) if VARIANTS[name] else original
+            exe = compile_llvm(model, threads=threads)
+            runs[f"nasir {name}"] = lambda exe=exe: exe(x)
+            runs[f"ort {name}"] = _ort_run(_ort_session(model.to_onnx(Path(tmp) / f"{name}.onnx"), threads), x)
+            rows.append({"model": model_name, "dataset": dataset, "variant": name, "pipeline": VARIANTS[name],
+                         "threads": threads, "macs": model.summary().total_macs,
+                         "nasir_compile_s": exe.compile_seconds,
+                         "max_abs_err_vs_ort": float(np.abs(exe(x) - runs[f"ort {name}"]()).max())})
+        on_compile("timing")
+        ms = median_ms(runs, repeat)
+    for row in rows:
+        row["nasir_ms"], row["ort_ms"] = ms[f"nasir {row['variant']}"], ms[f"ort {row['variant']}"]
+    return rows
+
+
+def add_realisation(rows: list[dict]) -> list[dict]:
+    """Add MAC ratio, speedups and realisation to variant rows of one model and dataset (base first)."""
+    base, same_path = rows[0], next((r for r in rows if r["variant"] == "nest"), None)
+    for row in rows:
+        row["mac_ratio"] = base["macs"] / row["macs"]
+        row["nasir_speedup"] = base["nasir_ms"] / row["nasir_ms"]
+        row["ort_speedup"] = base["ort_ms"] / row["ort_ms"]
+        row["nasir_realisation"] = realisation(base["nasir_ms"], row["nasir_ms"], base["macs"], row["macs"])
+        row["ort_realisation"] = realisation(base["ort_ms"], row["ort_ms"], base["macs"], row["macs"])
+        if same_path:
+            row["nasir_realisation_vs_nest"] = realisation(same_path["nasir_ms"], row["nasir_ms"],
+                                                           same_path["macs"], row["macs"])
+    return rows
+
+
+def model_table(rows: list[dict], peak: float):
     from rich.table import Table
 
-    table = Table(title="nasir-llvm vs ONNX Runtime vs PyTorch (median latency, ratio > 1: nasir faster)")
-    for col in ("model", "dataset", "nasir compile s", "ORT compile s", "nasir ms", "ORT ms", "torch ms",
-                "ORT/nasir", "torch/nasir"):
+    table = Table(title=f"zoo, batch 1 (median ms; nasir/ORT < 1: nasir faster; peak {peak:.0f} GFLOP/s/thread)")
+    cols = ("model", "dataset", "thr", "compile s", "nasir ms", "ORT ms", "torch ms", "nasir/ORT",
+            "nasir GF/s", "ORT GF/s", "% peak", "err")
+    for col in cols:
         table.add_column(col, justify="left" if col in ("model", "dataset") else "right")
     for r in rows:
-        table.add_row(r["model"], r["dataset"], f"{r['nasir_compile_s']:.1f}", f"{r['ort_compile_s']:.2f}",
+        table.add_row(r["model"], r["dataset"], str(r["threads"]), f"{r['nasir_compile_s']:.1f}",
                       f"{r['nasir_ms']:.2f}", f"{r['ort_ms']:.2f}", f"{r['torch_ms']:.2f}",
-                      f"{r['ort_over_nasir']:.2f}", f"{r['torch_over_nasir']:.2f}")
-    console = Console()
-    Console(width=max(console.width, 130)).print(table)
+                      f"{r['nasir_over_ort']:.2f}", f"{r['nasir_gflops']:.1f}", f"{r['ort_gflops']:.1f}",
+                      f"{r['nasir_pct_peak']:.0f}%", f"{r['max_abs_err_vs_ort']:.1e}")
+    return table
 
 
-def main(argv: list[str] | None = None) -> None:
+def variant_table(rows: list[dict]):
+    from rich.table import Table
+
+    table = Table(title="architecture variants: realisation = speedup / MAC ratio (1.0: all of it)")
+    cols = ("model", "dataset", "variant", "GMACs", "MAC ratio", "nasir ms", "ORT ms", "nasir speedup",
+            "nasir real.", "vs nest", "ORT real.")
+    for col in cols:
+        table.add_column(col, justify="left" if col in ("model", "dataset", "variant") else "right")
+    for r in rows:
+        table.add_row(r["model"], r["dataset"], r["variant"], f"{r['macs'] / 1e9:.3f}", f"{r['mac_ratio']:.2f}",
+                      f"{r['nasir_ms']:.2f}", f"{r['ort_ms']:.2f}", f"{r['nasir_speedup']:.2f}",
+                      f"{r['nasir_realisation']:.2f}", f"{r.get('nasir_realisation_vs_nest', float('nan')):.2f}",
+                      f"{r['ort_realisation']:.2f}")
+    return table
+
+
+def plot(result: dict, path: Path) -> Path:
+    """GFLOP/s per model (left) and realisation per variant (right) as one PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(16, 6))
+    rows = result["models"]
+    labels = [f"{r['model']}\n{r['dataset']} t{r['threads']}" for r in rows]
+    pos = np.arange(len(rows))
+    for k, backend in enumerate(("nasir", "ort", "torch")):
+        left.bar(pos + (k - 1) * 0.27, [r[f"{backend}_gflops"] for r in rows], 0.27, label=backend)
+    left.axhline(result["peak"]["peak_gflops"], color="k", ls="--", lw=1, label="peak (1 thread)")
+    left.set_xticks(pos, labels, rotation=60, ha="right", fontsize=7)
+    left.set_ylabel("GFLOP/s")
+    left.set_title("batch-1 throughput")
+    left.legend()
+    variants = [r for r in result["variants"] if r["variant"] not in ("base", "nest")]
+    labels = [f"{r['model']} {r['dataset']}\n{r['variant']}" for r in variants]
+    pos = np.arange(len(variants))
+    right.bar(pos - 0.2, [r["nasir_realisation"] for r in variants], 0.4, label="nasir")
+    right.bar(pos + 0.2, [r["ort_realisation"] for r in variants], 0.4, label="ONNX Runtime")
+    right.axhline(1.0, color="k", lw=1)
+    right.axhline(0.9, color="k", ls=":", lw=1, label="target 0.9")
+    right.set_xticks(pos, labels, rotation=60, ha="right", fontsize=7)
+    right.set_ylabel("(speedup) / (MAC ratio)")
+    right.set_title("realisation of architecture transforms")
+    right.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def run(jobs: list[tuple[str, str]], threads: list[int], repeat: int, variant_model: str,
+        variant_datasets: list[str], variants: list[str], out: Path, make_plot: bool = True, console=None) -> dict:
+    """Measure the (model, dataset) `jobs` and the variants, write OUT/bench.json (+ bench.png)."""
+    import platform
+
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from nasir.peak import measure_peak_gflops
+
+    console = console or Console()
+    steps = len(jobs) + len(variant_datasets) * (len({"base", *variants}) + 1) if variants else len(jobs)
+    result = {"config": {"jobs": jobs, "threads": threads, "repeat": repeat,
+                         "variant_model": variant_model, "variant_datasets": variant_datasets,
+                         "variants": variants, "machine": platform.processor() or platform.machine()},
+              "peak": measure_peak_gflops(), "models": [], "variants": []}
+    peak = result["peak"]["peak_gflops"]
+    console.print(f"measured peak: {peak:.1f} GFLOP/s (1 thread, {result['peak']['cpu']}, "
+                  f"<{result['peak']['vector_width']} x float> FMA)")
+    start = time.perf_counter()
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("benchmarking", total=steps)
+        for m, d in jobs:
+            progress.update(task, description=f"{m} {d}")
+            for row in bench_model(m, d, threads, repeat, peak):
+                result["models"].append(row)
+                progress.console.log(f"{m} {d} threads={row['threads']}: nasir {row['nasir_ms']:.2f} ms, "
+                                     f"ORT {row['ort_ms']:.2f} ms, torch {row['torch_ms']:.2f} ms")
+            progress.advance(task)
+        for d in variant_datasets if variants else []:
+            def on_compile(name: str, d=d) -> None:
+                if name != "base":
+                    progress.advance(task)
+                progress.update(task, description=f"{variant_model} {d}: {name}")
+
+            rows = add_realisation(bench_variants(variant_model, d, variants, repeat, on_compile=on_compile))
+            result["variants"] += rows
+            progress.advance(task)
+            for r in rows:
+                progress.console.log(f"{variant_model} {d} {r['variant']}: {r['macs']:,} MACs, nasir "
+                                     f"{r['nasir_ms']:.2f} ms, ORT {r['ort_ms']:.2f} ms")
+    result["elapsed_s"] = time.perf_counter() - start
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.json").write_text(json.dumps(result, indent=1))
+    if make_plot:
+        plot(result, out / "bench.png")
+    if result["models"]:
+        console.print(model_table(result["models"], peak))
+    if result["variants"]:
+        console.print(variant_table(result["variants"]))
+    console.print(f"wrote {out / 'bench.json'}{' and bench.png' if make_plot else ''} "
+                  f"({result['elapsed_s']:.0f} s)")
+    return result
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from rich.console import Console
+
     import nasir.zoo as zoo
 
     parser = argparse.ArgumentParser(prog="python -m nasir.benchmarks", description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="*", default=zoo.names(), help="zoo model names (default: all)")
-    parser.add_argument("--dataset", choices=["cifar10", "imagenet", "all"], default="all")
-    parser.add_argument("--repeat", type=int, default=10)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--json", default="benchmarks.json", help="where to write the rows")
+    parser.add_argument("--models", nargs="*", default=None, help="zoo model names (default: all)")
+    parser.add_argument("--datasets", nargs="+", choices=["cifar10", "imagenet"], default=None,
+                        help="default: both (quick: cifar10, plus ResNet-34 imagenet)")
+    parser.add_argument("--threads", nargs="+", type=int, default=[1, 2])
+    parser.add_argument("--repeat", type=int, default=None, help="timed runs per median (default 10; quick 3)")
+    parser.add_argument("--variants", nargs="*", choices=list(VARIANTS), default=list(VARIANTS),
+                        help="ResNet variants (none: skip the realisation table)")
+    parser.add_argument("--variant-model", default="resnet34", choices=["resnet18", "resnet34"])
+    parser.add_argument("--variant-datasets", nargs="+", choices=["cifar10", "imagenet"], default=None,
+                        help="default: both (quick: imagenet)")
+    parser.add_argument("--quick", action="store_true",
+                        help="cifar10 zoo + ResNet-34 imagenet, variants on imagenet, 3 repeats")
+    parser.add_argument("--out", type=Path, default=Path("bench-out"))
+    parser.add_argument("--no-plot", action="store_true")
     args = parser.parse_args(argv)
-    rows = []
-    for name in args.models:
-        for dataset in zoo.datasets(name):
-            if args.dataset in ("all", dataset):
-                rows.append(bench_model(name, dataset, args.repeat, args.threads))
-                print_table(rows[-1:])
-    print_table(rows)
-    Path(args.json).write_text(json.dumps(rows, indent=1))
+    models = args.models if args.models is not None else zoo.names()
+    datasets = args.datasets or (["cifar10"] if args.quick else ["cifar10", "imagenet"])
+    jobs = [(m, d) for m in models for d in datasets if d in zoo.datasets(m)]
+    if args.quick and args.datasets is None and "resnet34" in models:
+        jobs.append(("resnet34", "imagenet"))
+    return run(jobs, args.threads, args.repeat or (3 if args.quick else 10), args.variant_model,
+               args.variant_datasets or (["imagenet"] if args.quick else ["cifar10", "imagenet"]),
+               args.variants, args.out, make_plot=not args.no_plot, console=Console(width=max(Console().width, 150)))
 
 
 if __name__ == "__main__":

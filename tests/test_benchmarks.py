@@ -1,0 +1,70 @@
+"""The benchmark suite in a tiny configuration: JSON structure and derived numbers recomputed here.
+
+Timings are never asserted (the machine is shared); only that every number the suite derives
+(ratios, GFLOP/s, realisation) is the formula applied to the raw times and MACs it recorded, that
+the MACs match an independent count, and that the PNG is written.
+"""
+
+import json
+import math
+
+import pytest
+
+from nasir import benchmarks
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    benchmarks.main(["--models", "resnet18", "--datasets", "cifar10", "--threads", "1", "--repeat", "1",
+                     "--variant-model", "resnet18", "--variant-datasets", "cifar10",
+                     "--variants", "base", "group4", "--out", str(out)])
+    return out, json.loads((out / "bench.json").read_text())
+
+
+def close(a, b):
+    return math.isclose(a, b, rel_tol=1e-9)
+
+
+def test_writes_json_and_png(result):
+    out, data = result
+    assert set(data) >= {"config", "peak", "models", "variants"}
+    assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert data["peak"]["peak_gflops"] > 1.0
+    assert data["peak"]["peak_gflops"] >= data["peak"]["median_gflops"]
+
+
+def test_model_rows(result):
+    _, data = result
+    (row,) = data["models"]
+    assert (row["model"], row["dataset"], row["threads"]) == ("resnet18", "cifar10", 1)
+    # ResNet-18 on CIFAR-10 (3x3 stem, no max-pool): 555,422,720 MACs (nasir.summary's docstring,
+    # the classic count for this network); the fc layer is part of it.
+    assert row["macs"] == 555_422_720
+    peak = data["peak"]["peak_gflops"]
+    for backend in ("nasir", "ort", "torch"):
+        assert row[f"{backend}_ms"] > 0
+        assert close(row[f"{backend}_gflops"], 2 * row["macs"] / (row[f"{backend}_ms"] / 1e3) / 1e9)
+    assert close(row["nasir_over_ort"], row["nasir_ms"] / row["ort_ms"])
+    assert close(row["nasir_pct_peak"], 100 * row["nasir_gflops"] / peak)
+    assert row["max_abs_err_vs_ort"] < 1e-3
+
+
+def test_variant_realisation_is_the_formula(result):
+    _, data = result
+    rows = {r["variant"]: r for r in data["variants"]}
+    assert set(rows) == {"base", "group4"}
+    base, g4 = rows["base"], rows["group4"]
+    assert g4["pipeline"] == 'convert-nn-to-nest,group{factor=4 layers="layer[0-9]_.*_conv[12]_Conv"}'
+    # group{factor=4} divides the MACs of the 16 block convs by 4. By hand: layer1 4 * 64*64*9*32*32,
+    # layers 2-4 each (Ci*2Co + 3 * 2Co*2Co) * 9 * (H/2)^2 = 132,120,576: 547,356,672 in the blocks;
+    # the rest (stem 1,769,472, downsample 1x1s 3 * 2,097,152, fc 5,120) keeps its 8,066,048.
+    blocks = 4 * 64 * 64 * 9 * 32 * 32 + 3 * 132_120_576
+    assert base["macs"] - blocks == 8_066_048
+    assert g4["macs"] == 8_066_048 + blocks // 4
+    assert close(g4["mac_ratio"], base["macs"] / g4["macs"])
+    assert close(g4["nasir_realisation"], (base["nasir_ms"] / g4["nasir_ms"]) / (base["macs"] / g4["macs"]))
+    assert close(g4["ort_realisation"], (base["ort_ms"] / g4["ort_ms"]) / (base["macs"] / g4["macs"]))
+    assert close(base["nasir_realisation"], 1.0)
+    for r in (base, g4):
+        assert r["max_abs_err_vs_ort"] < 1e-3
