@@ -32,12 +32,14 @@ class HostTarget:
             return 8
         return 4
 
-    def target_machine(self, opt: int = 3):
+    def target_machine(self, opt: int = 3, jit: bool = False):
+        """For `jit`, LLVM's JIT code model: MCJIT places code anywhere in the address space, so
+        32-bit relocations to libgomp/libm (the small model) can overflow once memory grows."""
         import llvmlite.binding as llvm
 
         target = llvm.Target.from_triple(self.triple)
         return target.create_target_machine(cpu=self.cpu, features=self.features, opt=opt,
-                                            reloc="pic", codemodel="default")
+                                            reloc="pic", codemodel="jitdefault" if jit else "default")
 
 
 @cache

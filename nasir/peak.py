@@ -67,7 +67,7 @@ class _PeakKernel:
 
         self.width, self.accumulators = width, accumulators
         self.engine = llvm.create_mcjit_compiler(optimize(fma_kernel_ir(width, accumulators)),
-                                                 host_target().target_machine())
+                                                 host_target().target_machine(jit=True))
         self.engine.finalize_object()
         self.fn = ctypes.CFUNCTYPE(None, ctypes.c_int64, *[ctypes.c_void_p] * 3)(
             self.engine.get_function_address("peak"))

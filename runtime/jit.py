@@ -55,7 +55,7 @@ class JITModule:
         import llvmlite.binding as llvm
 
         load_openmp()
-        self.engine = llvm.create_mcjit_compiler(optimized_module, host_target().target_machine())
+        self.engine = llvm.create_mcjit_compiler(optimized_module, host_target().target_machine(jit=True))
         self.engine.finalize_object()
         self.engine.run_static_constructors()
         self.entry_address = self.engine.get_function_address(ENTRY)
