@@ -183,15 +183,20 @@ CONV_DOMAINS = {
 }
 
 
-def _padded(x: torch.Tensor, out_hw: tuple[int, int], kernel: tuple[int, int], geo: Window,
-            value: float = 0.0) -> torch.Tensor:
-    """`x` padded (or cropped) so a padding-free window op yields exactly `out_hw` positions."""
+def _pads(x: torch.Tensor, out_hw: tuple[int, int], kernel: tuple[int, int], geo: Window) -> list[int]:
+    """F.pad amounts (w begin, w end, h begin, h end) so a padding-free window op yields `out_hw`."""
     pads = []
     for axis in (1, 0):
         size = _shape(x)[2 + axis]
         need = (out_hw[axis] - 1) * geo.strides[axis] + (kernel[axis] - 1) * geo.dilations[axis] + 1
         pads += [geo.pads[axis], need - size - geo.pads[axis]]
-    return F.pad(x, pads, value=value)
+    return pads
+
+
+def _padded(x: torch.Tensor, out_hw: tuple[int, int], kernel: tuple[int, int], geo: Window,
+            value: float = 0.0) -> torch.Tensor:
+    """`x` padded (or cropped) so a padding-free window op yields exactly `out_hw` positions."""
+    return F.pad(x, _pads(x, out_hw, kernel, geo), value=value)
 
 
 def _functional(op: nest.ComputeOp, inputs: list[torch.Tensor], extents: list[int]) -> torch.Tensor | None:
@@ -208,8 +213,12 @@ def _functional(op: nest.ComputeOp, inputs: list[torch.Tensor], extents: list[in
         domain, maps, _ = conv_nest(tuple(_shape(x)), tuple(_shape(w)), out_hw, groups, geo)
         if domain != dom or maps[:2] != op.access_maps[:2]:
             return None
-        xp = _padded(x, out_hw, tuple(_shape(w)[2:]), geo)
-        y = F.conv2d(xp, w, stride=geo.strides, dilation=geo.dilations, groups=groups)
+        pw0, pw1, ph0, ph1 = _pads(x, out_hw, tuple(_shape(w)[2:]), geo)
+        if pw0 == pw1 >= 0 and ph0 == ph1 >= 0:  # symmetric: let the conv pad (exports as one Conv)
+            y = F.conv2d(x, w, stride=geo.strides, padding=(ph0, pw0), dilation=geo.dilations, groups=groups)
+        else:
+            y = F.conv2d(F.pad(x, [pw0, pw1, ph0, ph1]), w, stride=geo.strides, dilation=geo.dilations,
+                         groups=groups)
         return y.reshape(extents[:dom.num_parallel.data])
     if op.kind in ("max", "avg") and key == (("n", "c", "oh", "ow"), ("kh", "kw")):
         geo = _window_geometry(op)
@@ -258,13 +267,37 @@ def _epilogue(op: nest.ComputeOp, inputs: list[torch.Tensor], core: torch.Tensor
     return core
 
 
+def _row_major(op: nest.ComputeOp, shape: tuple[int, ...], extents: list[int]) -> bool:
+    """Does `out_map` lay the parallel grid out in row-major order (so the scatter is a reshape)?
+
+    True for identity maps and for merged dims such as a grouped conv's `g * (Co/G) + co`."""
+    npar = op.domain.num_parallel.data
+    coeffs: dict[int, int] = {}
+    offset, stride = 0, 1
+    for axis in reversed(range(len(shape))):
+        form = nest.linear_form(op.output_map.results[axis])
+        if form is None:
+            return False
+        for d, c in form[0].items():
+            coeffs[d] = coeffs.get(d, 0) + c * stride
+        offset += form[1] * stride
+        stride *= shape[axis]
+    expected, stride = {}, 1
+    for d in reversed(range(npar)):
+        if extents[d] > 1:
+            expected[d] = stride
+        stride *= extents[d]
+    return offset == 0 and {d: c for d, c in coeffs.items() if extents[d] > 1 and c} == expected
+
+
 def _scatter(op: nest.ComputeOp, core: torch.Tensor, extents: list[int]) -> torch.Tensor:
     npar = op.domain.num_parallel.data
     shape = shape_of(op.result)
-    core = core.expand(extents[:npar])
+    if tuple(_shape(core)) != tuple(extents[:npar]):
+        core = core.expand(extents[:npar])
+    if _row_major(op, shape, extents):
+        return core.reshape(shape)
     omap = op.output_map
-    if list(omap.results) == [AffineExpr.dimension(i) for i in range(npar)] and list(shape) == extents[:npar]:
-        return core
     dim = _grid(extents[:npar])
     flat = torch.zeros(extents[:npar], dtype=torch.long)
     stride = 1
