@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import cache
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, llvm, math as mathd, memref, scf, vector
@@ -29,6 +30,7 @@ from xdsl.dialects.builtin import (
     DenseArrayBase,
     DenseIntOrFPElementsAttr,
     DictionaryAttr,
+    FloatAttr,
     IndexType,
     IntegerAttr,
     MemRefType,
@@ -87,6 +89,8 @@ class FuncLowering:
         self.entry: Block = region.blocks[0]
         self.block: Block = self.entry
         self.n_parallel = 0
+        self.consts: dict[tuple[Attribute, Attribute], SSAValue] = {}
+        self.shared: dict[tuple, SSAValue] = {}
 
     # Helpers ----------------------------------------------------------------------------------
     def add(self, op: Operation) -> SSAValue | None:
@@ -98,8 +102,27 @@ class FuncLowering:
         self.region.add_block(block)
         return block
 
+    def const(self, value: Attribute, ty: Attribute) -> SSAValue:
+        """A scalar constant, made once per function at the top of the entry block (dominating
+        every use): unrolled kernels would otherwise repeat the same strides thousands of times."""
+        key = (value, ty)
+        if key not in self.consts:
+            c = llvm.ConstantOp(value, ty)
+            first = self.entry.first_op
+            self.entry.insert_op_before(c, first) if first is not None else self.entry.add_op(c)
+            self.consts[key] = c.results[0]
+        return self.consts[key]
+
+    def cse(self, kind: type[Operation], a: SSAValue, b: SSAValue) -> SSAValue:
+        """`kind(a, b)`, reused within the current block: the unrolled loads of a register tile
+        share their row offsets (`co * 576`, `co * 576 + ci * 9`)."""
+        key = (self.block, kind, a, b)
+        if key not in self.shared:
+            self.shared[key] = self.add(kind(a, b))
+        return self.shared[key]
+
     def i64c(self, n: int) -> SSAValue:
-        return self.add(llvm.ConstantOp(IntegerAttr(n, i64), i64))
+        return self.const(_i64_attr(n), i64)
 
     def v(self, value: SSAValue) -> SSAValue:
         return self.vmap[value]
@@ -107,11 +130,17 @@ class FuncLowering:
     def address(self, ref: SSAValue, indices: Sequence[SSAValue]) -> SSAValue:
         """Pointer to element `indices` of a memref (row-major, static shape)."""
         shape = ref.type.get_shape()
-        lin = None
+        lin, offset = None, 0
         for a, i in enumerate(indices):
             stride = math.prod(shape[a + 1:])
-            term = self.v(i) if stride == 1 else self.add(llvm.MulOp(self.v(i), self.i64c(stride)))
-            lin = term if lin is None else self.add(llvm.AddOp(lin, term))
+            base, c = _split_constant(i)  # constant parts fold into one offset (n = 0, unrolled taps)
+            offset += c * stride
+            if base is None:
+                continue
+            term = self.v(base) if stride == 1 else self.cse(llvm.MulOp, self.v(base), self.i64c(stride))
+            lin = term if lin is None else self.cse(llvm.AddOp, lin, term)
+        if offset:
+            lin = self.i64c(offset) if lin is None else self.cse(llvm.AddOp, lin, self.i64c(offset))
         if lin is None:
             return self.v(ref)
         return self.add(llvm.GEPOp(self.v(ref), [llvm.GEP_USE_SSA_VAL], ref.type.element_type, ssa_indices=[lin]))
@@ -131,7 +160,9 @@ class FuncLowering:
         r = op.results[0] if op.results else None
         t = type(op)
         if isinstance(op, arith.ConstantOp):
-            self.vmap[r] = self.add(llvm.ConstantOp(self._const_value(op.value, r.type), llvm_type(r.type)))
+            value, ty = self._const_value(op.value, r.type), llvm_type(r.type)
+            scalar = isinstance(value, (IntegerAttr, FloatAttr))
+            self.vmap[r] = self.const(value, ty) if scalar else self.add(llvm.ConstantOp(value, ty))
         elif t in FLOAT_BINARY:
             self.vmap[r] = self.add(FLOAT_BINARY[t](self.v(op.operands[0]), self.v(op.operands[1])))
         elif t in INT_BINARY:
@@ -172,30 +203,28 @@ class FuncLowering:
         elif isinstance(op, memref.CopyOp):
             nbytes = 4 * math.prod(op.source.type.get_shape())
             self.add(llvm.CallIntrinsicOp("llvm.memcpy.p0.p0.i64", [self.v(op.destination), self.v(op.source),
-                                          self.i64c(nbytes), self.add(llvm.ConstantOp(IntegerAttr(0, i1), i1))], []))
+                                          self.i64c(nbytes), self.const(IntegerAttr(0, i1), i1)], []))
         elif isinstance(op, vector.LoadOp):
             self.vmap[r] = self.add(llvm.LoadOp(self.vector_address(op.base, op.indices), r.type, alignment=4))
         elif isinstance(op, vector.StoreOp):
             self.add(llvm.StoreOp(self.v(op.vector), self.vector_address(op.base, op.indices), alignment=4))
         elif isinstance(op, vector.MaskedLoadOp):
-            align = self.add(llvm.ConstantOp(IntegerAttr(4, i32), i32))
+            align = self.const(IntegerAttr(4, i32), i32)
             self.vmap[r] = self.add(llvm.CallIntrinsicOp(
                 f"llvm.masked.load.{_suffix(r.type)}.p0",
                 [self.address(op.base, op.indices), align, self.v(op.mask), self.v(op.pass_thru)], [r.type]))
         elif isinstance(op, vector.MaskedStoreOp):
-            align = self.add(llvm.ConstantOp(IntegerAttr(4, i32), i32))
+            align = self.const(IntegerAttr(4, i32), i32)
             self.add(llvm.CallIntrinsicOp(
                 f"llvm.masked.store.{_suffix(op.value_to_store.type)}.p0",
                 [self.v(op.value_to_store), self.address(op.base, op.indices), align, self.v(op.mask)], []))
         elif isinstance(op, vector.BroadcastOp):
             ty = llvm_type(r.type)
             undef = self.add(llvm.UndefOp(ty))
-            one = self.add(llvm.InsertElementOp(undef, self.v(op.source), self.add(
-                llvm.ConstantOp(IntegerAttr(0, i32), i32))))
-            zeros = DenseArrayBase.from_list(i32, [0] * ty.get_shape()[0])
-            self.vmap[r] = self.add(llvm.ShuffleVectorOp(one, one, zeros, ty))
+            one = self.add(llvm.InsertElementOp(undef, self.v(op.source), self.const(IntegerAttr(0, i32), i32)))
+            self.vmap[r] = self.add(llvm.ShuffleVectorOp(one, one, _mask((0,) * ty.get_shape()[0]), ty))
         elif isinstance(op, vector.ShuffleOp):
-            mask = DenseArrayBase.from_list(i32, list(op.mask.get_values()))
+            mask = _mask(tuple(op.mask.get_values()))
             self.vmap[r] = self.add(llvm.ShuffleVectorOp(self.v(op.v1), self.v(op.v2), mask, r.type))
         elif isinstance(op, scf.ForOp):
             self.lower_for(op)
@@ -279,7 +308,7 @@ class FuncLowering:
             self.add(llvm.StoreOp(value, slot))
         # One thread: a direct call, which LLVM inlines (the kernel's noalias pointers come back).
         threads = self.add(llvm.LoadOp(self.add(llvm.AddressOfOp(THREADS_GLOBAL, PTR)), i32))
-        single = self.add(llvm.ICmpOp(threads, self.add(llvm.ConstantOp(IntegerAttr(1, i32), i32)),
+        single = self.add(llvm.ICmpOp(threads, self.const(IntegerAttr(1, i32), i32),
                                       IntegerAttr(0, i64)))  # eq
         cur, direct, spread, merge = self.block, self.new_block(), self.new_block(), self.new_block()
         cur.add_op(llvm.CondBrOp(single, direct, [], spread, []))
@@ -332,6 +361,29 @@ class FuncLowering:
         hi = self.add(llvm.AddOp(lo, size))
         capped = self.add(llvm.ICmpOp(hi, self.i64c(ub), IntegerAttr(4, i64)))  # sgt
         return lo, self.add(llvm.SelectOp(capped, self.i64c(ub), hi))
+
+
+@cache
+def _i64_attr(n: int) -> IntegerAttr:
+    return IntegerAttr(n, i64)
+
+
+@cache
+def _mask(lanes: tuple[int, ...]) -> DenseArrayBase:
+    """Shuffle masks, made once (building attributes is a large part of this pass's time)."""
+    return DenseArrayBase.from_list(i32, list(lanes))
+
+
+def _split_constant(v: SSAValue) -> tuple[SSAValue | None, int]:
+    """`v` as `base + c` with a constant c (base None when v is a constant), one level deep."""
+    owner = v.owner
+    if isinstance(owner, arith.ConstantOp):
+        return None, owner.value.value.data
+    if isinstance(owner, arith.AddiOp):
+        for x, y in ((owner.lhs, owner.rhs), (owner.rhs, owner.lhs)):
+            if isinstance(y.owner, arith.ConstantOp):
+                return x, y.owner.value.value.data
+    return v, 0
 
 
 def _constant_bound(v: SSAValue, where: str) -> int:

@@ -1,7 +1,9 @@
 """convert-nest-to-loops: each bufferized compute op becomes a kernel function of scf loops.
 
 Runs after nest-bufferize. Every `to_tensor -> op -> materialize_in_destination` group in @main
-becomes `func.call @<layer>(%inputs..., %dest)` of a private kernel whose arguments are the memrefs.
+becomes `func.call @<layer>(%inputs..., %dest)` of a private kernel whose arguments are the memrefs;
+ops that would give identical kernels (same nest, schedule and memref types) share one, named after
+the first such layer, so compile time grows with the distinct layer shapes, not the depth.
 A kernel follows the nest's schedule (data, see `nest.Schedule`):
 
 - loops in `Schedule.loops(domain)` order; parallel loops outside the first reduction loop are the
@@ -26,7 +28,8 @@ A kernel follows the nest's schedule (data, see `nest.Schedule`):
     }
 
 The nn ops kept at the nest level (concat, pad with a value, reshape copies, lrn, batch_norm) are
-turned into internal nests (`Spec`) and share this code; softmax has its own small kernel.
+turned into internal nests (`Spec`) and share this code; softmax has its own small kernel. A channel
+concat into the workspace arena needs no kernel: its inputs are memcpys into views (`concat_copies`).
 """
 
 from __future__ import annotations
@@ -36,10 +39,12 @@ import math
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
-from xdsl.dialects import arith, bufferization, func
+from xdsl.dialects import arith, bufferization, func, memref
 from xdsl.dialects.builtin import (
     ArrayAttr,
     DictionaryAttr,
+    IndexType,
+    IntegerAttr,
     MemRefType,
     ModuleOp,
     UnitAttr,
@@ -544,6 +549,53 @@ def kernel_for(name: str, op: Operation, arg_types: list[MemRefType]) -> func.Fu
     return make_kernel(name, arg_types, emit)
 
 
+def concat_copies(op: Operation, refs: list[SSAValue]) -> list[Operation] | None:
+    """A concat into a slice of the workspace arena along an axis with only unit dims before it
+    (NCHW channels, batch 1) needs no kernel: each input is one contiguous block of the output,
+    copied (`memref.copy`, a memcpy) into a `memref.view` at its byte offset. None otherwise.
+
+        %s1 = arith.addi %shift, %c1024 : index   // %dest = memref.view %ws[%shift]
+        %d1 = memref.view %ws[%s1][] : memref<4096xi8> to memref<1x4x8x8xf32>
+        memref.copy %x1, %d1 : memref<1x4x8x8xf32> to memref<1x4x8x8xf32>
+    """
+    view = refs[-1].owner
+    if not isinstance(op, nn.ConcatOp) or not isinstance(view, memref.ViewOp):
+        return None
+    out = shape_of(op.results[0])
+    axis = op.axis.value.data % len(out)
+    if any(d != 1 for d in out[:axis]) or any(r.type.element_type != f32 for r in refs):
+        return None
+    ops: list[Operation] = []
+    offset = 0
+    for src in refs[:-1]:
+        shift = arith.ConstantOp(IntegerAttr(4 * offset, IndexType()))
+        at = arith.AddiOp(view.byte_shift, shift)
+        part = memref.ViewOp(view.source, at, [], src.type)
+        ops += [shift, at, part, memref.CopyOp(src, part)]
+        offset += math.prod(src.type.get_shape())
+    return ops
+
+
+def _erase_group(mat: bufferization.MaterializeInDestinationOp, compute: Operation) -> None:
+    """Drop a lowered `to_tensor -> op -> materialize_in_destination` group."""
+    tensors = [v.owner for v in compute.operands]
+    mat.detach(); mat.erase()
+    compute.detach(); compute.erase()
+    for t in tensors:
+        if not t.tensor.uses:
+            t.detach(); t.erase()
+
+
+def kernel_key(op: Operation, arg_types: list[MemRefType]) -> tuple:
+    """Ops with equal keys get one shared kernel: everything the kernel is generated from (op kind,
+    properties and attributes but the layer name, memref types), e.g. the identical convs of the
+    blocks of one ResNet stage."""
+    def attrs(d):
+        return tuple(sorted((k, str(v)) for k, v in d.items() if k != "name"))
+
+    return op.name, attrs(op.properties), attrs(op.attributes), tuple(str(t) for t in arg_types)
+
+
 class ConvertNestToLoopsPass(ModulePass):
     """Lower every bufferized nest.compute / nn op in @main to a kernel of scf loops and a call."""
 
@@ -554,6 +606,7 @@ class ConvertNestToLoopsPass(ModulePass):
         if fn.function_type.inputs.data and not isinstance(fn.function_type.inputs.data[0], MemRefType):
             raise LoweringError("convert-nest-to-loops: run nest-bufferize first")
         taken: set[str] = {"main"}
+        shared: dict[tuple, str] = {}
         kernels: list[func.FuncOp] = []
         for mat in list(fn.body.block.ops):
             if not isinstance(mat, bufferization.MaterializeInDestinationOp):
@@ -564,19 +617,24 @@ class ConvertNestToLoopsPass(ModulePass):
                 assert isinstance(v.owner, bufferization.ToTensorOp)
                 refs.append(v.owner.memref)
             refs.append(mat.dest)
-            layer = getattr(compute, "layer_name", "") or compute.name.split(".")[1]
-            name, n = sanitize(layer) or "kernel", 1
-            while name in taken:
-                name, n = f"{sanitize(layer)}_{n}", n + 1
-            taken.add(name)
-            kernels.append(kernel_for(name, compute, [r.type for r in refs]))
+            copies = concat_copies(compute, refs)
+            if copies is not None:
+                fn.body.block.insert_ops_before(copies, mat)
+                _erase_group(mat, compute)
+                continue
+            arg_types = [r.type for r in refs]
+            key = kernel_key(compute, arg_types)
+            name = shared.get(key)
+            if name is None:
+                layer = getattr(compute, "layer_name", "") or compute.name.split(".")[1]
+                name, n = sanitize(layer) or "kernel", 1
+                while name in taken:
+                    name, n = f"{sanitize(layer)}_{n}", n + 1
+                taken.add(name)
+                shared[key] = name
+                kernels.append(kernel_for(name, compute, arg_types))
             call = func.CallOp(name, refs, [])
             fn.body.block.insert_op_before(call, mat)
-            tensors = [v.owner for v in compute.operands]
-            mat.detach(); mat.erase()
-            compute.detach(); compute.erase()
-            for t in tensors:
-                if not t.tensor.uses:
-                    t.detach(); t.erase()
+            _erase_group(mat, compute)
         for k in kernels:
             op.body.block.add_op(k)

@@ -73,10 +73,12 @@ def parse_pipeline(spec: str) -> PassPipeline:
         raise PassError(f"bad pass pipeline '{spec}': {msg}") from None
 
 
-def run_pipeline(module: ModuleOp, spec: str) -> None:
-    """Apply `spec` to `module` in place and verify the result."""
+def run_pipeline(module: ModuleOp, spec: str, verify: bool = True) -> None:
+    """Apply `spec` to `module` in place and verify the result (unless `verify=False`: backends
+    skip verifying huge low-level modules that the next tool, e.g. LLVM, checks anyway)."""
     from nasir.context import make_context
 
     pipeline = parse_pipeline(spec)
     pipeline.apply(make_context(), module)
-    module.verify()
+    if verify:
+        module.verify()

@@ -25,7 +25,8 @@ def load_openmp() -> str:
     """Make libgomp's symbols visible to the JIT (process-wide); returns the library path."""
     import llvmlite.binding as llvm
 
-    for candidate in ("libgomp.so.1", ctypes.util.find_library("gomp"), _torch_gomp()):
+    for find in (lambda: "libgomp.so.1", lambda: ctypes.util.find_library("gomp"), _torch_gomp):
+        candidate = find()  # lazily: looking in torch's folder imports torch (seconds)
         if not candidate:
             continue
         try:

@@ -119,6 +119,36 @@ def test_concat_softmax_lrn_reshape():
     np.testing.assert_allclose(run(build([x.shape, y.shape], body), x, y), ref, rtol=1e-4, atol=1e-5)
 
 
+def test_identical_layers_share_a_kernel():
+    x, w1, w2, b = rand(1, 6, 9, 9), rand(6, 6, 3, 3), rand(6, 6, 3, 3), rand(6)
+
+    def body(a, W):
+        c1 = nn.Conv2DOp.new(a[0], W("w1", w1), W("b1", b), pads=(1,) * 4).named("c1")
+        c2 = nn.Conv2DOp.new(c1.result, W("w2", w2), W("b2", -b), pads=(1,) * 4).named("c2")
+        return [c1, c2]
+
+    model = build([x.shape], body)
+    lowered = model.transform("convert-nn-to-nest,default-schedule,nest-bufferize,convert-nest-to-loops")
+    assert [f.sym_name.data for f in lowered.module.ops if isinstance(f, func.FuncOp)] == ["main", "c1"]
+    t = F.conv2d(torch.tensor(x), torch.tensor(w1), torch.tensor(b), padding=1)
+    ref = F.conv2d(t, torch.tensor(w2), torch.tensor(-b), padding=1).numpy()
+    np.testing.assert_allclose(run(model, x), ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("axis", [1, 2, 3])
+def test_concat_copies_and_kernels(axis):
+    """Channel concats into the arena are memcpys, others kernels; both feed a following op."""
+    xs = [rand(1, 3, 4, 5), rand(1, 2, 4, 5), rand(1, 3, 4, 5)]
+    xs = [np.moveaxis(v, 1, axis).copy() for v in xs]
+
+    def body(a, W):
+        cat = nn.ConcatOp.new(a, axis)
+        return [cat, nn.ReluOp.new(cat.result)]
+
+    ref = np.maximum(np.concatenate(xs, axis), 0)
+    np.testing.assert_allclose(run(build([v.shape for v in xs], body), *xs), ref, rtol=1e-4, atol=1e-4)
+
+
 def test_reshape_is_a_view_and_memory_is_reused():
     from nasir.lowering.pipeline import LLVM_PIPELINE
 
