@@ -194,6 +194,10 @@ class NestEmitter:
                     f"fully unrolled (unroll {n} = {self.extent[n]})")
         if sched.parallel is not None and sched.parallel not in self.outer:
             raise LoweringError(f"{where}: parallel loop '{sched.parallel}' must be outside the reduction loops")
+        if sched.pack:
+            layouts = ", ".join(f"input {k} as {v}" for k, v in sorted(sched.pack.items()))
+            raise LoweringError(f"{where}: the llvm backend does not implement packed layouts yet ({layouts}); "
+                                f"remove the pack transform for this target")
         self.ivs: dict[str, Lin] = {}
 
     # Loop structure ---------------------------------------------------------------------------

@@ -229,3 +229,14 @@ def test_unsupported_schedule_names_the_nest():
     op.properties["schedule"] = nest.Schedule(order=["n", "co", "ci", "oh", "kh", "kw", "ow"]).to_attr()
     with pytest.raises(LoweringError, match="conv1.*'oh'"):
         compile_llvm(lowered)
+
+
+def test_pack_schedule_is_refused_not_ignored():
+    """A packed layout the lowering cannot produce must be an error naming the layer, never ignored."""
+    from nasir.errors import LoweringError
+
+    wt, x = rand(8, 8, 3, 3), rand(1, 8, 8, 8)
+    model = build([(1, 8, 8, 8)], lambda a, W: [nn.Conv2DOp.new(a[0], W("w", wt), pads=(1,) * 4).named("conv")])
+    packed = model.transform('convert-nn-to-nest,pack{operand=1 layout="OIHW8o"}')
+    with pytest.raises(LoweringError, match="nest 'conv'.*packed layouts"):
+        compile_llvm(packed)
