@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from nasir.context import parse_module
-from nasir.errors import LegalityError, PassError
+from nasir.errors import LegalityError, LoweringError, PassError
 from nasir.model import Model, WeightStore
 from nasir.transforms.dependences import carried_loops, loop_dims
 
@@ -96,8 +96,8 @@ def test_schedules_keep_the_values(model, pipeline):
     t = model.transform(pipeline)
     assert "schedule" in t.text()
     np.testing.assert_allclose(nasir.compile(t, target="torch")(x), expected, rtol=1e-4, atol=1e-4)
-    try:
-        exe = nasir.compile(t, target="llvm")
-    except ImportError:
-        pytest.skip("llvm backend not available")
-    np.testing.assert_allclose(exe(x), expected, rtol=1e-4, atol=1e-4)
+    if pipeline.startswith("pack"):  # packed layouts are not lowered yet: refused, never ignored
+        with pytest.raises(LoweringError, match="packed layouts"):
+            nasir.compile(t, target="llvm")
+        return
+    np.testing.assert_allclose(nasir.compile(t, target="llvm")(x), expected, rtol=1e-4, atol=1e-4)
