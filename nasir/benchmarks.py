@@ -79,7 +79,8 @@ def realisation(base_ms: float, variant_ms: float, base_macs: int, variant_macs:
     return (base_ms / variant_ms) / (base_macs / variant_macs)
 
 
-def _ort_session(path: str | Path, threads: int):
+def ort_session(path: str | Path, threads: int):
+    """An ONNX Runtime CPU session with `threads` intra-op threads (the baseline's settings)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
@@ -120,7 +121,7 @@ def bench_model(name: str, dataset: str, threads: list[int], repeat: int, peak: 
         for t in threads:
             exe.threads = t
             torch.set_num_threads(t)
-            ort_run = _ort_run(_ort_session(path, t), x)
+            ort_run = _ort_run(ort_session(path, t), x)
             ms = median_ms({"nasir": lambda: exe(x), "ort": ort_run, "torch": torch_run}, repeat)
             row = {"model": name, "dataset": dataset, "threads": t, "macs": macs, "nasir_import_s": import_s,
                    "nasir_compile_s": exe.compile_seconds, "workspace_bytes": exe.workspace_bytes,
@@ -154,7 +155,7 @@ def bench_variants(model_name: str, dataset: str, variants: list[str], repeat: i
             model = original.transform(VARIANTS[name]) if VARIANTS[name] else original
             exe = compile_llvm(model, threads=threads)
             runs[f"nasir {name}"] = lambda exe=exe: exe(x)
-            runs[f"ort {name}"] = _ort_run(_ort_session(model.to_onnx(Path(tmp) / f"{name}.onnx"), threads), x)
+            runs[f"ort {name}"] = _ort_run(ort_session(model.to_onnx(Path(tmp) / f"{name}.onnx"), threads), x)
             rows.append({"model": model_name, "dataset": dataset, "variant": name, "pipeline": VARIANTS[name],
                          "threads": threads, "macs": model.summary().total_macs,
                          "nasir_compile_s": exe.compile_seconds,

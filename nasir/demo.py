@@ -25,9 +25,7 @@ from nasir.tools.reference import compare, onnxruntime_outputs, seeded_inputs
 
 def demo(name: str, dataset: str, target: str, console: Console) -> bool:
     """Run the demo for one model; True when nasir and ONNX Runtime agree."""
-    import time
-
-    import onnxruntime as ort
+    from nasir.benchmarks import median_ms, ort_session
 
     with tempfile.TemporaryDirectory(prefix="nasir-demo-") as tmp:
         path = Path(tmp) / f"{name}_{dataset}.onnx"
@@ -41,18 +39,11 @@ def demo(name: str, dataset: str, target: str, console: Console) -> bool:
             exe = nasir.compile(model, target=target)
         with step(console, f"running nasir ({target}) and ONNX Runtime on a seeded input"):
             result = compare(exe(*inputs), onnxruntime_outputs(path, inputs))
-        with step(console, "timing one thread, batch 1 (medians of 10 runs)"):
-            ours = exe.benchmark(*inputs, repeat=10)["median_ms"]
-            options = ort.SessionOptions()
-            options.intra_op_num_threads = 1
-            session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        with step(console, "timing one thread, batch 1 (medians of 10 interleaved runs)"):
+            session = ort_session(path, threads=1)
             feed = {i.name: x for i, x in zip(session.get_inputs(), inputs)}
-            times = []
-            for _ in range(12):
-                start = time.perf_counter()
-                session.run(None, feed)
-                times.append((time.perf_counter() - start) * 1e3)
-            theirs = sorted(times[2:])[len(times[2:]) // 2]
+            times = median_ms({"nasir": lambda: exe(*inputs), "ort": lambda: session.run(None, feed)}, repeat=10)
+            ours, theirs = times["nasir"], times["ort"]
     console.print(f"latency: nasir-{target} {ours:.2f} ms, ONNX Runtime {theirs:.2f} ms "
                   f"(nasir/ORT = {ours / theirs:.2f})")
     style = "green" if result.ok else "red"
