@@ -175,13 +175,18 @@ class DomainAttr(ParametrizedAttribute):
 
 def expr_range(expr: AffineExpr, extents: Sequence[int]) -> tuple[int, int]:
     """Smallest and largest value of `expr` over the box 0 <= d_i < extents[i] (conservative)."""
+    return expr_bounds(expr, [(0, e - 1) for e in extents])
+
+
+def expr_bounds(expr: AffineExpr, ranges: Sequence[tuple[int, int]]) -> tuple[int, int]:
+    """Smallest and largest value of `expr` over the box lo_i <= d_i <= hi_i (conservative)."""
     if isinstance(expr, AffineConstantExpr):
         return expr.value, expr.value
     if isinstance(expr, AffineDimExpr):
-        return 0, extents[expr.position] - 1
+        return ranges[expr.position]
     if isinstance(expr, AffineBinaryOpExpr):
-        llo, lhi = expr_range(expr.lhs, extents)
-        rlo, rhi = expr_range(expr.rhs, extents)
+        llo, lhi = expr_bounds(expr.lhs, ranges)
+        rlo, rhi = expr_bounds(expr.rhs, ranges)
         if expr.kind == AffineBinaryOpKind.Add:
             return llo + rlo, lhi + rhi
         if expr.kind == AffineBinaryOpKind.Mul:

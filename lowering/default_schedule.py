@@ -25,16 +25,17 @@ convert-nest-to-loops reads; the performance work replaces this pass, not the lo
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir.affine import AffineBinaryOpExpr, AffineBinaryOpKind, AffineConstantExpr, AffineDimExpr, AffineExpr
 from xdsl.passes import ModulePass
 
-from nasir.dialects import nest
+from nasir.dialects import nest, nn
 from nasir.dialects.nest import Schedule
 from nasir.dialects.nn import shape_of
+from nasir.transforms.schedule import operand_axes
 
 
 def linear_coefficient(expr: AffineExpr, dim: int) -> int | None:
@@ -78,6 +79,8 @@ class NestShape:
     in_shapes: list[tuple[int, ...]]
     out_shape: tuple[int, ...]
     combiner: str
+    weight_layouts: dict[int, str] = field(default_factory=dict)
+    """Inputs that are weights (packable at compile time), with their axis letters ("OIHW")."""
 
 
 TILE_INPUT1_BYTES = 96 * 1024
@@ -101,11 +104,22 @@ def _tile_loop(sched: Schedule, loops: list[str], name: str, extent: int, factor
 
 
 def schedule_for(n, width: int | None = None) -> Schedule:
-    """The default schedule of a nest (anything with NestShape's fields)."""
+    """The default schedule of a nest (anything with NestShape's fields): vectorised over output
+    channels with packed weights where `channel_vector_schedule` estimates that to be faster,
+    otherwise over the contiguous output dim (`spatial_vector_schedule`)."""
     if width is None:
         from nasir.lowering.llvm_target import host_target
 
         width = host_target().vector_width
+    spatial = spatial_vector_schedule(n, width)
+    channel = channel_vector_plan(n, width)
+    if channel is not None and channel.efficiency > spatial_efficiency(n, spatial, width):
+        return channel_vector_schedule(n, channel, width)
+    return spatial
+
+
+def spatial_vector_schedule(n, width: int) -> Schedule:
+    """Vector lanes over the output dim that is contiguous (conv's ow), register tile co x oh."""
     par = n.dims[: n.npar]
     vec = None
     for pos, (name, extent) in enumerate(par):
@@ -147,23 +161,125 @@ def schedule_for(n, width: int | None = None) -> Schedule:
                 tile += _tile_loop(sched, loops, row[0], row[1], r)
             if c is not None:
                 tile += _tile_loop(sched, loops, col[0], col[1], c)
-        # unroll the inner reduction loops (conv's kw, kh): masks and addresses become loop-invariant
-        body = math.prod(sched.unroll.values())
-        for name, extent in reversed(n.dims[n.npar + 1:]):
-            if body * extent > MAX_UNROLLED_BODY:
-                break
-            sched.unroll[name] = extent
-            body *= extent
+        _unroll_inner_reductions(sched, n)
+    return _finish(sched, n, loops, tile)
+
+
+def _unroll_inner_reductions(sched: Schedule, n) -> None:
+    """Unroll the inner reduction loops (conv's kw, kh) around the register tile: the in-bounds
+    masks and addresses of padded reads then do not change in the remaining reduction loop."""
+    body = math.prod(sched.unroll.values())
+    for name, extent in reversed(n.dims[n.npar + 1:]):
+        if body * extent > MAX_UNROLLED_BODY:
+            break
+        sched.unroll[name] = extent
+        body *= extent
+
+
+def _finish(sched: Schedule, n, loops: list[str], tile: list[str]) -> Schedule:
+    """Order: outer parallel loops, reductions, register tile, vector; the first outer loop with
+    more than one iteration runs on threads."""
     sched.order = loops + [name for name, _ in n.dims[n.npar:]] + tile + ([sched.vector] if sched.vector else [])
-    extents = dict(sched.loops(nest.DomainAttr.make(par, n.dims[n.npar:])))
+    extents = dict(sched.loops(nest.DomainAttr.make(n.dims[: n.npar], n.dims[n.npar:])))
     sched.parallel = next((l for l in loops if extents[l] > 1), None)
     return sched
 
 
+def spatial_efficiency(n, sched: Schedule, width: int) -> float:
+    """Estimated fraction of vector lanes doing useful work under a spatial schedule: the vector
+    loop's tail lanes are wasted and a strided input row costs a shuffle per read."""
+    if sched.vector is None:
+        return 1 / width
+    pos = [name for name, _ in n.dims].index(sched.vector.split(".")[0])
+    extent = n.dims[pos][1]
+    used = extent / (-(-extent // width) * width)
+    return used * (0.5 if n.maps and stride_of(n.maps[0], n.in_shapes[0], pos) not in (0, 1) else 1.0)
+
+
+@dataclass
+class ChannelPlan:
+    """A channel-vector schedule: lanes over `col` (conv's co, extent a multiple of the width),
+    register tile of `r_col` vectors x `r_row` points of `row` (conv's ow)."""
+
+    col: str
+    col_extent: int
+    r_col: int
+    row: str
+    row_extent: int
+    r_row: int
+    efficiency: float
+
+
+VECTOR_REGISTERS = 31
+"""Vector registers a channel-vector register tile may hold (AVX-512 has 32): its accumulators,
+its weight vectors and its broadcast inputs, which LLVM keeps live across the weight vectors."""
+CHANNEL_TILE_WEIGHT_BYTES = 512 * 1024
+"""Packed weight bytes one channel block may stream per register tile (they stay in L2)."""
+
+
+def channel_vector_plan(n, width: int) -> ChannelPlan | None:
+    """The channel-vector plan of a contraction whose input 1 is a weight with output channels on
+    its first axis (conv, gemm), None when the nest has no such shape."""
+    if getattr(n, "combiner", "mac") != "mac" or len(n.maps) < 2 or not n.dims[n.npar:]:
+        return None
+    axes = getattr(n, "weight_layouts", {}).get(1)
+    if axes is None or axes[0] != "O":
+        return None
+    par = n.dims[: n.npar]
+    read0, w_map = nest.map_dims(n.maps[0]), n.maps[1]
+    col = None
+    for pos, (name, extent) in enumerate(par):
+        coefs = [linear_coefficient(e, pos) for e in w_map.results]
+        if pos not in read0 and coefs[0] == 1 and not any(coefs[1:]) and extent % width == 0:
+            others = [linear_coefficient(w_map.results[0], q) for q in range(len(n.dims)) if q != pos]
+            if all(c is not None and c % width == 0 for c in others):
+                col = (name, extent)
+    row = next(((name, e) for pos, (name, e) in reversed(list(enumerate(par)))
+                if e > 1 and stride_of(n.out_map, n.out_shape, pos) == 1 and pos in read0), None)
+    if col is None or row is None or stride_of(n.out_map, n.out_shape, [d for d, _ in par].index(col[0])) == 1:
+        return None
+    red = math.prod(e for _, e in n.dims[n.npar:])
+    best = None
+    for r_col in (4, 3, 2, 1):
+        if (col[1] // width) % r_col or (r_col > 1 and r_col * width * red * 4 > CHANNEL_TILE_WEIGHT_BYTES):
+            continue
+        for r_row in range(1, min(row[1], (VECTOR_REGISTERS - r_col) // (r_col + 1)) + 1):
+            used = row[1] / (-(-row[1] // r_row) * r_row)
+            # FMAs per load, discounted steeply for a tail tile (its points need guards)
+            score = used ** 8 * r_col * r_row / (r_col + r_row)
+            if best is None or score > best[0]:
+                best = (score, r_col, r_row, used)
+    _, r_col, r_row, used = best
+    # a lane-strided output: each finished vector is stored lane by lane (~2 ops per lane)
+    efficiency = used * red / (red + 2 * width)
+    return ChannelPlan(col[0], col[1], r_col, row[0], row[1], r_row, efficiency)
+
+
+def channel_vector_schedule(n, plan: ChannelPlan, width: int) -> Schedule:
+    """Lanes over output channels read from weights packed `OIHW16o` (one contiguous vector per
+    weight element), each input element broadcast to `r_col` vectors of `r_row` tile points:
+
+        domain = #nest.domain<[n = 1, co = 512, oh = 7, ow = 7], [ci = 512, kh = 3, kw = 3]>
+        -> schedule = {splits = [["co", 16], ["co.o", 4]], vector = "co.i", pack = {"1" = "OIHW16o"},
+                       order = ["n", "co.o.o", "oh", "ci", "kh", "kw", "ow", "co.o.i", "co.i"],
+                       unroll = {co.o.i = 4, ow = 7, kw = 3, kh = 3}, parallel = "co.o.o"}
+    """
+    sched = Schedule(splits=[(plan.col, width)], vector=f"{plan.col}.i",
+                     pack={1: n.weight_layouts[1] + f"{width}o"})
+    loops = [f"{name}.o" if name == plan.col else name for name, _ in n.dims[: n.npar]]
+    # tile points row-major over (row, col): each broadcast input feeds r_col FMAs in a row and dies
+    tile = _tile_loop(sched, loops, plan.row, plan.row_extent, plan.r_row)
+    tile += _tile_loop(sched, loops, f"{plan.col}.o", plan.col_extent // width, plan.r_col)
+    _unroll_inner_reductions(sched, n)
+    return _finish(sched, n, loops, tile)
+
+
 def nest_shape(op: nest.ComputeOp) -> NestShape:
     dom = op.domain
+    weights = {k: operand_axes(op, k) for k, v in enumerate(op.inputs) if isinstance(v.owner, nn.WeightOp)}
     return NestShape(dom.dims, dom.num_parallel.data, op.access_maps, op.output_map,
-                     [shape_of(v) for v in op.inputs], shape_of(op.result), op.kind)
+                     [shape_of(v) for v in op.inputs], shape_of(op.result), op.kind,
+                     {k: axes for k, axes in weights.items() if axes})
 
 
 class DefaultSchedulePass(ModulePass):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from math import gcd
 
 from xdsl.dialects import arith, llvm, math, memref, scf, vector
 from xdsl.dialects.builtin import (
@@ -31,11 +32,24 @@ index = IndexType()
 
 @dataclass(frozen=True)
 class Lin:
-    """An index `s + k + c * lane`: `s` a scalar SSA index (or None for 0), `k`, `c` constants."""
+    """An index `s + k + c * lane`: `s` a scalar SSA index (or None for 0), `k`, `c` constants.
+
+    `align`: a known divisor of `s` (0 when `s` is None: 0 is a multiple of everything), so that
+    `floordiv` / `mod` by a divisor of it can split off the lanes (packed layouts).
+    """
 
     s: SSAValue | None = None
     k: int = 0
     c: int = 0
+    align: int = 1
+
+    def __post_init__(self):
+        if self.s is None:
+            object.__setattr__(self, "align", 0)
+
+    @property
+    def constant(self) -> bool:
+        return self.s is None and self.c == 0
 
 
 class LoopBuilder:
@@ -74,6 +88,14 @@ class LoopBuilder:
 
     def idx(self, n: int) -> SSAValue:
         return self.const(n, index)
+
+    def lin(self, iv: SSAValue) -> Lin:
+        """A loop value as a Lin: a constant one (an unrolled iteration) as `Lin(None, k)`."""
+        owner = iv.owner
+        if isinstance(owner, arith.ConstantOp) and iv.type == index and self._consts.get(
+                (owner.value.value.data, index)) is iv:
+            return Lin(None, owner.value.value.data)
+        return Lin(iv)
 
     def iota(self, width: int, scale: int = 1) -> SSAValue:
         ty = VectorType(i64, [width])
@@ -166,11 +188,11 @@ class LoopBuilder:
 
     def lin_add(self, a: Lin, b: Lin) -> Lin:
         s = a.s if b.s is None else b.s if a.s is None else self.addi(a.s, b.s)
-        return Lin(s, a.k + b.k, a.c + b.c)
+        return Lin(s, a.k + b.k, a.c + b.c, gcd(a.align, b.align))
 
     def lin_scale(self, a: Lin, m: int) -> Lin:
         s = None if a.s is None or m == 0 else a.s if m == 1 else self.muli(a.s, self.idx(m))
-        return Lin(s, a.k * m, a.c * m)
+        return Lin(s, a.k * m, a.c * m, a.align * abs(m))
 
     def scalar(self, a: Lin, lane: int = 0) -> SSAValue:
         """The index of lane `lane` as one SSA value."""

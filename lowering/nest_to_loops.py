@@ -57,7 +57,7 @@ from xdsl.ir.affine import AffineBinaryOpExpr, AffineBinaryOpKind, AffineConstan
 from xdsl.passes import ModulePass
 
 from nasir.dialects import nest, nn
-from nasir.dialects.nest import Schedule, expr_range
+from nasir.dialects.nest import Schedule, expr_bounds, expr_range
 from nasir.dialects.nn import shape_of
 from nasir.errors import LoweringError
 from nasir.lowering.default_schedule import schedule_for
@@ -67,6 +67,10 @@ from nasir.model import main_func, sanitize
 Shape = tuple[int, ...]
 
 IDENTITY = {"mac": 0.0, "avg": 0.0, "max": -math.inf}
+MAX_PEELED_LOOPS = 1
+"""Nested outer loops split into border iterations and an interior (each copies the loop body)."""
+MAX_PEELED_ITERATIONS = 4
+"""Border iterations a loop may peel (each is a copy of its body with constant indices)."""
 
 
 @dataclass
@@ -196,9 +200,12 @@ class NestEmitter:
             raise LoweringError(f"{where}: parallel loop '{sched.parallel}' must be outside the reduction loops")
         if sched.pack:
             layouts = ", ".join(f"input {k} as {v}" for k, v in sorted(sched.pack.items()))
-            raise LoweringError(f"{where}: the llvm backend does not implement packed layouts yet ({layouts}); "
-                                f"remove the pack transform for this target")
+            raise LoweringError(f"{where}: the llvm backend packs weights only, at compile time (pass "
+                                f"pack-weights); packed activations are not implemented ({layouts}): remove "
+                                f"the pack transform for them")
         self.ivs: dict[str, Lin] = {}
+        self.ranges: dict[str, tuple[int, int]] = {}
+        self.peeled = 0
 
     # Loop structure ---------------------------------------------------------------------------
     def _derivation(self):
@@ -270,11 +277,79 @@ class NestEmitter:
                 raise LoweringError(f"nest '{self.spec.name}': non-affine product {expr}")
             return b.lin_scale(self.eval(lhs, dims), rhs.value)
         lhs = self.eval(expr.lhs, dims)
-        if lhs.c or not isinstance(expr.rhs, AffineConstantExpr):
+        if not isinstance(expr.rhs, AffineConstantExpr):
+            raise LoweringError(f"nest '{self.spec.name}': non-affine '{expr}'")
+        split = self.split_lanes(lhs, expr.rhs.value, expr.kind)
+        if split is not None:
+            return split
+        if lhs.c:
             raise LoweringError(f"nest '{self.spec.name}': '{expr}' of the vector loop is not supported")
         kind = {AffineBinaryOpKind.FloorDiv: arith.FloorDivSIOp, AffineBinaryOpKind.CeilDiv: arith.CeilDivSIOp,
                 AffineBinaryOpKind.Mod: arith.RemSIOp}[expr.kind]
         return Lin(b.add(kind(b.scalar(lhs), b.idx(expr.rhs.value))))
+
+    def split_lanes(self, a: Lin, f: int, kind: AffineBinaryOpKind) -> Lin | None:
+        """`a floordiv f` / `a mod f` without division ops when `f` divides `a.s` and the lanes
+        `a.k + a.c * lane` stay in one block of `f` (a packed layout read by a vector loop that
+        matches its block): (16 * s + k + lane) floordiv 16 = s + k // 16 for k % 16 + lane < 16."""
+        lanes = a.c * ((self.width or 1) - 1)
+        if f <= 0 or a.align % f or a.c < 0 or a.k % f + lanes >= f:
+            return None
+        if kind == AffineBinaryOpKind.Mod:
+            return Lin(None, a.k % f, a.c)
+        if kind == AffineBinaryOpKind.FloorDiv:
+            s = None if a.s is None else self.b.add(arith.FloorDivSIOp(a.s, self.b.idx(f)))
+            return Lin(s, a.k // f, 0, a.align // f)
+        return None
+
+    def dim_range(self, name: str) -> tuple[int, int]:
+        """Smallest and largest value of a dim or loop at the current point of emission: bound
+        loops by the iterations they run (a peeled one by its constant), others by their extent."""
+        if name in self.ranges:
+            return self.ranges[name]
+        if name in self.extent:
+            return 0, self.extent[name] - 1
+        if name in self.fused_into:
+            return 0, dict(self.spec.dims)[name] - 1
+        _, factor = self.split_extents[name]
+        (olo, ohi), (ilo, ihi) = self.dim_range(f"{name}.o"), self.dim_range(f"{name}.i")
+        return olo * factor + ilo, ohi * factor + ihi
+
+    def bounds_checks(self, k: int) -> tuple[list[int], bool]:
+        """Axes of input `k` whose reads may leave it at the current point, and whether every
+        read does (then the read is padding everywhere)."""
+        ranges = [self.dim_range(n) for n, _ in self.spec.dims]
+        shape, checks = self.spec.in_shapes[k], []
+        for a, e in enumerate(self.spec.maps[k].results):
+            lo, hi = expr_bounds(e, ranges)
+            if hi < 0 or lo >= shape[a]:
+                return [], True
+            if lo < 0 or hi >= shape[a]:
+                checks.append(a)
+        return checks, False
+
+    def _checks_everywhere(self) -> frozenset:
+        return frozenset((k, a) for k in range(len(self.spec.maps)) for a in self.bounds_checks(k)[0])
+
+    def interior(self, name: str) -> tuple[int, int] | None:
+        """[a, b): the longest run of iterations of outer loop `name` needing the fewest bounds
+        checks (a padded conv's interior rows / tiles), None when every iteration needs the same."""
+        extent = self.extent[name]
+        saved = self.ranges
+        self.ranges = {n: saved[n] for n in self.outer[: self.outer.index(name)]}  # loops around it
+        needs = []
+        for v in range(extent):
+            self.ranges[name] = (v, v)
+            needs.append(self._checks_everywhere())
+        self.ranges = saved
+        fewest = min(needs, key=len)
+        best, start = (0, 0), None
+        for v, need in enumerate(needs + [None]):
+            if need == fewest and start is None:
+                start = v
+            elif need != fewest and start is not None:
+                best, start = max(best, (start, v), key=lambda r: r[1] - r[0]), None
+        return None if best == (0, extent) else best
 
     def mask(self, conds: list[tuple[Lin, int]]) -> SSAValue | None:
         return self.b.all_of([self.b.below(a, size, self.width) for a, size in conds])
@@ -283,16 +358,14 @@ class NestEmitter:
         """Input k at the current point (lanes), and the in-bounds mask when reads may leave the input."""
         b, spec = self.b, self.spec
         shape = spec.in_shapes[k]
-        extents = [e for _, e in spec.dims]
         idx = [self.eval(e, dims) for e in spec.maps[k].results]
-        conds = list(extra)
-        for a, e in enumerate(spec.maps[k].results):
-            lo, hi = expr_range(e, extents)
-            if lo < 0 or hi >= shape[a]:
-                conds.append((idx[a], shape[a]))
+        checks, outside = self.bounds_checks(k)
+        conds, guard_outside = static_bounds(list(extra) + [(idx[a], shape[a]) for a in checks], self.width or 1)
+        w = self.width
+        if outside or guard_outside:
+            return b.const(identity, f32 if w is None else VectorType(f32, [w])), None
         ref = self.ins[k]
         m = self.mask(conds)
-        w = self.width
         strides = [math.prod(shape[a + 1:]) for a in range(len(shape))]
         lane_stride = sum(l.c * s for l, s in zip(idx, strides))
         if w is None or lane_stride == 0:
@@ -345,8 +418,9 @@ class NestEmitter:
     def emit(self) -> None:
         self._outer(0)
 
-    def _bind(self, name: str, lin: Lin) -> None:
+    def _bind(self, name: str, lin: Lin, lo: int = 0, hi: int | None = None) -> None:
         self.ivs[name] = lin
+        self.ranges[name] = (lin.k, lin.k) if lin.constant else (lo, self.extent[name] - 1 if hi is None else hi)
 
     def _outer(self, i: int) -> None:
         b, sched = self.b, self.spec.schedule
@@ -355,15 +429,30 @@ class NestEmitter:
         name = self.outer[i]
         extent = self.extent[name]
 
-        def body(iv, carried):
-            self._bind(name, Lin(iv))
+        def body(iv, carried, lo=0, hi=None):
+            self._bind(name, b.lin(iv), lo, hi)
             self._outer(i + 1)
             return carried
 
         if name == sched.parallel and extent > 1:
             b.parallel(extent, lambda iv: body(iv, []))
-        else:
+            return
+        inner = self.interior(name) if extent > 1 and self.peeled < MAX_PEELED_LOOPS else None
+        if inner is None or extent - (inner[1] - inner[0]) > MAX_PEELED_ITERATIONS:
             b.loop(extent, sched.unroll.get(name, 1), [], body)
+            return
+        # index-set split: border iterations with constant indices, the interior without checks
+        self.peeled += 1
+        lo, hi = inner
+        for v in range(lo):
+            body(b.idx(v), [])
+        if hi - lo == 1:
+            body(b.idx(lo), [])
+        else:
+            b.for_(lo, hi, 1, [], lambda iv, c: body(iv, c, lo, hi - 1))
+        for v in range(hi, extent):
+            body(b.idx(v), [])
+        self.peeled -= 1
 
     def _point_block(self) -> None:
         """Inside the outer loops: guards, accumulators, reduction loops, epilogue and stores."""
@@ -410,6 +499,7 @@ class NestEmitter:
                 v, _ = self.read(0, dims, cond_list(), spec.pad)
                 self._finish(v, dims, cond_list())
             return
+        zero = b.const(0.0, ty)
         init = [b.const(IDENTITY[kind], ty) for _ in points] + ([b.const(0.0, ty)] * len(points) if counting else [])
 
         def update(carried):
@@ -421,9 +511,12 @@ class NestEmitter:
                 if kind == "mac":
                     x, _ = self.read(0, dims, conds, 0.0)
                     y, _ = self.read(1, dims, conds, 0.0)
-                    accs[t] = b.fma(x, y, accs[t])
+                    if zero not in (x, y):  # padding adds nothing
+                        accs[t] = b.fma(x, y, accs[t])
                 else:
                     x, m = self.read(0, dims, conds, IDENTITY[kind])
+                    if x is b.const(IDENTITY[kind], ty):  # padding: neither a value nor a count
+                        continue
                     accs[t] = b.binary("max" if kind == "max" else "add", accs[t], x)
                     if counting:
                         if m is None:
@@ -441,7 +534,7 @@ class NestEmitter:
             name = self.red[i]
 
             def body(iv, c):
-                self._bind(name, Lin(iv))
+                self._bind(name, b.lin(iv))
                 return red(i + 1, c)
 
             return b.loop(self.extent[name], spec.schedule.unroll.get(name, 1), carried, body)
@@ -466,6 +559,20 @@ class NestEmitter:
             operands = [self.read(k, dims, conds, 0.0)[0] for k in refs]
             v = epilogue(b, kind, v, operands, params)
         self.write(v, dims, conds)
+
+
+def static_bounds(conds: list[tuple[Lin, int]], width: int) -> tuple[list[tuple[Lin, int]], bool]:
+    """The conditions `0 <= a < size` that depend on loop values, and whether one of the others is
+    false on every lane (the read is padding: a tile point on the border of a small image)."""
+    kept, outside = [], False
+    for a, size in conds:
+        if a.s is None:
+            lanes = [a.k + a.c * j for j in range(width)]
+            if all(0 <= v < size for v in lanes):
+                continue
+            outside |= not any(0 <= v < size for v in lanes)
+        kept.append((a, size))
+    return kept, outside
 
 
 def epilogue(b: LoopBuilder, kind: str, v: SSAValue, operands: list[SSAValue], params: list[float]) -> SSAValue:

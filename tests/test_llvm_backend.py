@@ -231,12 +231,22 @@ def test_unsupported_schedule_names_the_nest():
         compile_llvm(lowered)
 
 
-def test_pack_schedule_is_refused_not_ignored():
+@pytest.mark.parametrize("layout", ["OIHW8o", "OIHW4i8o", "HWIO"])
+def test_packed_weights_are_packed_at_compile_time(layout):
+    """A schedule that packs a weight reads it in that layout (pack-weights), same numbers as torch."""
+    wt, x = rand(16, 8, 3, 3), rand(1, 8, 9, 9)
+    model = build([(1, 8, 9, 9)], lambda a, W: [nn.Conv2DOp.new(a[0], W("w", wt), pads=(1,) * 4).named("conv")])
+    packed = model.transform(f'convert-nn-to-nest,pack{{operand=1 layout="{layout}"}}')
+    want = F.conv2d(torch.from_numpy(x), torch.from_numpy(wt), padding=1).numpy()
+    np.testing.assert_allclose(run(packed, x), want, rtol=1e-4, atol=1e-4)
+
+
+def test_packed_activations_are_refused_not_ignored():
     """A packed layout the lowering cannot produce must be an error naming the layer, never ignored."""
     from nasir.errors import LoweringError
 
     wt, x = rand(8, 8, 3, 3), rand(1, 8, 8, 8)
     model = build([(1, 8, 8, 8)], lambda a, W: [nn.Conv2DOp.new(a[0], W("w", wt), pads=(1,) * 4).named("conv")])
-    packed = model.transform('convert-nn-to-nest,pack{operand=1 layout="OIHW8o"}')
-    with pytest.raises(LoweringError, match="nest 'conv'.*packed layouts"):
+    packed = model.transform('convert-nn-to-nest,pack{operand=0 layout="NCHW8c"}')
+    with pytest.raises(LoweringError, match="nest 'conv'.*packed activations"):
         compile_llvm(packed)

@@ -310,6 +310,13 @@ _LAYOUT = re.compile(r"([A-Z])|([0-9]+)([a-z])")
 _AXES = {(True, 4): "OIHW", (False, 4): "NCHW", (True, 2): "OI", (False, 2): "NC", (True, 1): "O", (False, 1): "C"}
 
 
+def operand_axes(op: nest.ComputeOp, k: int) -> str | None:
+    """Axis letters of input `k` of a nest for `pack` layouts ("OIHW" for a conv weight), None for
+    ranks without letters."""
+    value = op.inputs[k]
+    return _AXES.get((isinstance(value.owner, nn.WeightOp), len(shape_of(value))))
+
+
 def parse_layout(layout: str) -> list[tuple[str, int]]:
     """`"NCHW16c"` -> [(N, 0), (C, 0), (H, 0), (W, 0), (C, 16)]: the axes in order, then the blocks.
 
@@ -344,8 +351,7 @@ class PackPass(ScheduleEdit):
         return []
 
     def axes(self, op: nest.ComputeOp) -> str | None:
-        value = op.inputs[self.operand]
-        return _AXES.get((isinstance(value.owner, nn.WeightOp), len(shape_of(value))))
+        return operand_axes(op, self.operand)
 
     def lacks(self, op, order):
         if not 0 <= self.operand < len(op.inputs):
