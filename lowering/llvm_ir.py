@@ -53,10 +53,10 @@ def optimize(ir_text: str, target: HostTarget | None = None):
     mod.verify()
     tm = target.target_machine()
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
-    pto.loop_vectorization = True
-    pto.slp_vectorization = True
+    pto.loop_vectorization = False
+    pto.slp_vectorization = False
     pto.loop_unrolling = True
-    pto.loop_interleaving = True
+    pto.loop_interleaving = False
     pb = llvm.create_pass_builder(tm, pto)
     pm = pb.getModulePassManager()
     pm.run(mod, pb)

@@ -150,6 +150,11 @@ class LoopBuilder:
             carried = self.for_(main, extent, 1, carried, body)
         return carried
 
+    def for_lanes(self, width: int, body: Callable[[SSAValue], None]) -> None:
+        """`body(lane)` for each lane of a vector, as a loop (LLVM unrolls it; emitting it
+        unrolled would multiply the IR of every register-tile point by the width)."""
+        self.for_(0, width, 1, [], lambda iv, carried: (body(iv), carried)[1])
+
     def parallel(self, extent: int, body: Callable[[SSAValue], None]) -> None:
         """A loop whose iterations may run on different threads (`scf.parallel`)."""
         block = Block(arg_types=[index])
@@ -193,6 +198,11 @@ class LoopBuilder:
     def lin_scale(self, a: Lin, m: int) -> Lin:
         s = None if a.s is None or m == 0 else a.s if m == 1 else self.muli(a.s, self.idx(m))
         return Lin(s, a.k * m, a.c * m, a.align * abs(m))
+
+    def lane(self, a: Lin, lane: SSAValue) -> SSAValue:
+        """The index of lane `lane` (an SSA index) as one SSA value."""
+        scaled = lane if a.c == 1 else self.muli(lane, self.idx(a.c))
+        return self.addi(self.scalar(a), scaled) if a.c else self.scalar(a)
 
     def scalar(self, a: Lin, lane: int = 0) -> SSAValue:
         """The index of lane `lane` as one SSA value."""

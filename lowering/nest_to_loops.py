@@ -391,8 +391,8 @@ class NestEmitter:
             wide = b.vload(ref, at, w * lane_stride, wide_mask, identity)
             return b.shuffle(wide, wide, [j * lane_stride for j in range(w)]), m
         buf = b.lanes_buffer(w)
-        for j in range(w):
-            b.store(b.load(ref, [b.clamp(b.scalar(l, j), s) for l, s in zip(idx, shape)]), buf, [b.idx(j)])
+        b.for_lanes(w, lambda j: b.store(b.load(ref, [b.clamp(b.lane(l, j), s) for l, s in zip(idx, shape)]),
+                                         buf, [j]))
         return b.vload(buf, [b.idx(0)], w, m, identity), m
 
     def write(self, value: SSAValue, dims: list[Lin], conds: list[tuple[Lin, int]]) -> None:
@@ -408,11 +408,14 @@ class NestEmitter:
         else:
             buf = b.lanes_buffer(self.width)
             b.vstore(value, buf, [b.idx(0)], None)
-            for j in range(self.width):
-                def put(j=j):
-                    b.store(b.load(buf, [b.idx(j)]), self.out, [b.scalar(l, j) for l in idx])
-                lane_ok = b.all_of([b.add(arith.CmpiOp(b.scalar(a, j), b.idx(size), "ult")) for a, size in conds])
+
+            def lane(j):
+                def put():
+                    b.store(b.load(buf, [j]), self.out, [b.lane(l, j) for l in idx])
+                lane_ok = b.all_of([b.add(arith.CmpiOp(b.lane(a, j), b.idx(size), "ult")) for a, size in conds])
                 b.if_(lane_ok, put) if lane_ok is not None else put()
+
+            b.for_lanes(self.width, lane)
 
     # The nest ---------------------------------------------------------------------------------
     def emit(self) -> None:
