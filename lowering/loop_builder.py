@@ -166,15 +166,13 @@ class LoopBuilder:
         self.in_block(block, inner)
         self.add(scf.ParallelOp([self.idx(0)], [self.idx(extent)], [self.idx(1)], Region(block)))
 
-    def if_(self, cond: SSAValue, body: Callable[[], None]) -> None:
-        block = Block()
-
-        def inner():
-            body()
-            self.add(scf.YieldOp())
-
-        self.in_block(block, inner)
-        self.add(scf.IfOp(cond, [], Region(block)))
+    def if_(self, cond: SSAValue, body: Callable[[], None], orelse: Callable[[], None] | None = None) -> None:
+        regions = []
+        for branch in (body, orelse) if orelse is not None else (body,):
+            block = Block()
+            self.in_block(block, lambda branch=branch: (branch(), self.add(scf.YieldOp())))
+            regions.append(Region(block))
+        self.add(scf.IfOp(cond, [], *regions))
 
     # Index arithmetic -------------------------------------------------------------------------
     def pure(self, key: tuple, make: Callable[[], SSAValue]) -> SSAValue:

@@ -273,17 +273,24 @@ class FuncLowering:
         self.block = exit_block
 
     def lower_if(self, op: scf.IfOp) -> None:
-        if op.results or op.false_region.blocks:
-            raise LoweringError("convert-loops-to-llvm: only scf.if without results or else branch is supported")
-        then = self.new_block()
+        if op.results:
+            raise LoweringError("convert-loops-to-llvm: only scf.if without results is supported")
         cur = self.block
-        self.block = then
-        for o in op.true_region.block.ops:
-            if not isinstance(o, scf.YieldOp):
-                self.lower(o)
+        branches = []
+        for region in (op.true_region, op.false_region):
+            if not region.blocks:
+                continue
+            self.block = self.new_block()
+            branches.append((self.block, region))
+            for o in region.block.ops:
+                if not isinstance(o, scf.YieldOp):
+                    self.lower(o)
+            branches[-1] = (branches[-1][0], self.block)  # where the branch ends
         merge = self.new_block()
-        self.add(llvm.BrOp(merge))
-        cur.add_op(llvm.CondBrOp(self.v(op.cond), then, [], merge, []))
+        for _, end in branches:
+            end.add_op(llvm.BrOp(merge))
+        orelse = branches[1][0] if len(branches) == 2 else merge
+        cur.add_op(llvm.CondBrOp(self.v(op.cond), branches[0][0], [], orelse, []))
         self.block = merge
 
     def lower_parallel(self, op: scf.ParallelOp) -> None:

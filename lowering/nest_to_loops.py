@@ -67,10 +67,6 @@ from nasir.model import main_func, sanitize
 Shape = tuple[int, ...]
 
 IDENTITY = {"mac": 0.0, "avg": 0.0, "max": -math.inf}
-MAX_PEELED_LOOPS = 1
-"""Nested outer loops split into border iterations and an interior (each copies the loop body)."""
-MAX_PEELED_ITERATIONS = 4
-"""Border iterations a loop may peel (each is a copy of its body with constant indices)."""
 
 
 @dataclass
@@ -205,7 +201,6 @@ class NestEmitter:
                                 f"the pack transform for them")
         self.ivs: dict[str, Lin] = {}
         self.ranges: dict[str, tuple[int, int]] = {}
-        self.peeled = 0
 
     # Loop structure ---------------------------------------------------------------------------
     def _derivation(self):
@@ -335,13 +330,11 @@ class NestEmitter:
         """[a, b): the longest run of iterations of outer loop `name` needing the fewest bounds
         checks (a padded conv's interior rows / tiles), None when every iteration needs the same."""
         extent = self.extent[name]
-        saved = self.ranges
-        self.ranges = {n: saved[n] for n in self.outer[: self.outer.index(name)]}  # loops around it
         needs = []
         for v in range(extent):
             self.ranges[name] = (v, v)
             needs.append(self._checks_everywhere())
-        self.ranges = saved
+        del self.ranges[name]
         fewest = min(needs, key=len)
         best, start = (0, 0), None
         for v, need in enumerate(needs + [None]):
@@ -419,11 +412,12 @@ class NestEmitter:
 
     # The nest ---------------------------------------------------------------------------------
     def emit(self) -> None:
+        self.box = self.interior_box()
         self._outer(0)
 
-    def _bind(self, name: str, lin: Lin, lo: int = 0, hi: int | None = None) -> None:
+    def _bind(self, name: str, lin: Lin) -> None:
         self.ivs[name] = lin
-        self.ranges[name] = (lin.k, lin.k) if lin.constant else (lo, self.extent[name] - 1 if hi is None else hi)
+        self.ranges[name] = (lin.k, lin.k) if lin.constant else (0, self.extent[name] - 1)
 
     def _outer(self, i: int) -> None:
         b, sched = self.b, self.spec.schedule
@@ -432,33 +426,49 @@ class NestEmitter:
         name = self.outer[i]
         extent = self.extent[name]
 
-        def body(iv, carried, lo=0, hi=None):
-            self._bind(name, b.lin(iv), lo, hi)
+        def body(iv, carried):
+            self._bind(name, b.lin(iv))
             self._outer(i + 1)
             return carried
 
         if name == sched.parallel and extent > 1:
             b.parallel(extent, lambda iv: body(iv, []))
-            return
-        inner = self.interior(name) if extent > 1 and self.peeled < MAX_PEELED_LOOPS else None
-        if inner is None or extent - (inner[1] - inner[0]) > MAX_PEELED_ITERATIONS:
-            b.loop(extent, sched.unroll.get(name, 1), [], body)
-            return
-        # index-set split: border iterations with constant indices, the interior without checks
-        self.peeled += 1
-        lo, hi = inner
-        for v in range(lo):
-            body(b.idx(v), [])
-        if hi - lo == 1:
-            body(b.idx(lo), [])
         else:
-            b.for_(lo, hi, 1, [], lambda iv, c: body(iv, c, lo, hi - 1))
-        for v in range(hi, extent):
-            body(b.idx(v), [])
-        self.peeled -= 1
+            b.loop(extent, sched.unroll.get(name, 1), [], body)
 
     def _point_block(self) -> None:
-        """Inside the outer loops: guards, accumulators, reduction loops, epilogue and stores."""
+        """Inside the outer loops: the tile in two versions when the outer loops have an interior
+        box (a padded conv's inner rows and tiles): there without bounds checks, elsewhere with."""
+        b = self.b
+        if not self.box:
+            return self._guarded_tile()
+        inside = b.all_of([b.below(b.lin_add(self.ivs[n], Lin(None, -lo)), hi + 1 - lo, None)
+                           for n, (lo, hi) in self.box.items()])
+
+        def unchecked():
+            saved = dict(self.ranges)
+            self.ranges.update(self.box)
+            self._guarded_tile()
+            self.ranges = saved
+
+        b.if_(inside, unchecked, self._guarded_tile)
+
+    def interior_box(self) -> dict[str, tuple[int, int]]:
+        """For each outer loop with an interior (see `interior`), its iterations there, when
+        together they remove bounds checks; {} otherwise."""
+        box = {}
+        for name in self.outer:
+            inner = self.interior(name) if self.extent[name] > 1 else None
+            if inner is not None:
+                box[name] = (inner[0], inner[1] - 1)
+        everywhere = self._checks_everywhere()
+        self.ranges.update(box)
+        fewer = self._checks_everywhere() < everywhere
+        self.ranges.clear()
+        return box if fewer else {}
+
+    def _guarded_tile(self) -> None:
+        """Guards of split tails, then the tile."""
         b = self.b
         bound = set(self.outer)
         outer_guards, inner_guards = [], []
