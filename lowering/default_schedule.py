@@ -156,7 +156,12 @@ def spatial_vector_schedule(n, width: int) -> Schedule:
             rows = (7, 4, 2) if not strided or len(n.dims) - n.npar > 1 else ()
             pairs = [(c, r) for c in cols for r in rows
                      if row is not None and row[1] % r == 0 and c * r <= MAX_ACCUMULATORS]
-            c, r = pairs[0] if pairs else (cols[0] if cols else None, None)
+            if pairs:
+                c, r = pairs[0]
+            elif cols:
+                c, r = cols[0], None
+            else:  # one output channel per group (depthwise): rows alone share the input rows
+                c, r = None, next((r for r in rows if row is not None and row[1] % r == 0), None)
             if r is not None:
                 tile += _tile_loop(sched, loops, row[0], row[1], r)
             if c is not None:

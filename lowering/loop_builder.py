@@ -280,6 +280,22 @@ class LoopBuilder:
         ty = VectorType(a.type.element_type, [len(lanes)])
         return self.add(vector.ShuffleOp(a, b, DenseArrayBase.from_list(i64, lanes), result_type=ty))
 
+    def transpose(self, vectors: list[SSAValue], width: int, lanes: int) -> list[SSAValue]:
+        """`rows[l][p] = vectors[p][l]`: `width` vectors of `lanes` lanes (a power of two >=
+        len(vectors); missing rows are zero) from vectors of `width` lanes. Pairs of vectors
+        interleave their groups of values log2(lanes) times, then each row is one slice."""
+        zero = self.const(0.0, VectorType(f32, [width]))
+        level = list(vectors) + [zero] * (lanes - len(vectors))
+        group = 1
+        while len(level) > 1:
+            n = width * group  # lanes of each vector at this level
+            mask = [k for l in range(width) for k in [*range(l * group, (l + 1) * group),
+                                                      *range(n + l * group, n + (l + 1) * group)]]
+            level = [self.shuffle(a, c, mask) for a, c in zip(level[::2], level[1::2])]
+            group *= 2
+        cat = level[0]
+        return [self.shuffle(cat, cat, list(range(l * lanes, (l + 1) * lanes))) for l in range(width)]
+
     def splat(self, value: SSAValue, width: int) -> SSAValue:
         return self.add(vector.BroadcastOp(value, VectorType(value.type, [width])))
 

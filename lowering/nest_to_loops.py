@@ -60,7 +60,7 @@ from nasir.dialects import nest, nn
 from nasir.dialects.nest import Schedule, expr_bounds, expr_range
 from nasir.dialects.nn import shape_of
 from nasir.errors import LoweringError
-from nasir.lowering.default_schedule import schedule_for
+from nasir.lowering.default_schedule import schedule_for, stride_of
 from nasir.lowering.loop_builder import Lin, LoopBuilder
 from nasir.model import main_func, sanitize
 
@@ -553,6 +553,9 @@ class NestEmitter:
             return b.loop(self.extent[name], spec.schedule.unroll.get(name, 1), carried, body)
 
         accs = red(0, init)
+        row = self.transposed_row() if kind == "mac" else None
+        if row is not None:
+            return self._finish_transposed(row, points, accs, set_point, cond_list)
         for t, p in enumerate(points):
             set_point(p)
             dims = self._dims()
@@ -562,6 +565,45 @@ class NestEmitter:
                     float(math.prod(e for _, e in spec.dims[spec.npar:])), ty)
                 v = b.binary("div", v, count)
             self._finish(v, dims, cond_list())
+
+    def transposed_row(self) -> str | None:
+        """The register-tile loop to store along when the vector lanes are strided in the output
+        (lanes over channels): a tile loop of 2..width points contiguous in the output (conv's ow)."""
+        if self.vec is None:
+            return None
+        names = [n for n, _ in self.spec.dims]
+        strides = {n: stride_of(self.spec.out_map, self.spec.out_shape, names.index(n)) for n in names}
+        if strides[sorted(self._origins(self.vec))[0]] == 1:
+            return None
+        return next((t for t in self.tile if 1 < self.extent[t] <= self.width
+                     and [strides[d] for d in self._origins(t)] == [1]), None)
+
+    def _finish_transposed(self, row: str, points, accs, set_point, cond_list) -> None:
+        """Epilogue and stores of a tile whose lanes are strided in the output: the accumulators
+        of the `row` points are transposed in registers (log2 rounds of shuffles), so that each
+        lane's values along `row` are one contiguous vector, and the epilogue runs on those:
+
+            acc[ow = p] : vector<16 x f32> over co   ->   out[co = l] : vector<r x f32> over ow
+        """
+        b, width = self.b, self.width
+        pos = self.tile.index(row)
+        groups: dict[tuple, list] = {}
+        for t, p in enumerate(points):
+            groups.setdefault(p[:pos] + p[pos + 1:], []).append(accs[t])
+        r = self.extent[row]
+        lanes = 1 << (r - 1).bit_length()  # rows padded to a power of two lanes
+        saved = self.width
+        for p, values in zip(groups, groups.values()):
+            rows = b.transpose(values, width, lanes)
+            set_point(p[:pos] + (0,) + p[pos:])
+            self.width = lanes
+            self._bind(row, Lin(None, 0, 1))
+            for lane, v in enumerate(rows):
+                self._bind(self.vec, Lin(None, lane))
+                conds = cond_list() + ([(self.ivs[row], r)] if lanes > r else [])
+                self._finish(v, self._dims(), conds)
+            self.width = saved
+            self._bind(self.vec, Lin(None, 0, 1))
 
     def _first_loop(self, name: str) -> str:
         return sorted(self._loops_of(name))[0]

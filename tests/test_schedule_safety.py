@@ -1,0 +1,109 @@
+"""Every schedule the default scheduler can pick stays in bounds and keeps the numbers (issue 5).
+
+Odd sizes (7x7, 13x13, 1x1 images, channel counts the vector width does not divide, stride 2 on
+odd inputs, tails of register tiles) under both schedule families: lanes over the output width
+(`spatial_vector_schedule`) and lanes over output channels from packed weights
+(`channel_vector_schedule`, every register tile shape it can choose, tails included). The conv
+carries a bias, a residual add and a ReLU in its epilogue; the oracle is PyTorch.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from nasir.dialects import nest, nn
+from nasir.lowering.default_schedule import (
+    ChannelPlan,
+    channel_vector_plan,
+    channel_vector_schedule,
+    nest_shape,
+    schedule_for,
+    spatial_vector_schedule,
+)
+from nasir.lowering.llvm_target import host_target
+from test_llvm_backend import build, rand, run
+
+WIDTH = host_target().vector_width
+
+CONVS = [  # (c, o, h, w, k, stride, pad, groups)
+    (5, 2 * WIDTH, 7, 7, 3, 1, 1, 1),  # 7x7 image, odd ci
+    (3, WIDTH, 13, 13, 3, 2, 1, 1),  # 13x13, stride 2 on an odd input
+    (8, 3 * WIDTH, 1, 1, 1, 1, 0, 1),  # 1x1 image
+    (7, 20, 13, 13, 3, 1, 1, 1),  # co not a multiple of the vector width: spatial only
+    (2 * WIDTH, 2 * WIDTH, 15, 15, 3, 2, 1, 2),  # grouped, a vector of channels per group
+    (12, 12, 13, 13, 3, 1, 1, 12),  # depthwise 13x13
+    (WIDTH, 4 * WIDTH, 9, 11, 1, 2, 0, 1),  # 1x1 stride 2, odd and not square
+    (3, WIDTH, 17, 17, 7, 2, 3, 1),  # a stem: 7x7 window, stride 2, pad 3
+]
+
+
+def conv_model(c, o, h, w, k, stride, pad, groups):
+    """conv(+bias) + residual + relu as nasir IR (fused into one nest), inputs, PyTorch's answer."""
+    wt, b, x = rand(o, c // groups, k, k), rand(o), rand(1, c, h, w)
+    oh, ow = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
+    r = rand(1, o, oh, ow)
+
+    def body(a, W):
+        conv = nn.Conv2DOp.new(a[0], W("w", wt), W("b", b), (stride, stride), (pad,) * 4, (1, 1), groups).named("conv")
+        add = nn.AddOp.new(conv.result, a[1])
+        return [conv, add, nn.ReluOp.new(add.result)]
+
+    model = build([(1, c, h, w), (1, o, oh, ow)], body)
+    ref = F.relu(F.conv2d(torch.tensor(x), torch.tensor(wt), torch.tensor(b), stride, pad, 1, groups) + torch.tensor(r))
+    return model, (x, r), ref.numpy()
+
+
+def candidate_schedules(shape):
+    """The spatial schedule and every channel-vector register tile (r_col blocks x r_row points)."""
+    yield "spatial", spatial_vector_schedule(shape, WIDTH)
+    plan = channel_vector_plan(shape, WIDTH)
+    if plan is None:
+        return
+    blocks = plan.col_extent // WIDTH
+    for r_col, r_row in itertools.product([r for r in (1, 2, 3, 4) if blocks % r == 0],
+                                          sorted({1, 3, 5, plan.row_extent})):
+        tile = ChannelPlan(plan.col, plan.col_extent, r_col, plan.row, plan.row_extent, r_row, plan.efficiency)
+        yield f"channel {r_col}x{r_row}", channel_vector_schedule(shape, tile, WIDTH)
+
+
+def with_schedule(model, schedule):
+    """The model at the nest level with `schedule` on its conv nest (default-schedule keeps it)."""
+    lowered = model.transform("convert-nn-to-nest,fuse-epilogue")
+    [conv] = [op for op in lowered.module.walk() if isinstance(op, nest.ComputeOp) and op.kind == "mac"]
+    conv.properties["schedule"] = schedule.to_attr()
+    return lowered
+
+
+def conv_shape(model):
+    lowered = model.transform("convert-nn-to-nest,fuse-epilogue")
+    return nest_shape(next(op for op in lowered.module.walk() if isinstance(op, nest.ComputeOp) and op.kind == "mac"))
+
+
+@pytest.mark.parametrize("conv", CONVS, ids=lambda c: "x".join(map(str, c)))
+def test_every_candidate_schedule_keeps_the_numbers(conv):
+    model, inputs, ref = conv_model(*conv)
+    schedules = list(candidate_schedules(conv_shape(model)))
+    assert schedules
+    for name, schedule in schedules:
+        got = run(with_schedule(model, schedule), *inputs)
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4, err_msg=f"{conv}: {name} {schedule}")
+
+
+def test_channel_vector_schedule_is_chosen_where_spatial_lanes_idle():
+    """7x7 images and stride 2 leave most lanes over ow idle: the scheduler vectorises channels there,
+    and keeps lanes over ow for a wide stride-1 image whose 1x1 reduction is too short to pay for
+    lane-by-lane stores."""
+    def chosen(conv):
+        return schedule_for(conv_shape(conv_model(*conv)[0]), WIDTH)
+
+    small = chosen((64, 64, 7, 7, 3, 1, 1, 1))
+    assert small.vector == "co.i" and small.pack == {1: f"OIHW{WIDTH}o"}
+    strided = chosen((64, 128, 28, 28, 3, 2, 1, 1))
+    assert strided.vector == "co.i"
+    wide_1x1 = chosen((16, 64, 64, 64, 1, 1, 0, 1))
+    assert wide_1x1.vector.startswith("ow") and not wide_1x1.pack
