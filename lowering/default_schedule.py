@@ -255,8 +255,10 @@ def channel_vector_plan(n, width: int) -> ChannelPlan | None:
             if best is None or score > best[0]:
                 best = (score, r_col, r_row, used)
     _, r_col, r_row, used = best
-    # a lane-strided output: each finished vector is stored lane by lane (~2 ops per lane)
-    efficiency = used * red / (red + 2 * width)
+    # a lane-strided output: the tile is transposed in registers (log2 rounds of shuffles), then
+    # stored as `width` rows of r_row lanes
+    lanes = 1 << (r_row - 1).bit_length()
+    efficiency = used * red / (red + width / r_row + math.log2(lanes) + 1)
     return ChannelPlan(col[0], col[1], r_col, row[0], row[1], r_row, efficiency)
 
 
