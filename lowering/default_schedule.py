@@ -1,7 +1,13 @@
 """default-schedule: give every nest without a schedule a first sensible one for the CPU.
 
-Runs on nest IR before nest-bufferize. The schedule is data (see `nest.Schedule`) that
-convert-nest-to-loops reads; the performance work replaces this pass, not the lowering:
+Runs on nest IR before pack-weights and nest-bufferize. The schedule is data (see `nest.Schedule`)
+that convert-nest-to-loops reads. Two families, chosen per nest by the estimated fraction of vector
+lanes doing useful work (`spatial_efficiency` vs `ChannelPlan.efficiency`):
+
+- channel (`channel_vector_schedule`, for convs/gemms whose weight has output channels first and a
+  multiple of the vector width of them per group): lanes over output channels from weights packed
+  `OIHW16o`, see its docstring. Small images, strided convs and stems take it;
+- spatial (`spatial_vector_schedule`), everything else:
 
 - the vector loop is a parallel dim that is contiguous in the output (stride 1), split by the
   target's vector width (16 floats with AVX-512) when longer, and placed innermost;

@@ -299,7 +299,7 @@ class NestEmitter:
 
     def dim_range(self, name: str) -> tuple[int, int]:
         """Smallest and largest value of a dim or loop at the current point of emission: bound
-        loops by the iterations they run (a peeled one by its constant), others by their extent."""
+        loops by the iterations they run (an unrolled one by its constant), others by their extent."""
         if name in self.ranges:
             return self.ranges[name]
         if name in self.extent:
@@ -598,6 +598,7 @@ class NestEmitter:
             set_point(p[:pos] + (0,) + p[pos:])
             self.width = lanes
             self._bind(row, Lin(None, 0, 1))
+            self.ranges[row] = (0, lanes - 1)  # padded lanes read past the tile: keep their checks
             for lane, v in enumerate(rows):
                 self._bind(self.vec, Lin(None, lane))
                 conds = cond_list() + ([(self.ivs[row], r)] if lanes > r else [])
