@@ -224,7 +224,7 @@ class ChannelPlan:
 VECTOR_REGISTERS = 31
 """Vector registers a channel-vector register tile may hold (AVX-512 has 32): its accumulators,
 its weight vectors and its broadcast inputs, which LLVM keeps live across the weight vectors."""
-CHANNEL_TILE_WEIGHT_BYTES = 512 * 1024
+CHANNEL_TILE_WEIGHT_BYTES = 1024 * 1024
 """Packed weight bytes one channel block may stream per register tile (they stay in L2)."""
 
 
