@@ -98,7 +98,10 @@ MAX_UNROLLED_BODY = 256
 
 
 def _tile_loop(sched: Schedule, loops: list[str], name: str, extent: int, factor: int) -> list[str]:
-    """Split `name` by `factor` and return the inner loop, fully unrolled for the register tile."""
+    """Split `name` by `factor` and return the inner loop, fully unrolled for the register tile
+    (none for a factor of 1 that leaves a longer loop: it stays an outer loop)."""
+    if factor == 1 < extent:
+        return []
     if factor == extent:
         loops.remove(name)
         sched.unroll[name] = extent
