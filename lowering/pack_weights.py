@@ -30,8 +30,9 @@ from xdsl.passes import ModulePass
 
 from nasir.dialects import nest, nn
 from nasir.dialects.nn import shape_of
+from nasir.errors import LoweringError
 from nasir.model import weights_of
-from nasir.transforms.schedule import operand_axes, parse_layout
+from nasir.transforms.schedule import layout_mismatch, operand_axes, parse_layout
 
 
 def layout_exprs(axes: str, layout: str, index: list[AffineExpr]) -> list[AffineExpr]:
@@ -85,6 +86,10 @@ class PackWeightsPass(ModulePass):
                 axes = operand_axes(compute, k)
                 if not isinstance(source, nn.WeightOp) or axes is None:
                     continue  # activations: refused by convert-nest-to-loops
+                problem = layout_mismatch(axes, shape_of(source.result), layout)
+                if problem:  # e.g. an architecture transform reshaped the weight after `pack`
+                    raise LoweringError(f"pack-weights: nest '{compute.layer_name}': {problem} of its "
+                                        f"weight '{source.key}' {list(shape_of(source.result))}")
                 key = (source.key, layout)
                 if key not in packed:
                     # IR without weights (nasir-opt on a text file) is rewritten all the same

@@ -250,3 +250,15 @@ def test_packed_activations_are_refused_not_ignored():
     packed = model.transform('convert-nn-to-nest,pack{operand=0 layout="NCHW8c"}')
     with pytest.raises(LoweringError, match="nest 'conv'.*packed activations"):
         compile_llvm(packed)
+
+
+def test_pack_made_stale_by_an_architecture_transform_is_an_error():
+    """`pack` then `depthwise` leaves a 4i block on a weight with one input channel: the compile
+    names the nest and the block instead of failing inside numpy (found by the property test)."""
+    from nasir.errors import LoweringError
+
+    wt = rand(8, 8, 3, 3)
+    model = build([(1, 8, 8, 8)], lambda a, W: [nn.Conv2DOp.new(a[0], W("w", wt), pads=(1,) * 4).named("conv")])
+    stale = model.transform('convert-nn-to-nest,pack{operand=1 layout=OIHW4i4o},depthwise')
+    with pytest.raises(LoweringError, match="nest 'conv'.*block 4i"):
+        compile_llvm(stale)

@@ -333,6 +333,19 @@ def parse_layout(layout: str) -> list[tuple[str, int]]:
     return [(u, 0) for u in outer] + blocks
 
 
+def layout_mismatch(axes: str, shape, layout: str) -> str | None:
+    """Why `layout` cannot store an array of `shape` (axes named by `axes`): a block that does not
+    divide its axis (after the blocks inside it). None when it can."""
+    remaining = dict(zip(axes, shape))
+    for axis, block in reversed(parse_layout(layout)):
+        if block and remaining[axis] % block:
+            return (f"block {block}{axis.lower()} of layout '{layout}' does not divide axis {axis} "
+                    f"(extent {remaining[axis]})")
+        if block:
+            remaining[axis] //= block
+    return None
+
+
 @dataclass(frozen=True)
 class PackPass(ScheduleEdit):
     """Store input `operand` in a blocked layout while the nest runs (NCHW16c, OIHW16i16o, NHWC, ...).
@@ -365,13 +378,7 @@ class PackPass(ScheduleEdit):
         return None
 
     def edit(self, op, sched, order):
-        axes = self.axes(op)
-        remaining = dict(zip(axes, shape_of(op.inputs[self.operand])))
-        for axis, block in reversed(parse_layout(self.layout)):
-            if block and remaining[axis] % block:
-                raise LegalityError(f"pack: block {block}{axis.lower()} of layout '{self.layout}' does not divide "
-                                    f"axis {axis} (extent {remaining[axis]}) of operand {self.operand} of nest "
-                                    f"'{op.layer_name}'")
-            if block:
-                remaining[axis] //= block
+        problem = layout_mismatch(self.axes(op), shape_of(op.inputs[self.operand]), self.layout)
+        if problem:
+            raise LegalityError(f"pack: {problem} of operand {self.operand} of nest '{op.layer_name}'")
         sched.pack[self.operand] = self.layout
