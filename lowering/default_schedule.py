@@ -276,9 +276,9 @@ def channel_vector_schedule(n, plan: ChannelPlan, width: int) -> Schedule:
     weight element), each input element broadcast to `r_col` vectors of `r_row` tile points:
 
         domain = #nest.domain<[n = 1, co = 512, oh = 7, ow = 7], [ci = 512, kh = 3, kw = 3]>
-        -> schedule = {splits = [["co", 16], ["co.o", 4]], vector = "co.i", pack = {"1" = "OIHW16o"},
+        -> schedule = {splits = [["co", 16], ["co.o", 2]], vector = "co.i", pack = {"1" = "OIHW16o"},
                        order = ["n", "co.o.o", "oh", "ci", "kh", "kw", "ow", "co.o.i", "co.i"],
-                       unroll = {co.o.i = 4, ow = 7, kw = 3, kh = 3}, parallel = "co.o.o"}
+                       unroll = {ow = 7, co.o.i = 2, kw = 3, kh = 3}, parallel = "co.o.o"}
     """
     sched = Schedule(splits=[(plan.col, width)], vector=f"{plan.col}.i",
                      pack={1: n.weight_layouts[1] + f"{width}o"})
