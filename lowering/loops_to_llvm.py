@@ -276,21 +276,20 @@ class FuncLowering:
         if op.results:
             raise LoweringError("convert-loops-to-llvm: only scf.if without results is supported")
         cur = self.block
-        branches = []
+        starts, ends = [], []  # first and last block of each branch
         for region in (op.true_region, op.false_region):
             if not region.blocks:
                 continue
             self.block = self.new_block()
-            branches.append((self.block, region))
+            starts.append(self.block)
             for o in region.block.ops:
                 if not isinstance(o, scf.YieldOp):
                     self.lower(o)
-            branches[-1] = (branches[-1][0], self.block)  # where the branch ends
+            ends.append(self.block)
         merge = self.new_block()
-        for _, end in branches:
+        for end in ends:
             end.add_op(llvm.BrOp(merge))
-        orelse = branches[1][0] if len(branches) == 2 else merge
-        cur.add_op(llvm.CondBrOp(self.v(op.cond), branches[0][0], [], orelse, []))
+        cur.add_op(llvm.CondBrOp(self.v(op.cond), starts[0], [], starts[1] if len(starts) == 2 else merge, []))
         self.block = merge
 
     def lower_parallel(self, op: scf.ParallelOp) -> None:

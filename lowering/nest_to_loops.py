@@ -593,7 +593,7 @@ class NestEmitter:
         r = self.extent[row]
         lanes = 1 << (r - 1).bit_length()  # rows padded to a power of two lanes
         saved = self.width
-        for p, values in zip(groups, groups.values()):
+        for p, values in groups.items():
             rows = b.transpose(values, width, lanes)
             set_point(p[:pos] + (0,) + p[pos:])
             self.width = lanes

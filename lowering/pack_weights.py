@@ -76,6 +76,7 @@ class PackWeightsPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         store = weights_of(op)
         packed: dict[tuple[str, str], nn.WeightOp] = {}
+        replaced: dict[str, nn.WeightOp] = {}  # weights read packed, dropped once nothing reads them
         for compute in list(op.walk()):
             if not isinstance(compute, nest.ComputeOp) or compute.schedule is None:
                 continue
@@ -99,6 +100,7 @@ class PackWeightsPass(ModulePass):
                     new = nn.WeightOp.make(store.add(name, data) if source.key in store else name, data.shape)
                     source.parent.insert_op_after(new, source)
                     packed[key] = new
+                    replaced[source.key] = source
                 compute.operands[k] = packed[key].result
                 m = maps[k]
                 maps[k] = AffineMap(m.num_dims, m.num_symbols, tuple(layout_exprs(axes, layout, list(m.results))))
@@ -106,7 +108,7 @@ class PackWeightsPass(ModulePass):
             if maps != compute.access_maps:
                 compute.properties["maps"] = ArrayAttr([AffineMapAttr(m) for m in maps])
                 compute.properties["schedule"] = sched.to_attr()
-        for source in {w for w in op.walk() if isinstance(w, nn.WeightOp)}:
+        for source in replaced.values():
             if not source.result.uses:
                 source.detach()
                 source.erase()
