@@ -23,6 +23,7 @@ from xdsl.dialects.builtin import (
     VectorType,
     f32,
     i1,
+    i32,
     i64,
 )
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
@@ -98,7 +99,9 @@ class LoopBuilder:
         return Lin(iv)
 
     def iota(self, width: int, scale: int = 1) -> SSAValue:
-        ty = VectorType(i64, [width])
+        """The i32 vector `[0, scale, 2 * scale, ...]`: lane offsets of a vector index (masks
+        compare i32 lanes, one register for 16 of them; a kernel's indices fit in 32 bits)."""
+        ty = VectorType(i32, [width])
         key = ("iota", width, scale)
         if key not in self._consts:
             op = arith.ConstantOp(DenseIntOrFPElementsAttr.from_list(ty, [j * scale for j in range(width)]), ty)
@@ -218,8 +221,8 @@ class LoopBuilder:
         if a.c == 0 or width is None:
             cond = self.add(arith.CmpiOp(self.scalar(a), self.idx(size), "ult"))
             return cond if width is None else self.add(vector.BroadcastOp(cond, VectorType(i1, [width])))
-        vty = VectorType(i64, [width])
-        base = self.add(arith.IndexCastOp(self.scalar(a), i64))
+        vty = VectorType(i32, [width])
+        base = self.add(arith.IndexCastOp(self.scalar(a), i32))
         lanes = self.add(arith.AddiOp(self.add(vector.BroadcastOp(base, vty)), self.iota(width, a.c)))
         # arith.cmpi is scalar-only in xDSL: lane masks use llvm.icmp (6 = ult), passed through later.
         return self.add(llvm.ICmpOp(lanes, self.const(size, vty), IntegerAttr(6, i64)))

@@ -176,8 +176,9 @@ class FuncLowering:
             self.vmap[r] = self.add(llvm.SelectOp(self.add(llvm.ICmpOp(a, b, IntegerAttr(pred, i64))), a, b))
         elif isinstance(op, arith.CmpiOp):
             self.vmap[r] = self.add(llvm.ICmpOp(self.v(op.lhs), self.v(op.rhs), op.predicate))
-        elif isinstance(op, arith.IndexCastOp):
-            self.vmap[r] = self.v(op.input)
+        elif isinstance(op, arith.IndexCastOp):  # index is i64; i32 lanes of masks are truncated
+            narrow = r.type not in (i64, IndexType())
+            self.vmap[r] = self.add(llvm.TruncOp(self.v(op.input), r.type)) if narrow else self.v(op.input)
         elif isinstance(op, arith.SelectOp):
             self.vmap[r] = self.add(llvm.SelectOp(self.v(op.cond), self.v(op.lhs), self.v(op.rhs)))
         elif op.dialect_name() == "llvm":

@@ -106,9 +106,11 @@ def nest_spec(op: nest.ComputeOp) -> Spec:
 
 
 def _elementwise(name: str, shape: Shape, reads: list[AffineMap], in_shapes, out_map: AffineMap | None = None,
-                 steps=(), pad=0.0, args=None, combiner="copy", red=()) -> Spec:
+                 steps=(), pad=0.0, args=None, combiner="copy", red=(), out_shape: Shape | None = None) -> Spec:
+    """A nest over `shape`, writing the output (of `out_shape`, default `shape`) through `out_map`."""
     dims = list(zip([f"i{k}" for k in range(len(shape))], shape)) + list(red)
-    spec = Spec(name, dims, len(shape), reads, out_map or AffineMap.identity(len(shape)), combiner, list(steps), Schedule(), list(in_shapes), shape, args or list(range(len(reads))), pad)
+    spec = Spec(name, dims, len(shape), reads, out_map or AffineMap.identity(len(shape)), combiner, list(steps),
+                Schedule(), list(in_shapes), out_shape or shape, args or list(range(len(reads))), pad)
     spec.schedule = schedule_for(spec)
     return spec
 
@@ -124,7 +126,7 @@ def nn_specs(op: Operation) -> list[Spec]:
         axis, specs, offset = op.axis.value.data, [], 0
         for k, s in enumerate(shapes):
             omap = AffineMap(rank, 0, tuple(e + offset if a == axis else e for a, e in enumerate(d)))
-            specs.append(_elementwise(f"{name}.{k}", s, [AffineMap.identity(rank)], [s], omap, args=[k]))
+            specs.append(_elementwise(f"{name}.{k}", s, [AffineMap.identity(rank)], [s], omap, args=[k], out_shape=out))
             offset += s[axis]
         return specs
     if isinstance(op, nn.PadOp):
@@ -233,7 +235,7 @@ class NestEmitter:
         if name in self.extent:
             return {name}
         if name in self.fused_into:
-            return {self.fused_into[name][0]}
+            return self._loops_of(self.fused_into[name][0])
         return self._loops_of(f"{name}.o") | self._loops_of(f"{name}.i")
 
     def value(self, name: str) -> Lin:
