@@ -231,6 +231,30 @@ CHANNEL_TILE_WEIGHT_BYTES = 1024 * 1024
 """Packed weight bytes one channel block may stream per register tile (they stay in L2)."""
 
 
+LOADS_PER_FMA = 0.65
+"""Vector loads and broadcasts per FMA that run beside the FMAs at full rate (AVX-512 on Zen 5:
+a 2 x 7 channel tile, 0.64, runs as fast as a 4 x 4 one, 0.5, ResNet-34's layers measured)."""
+EPILOGUE_WEIGHT = 3.0
+"""FMA slots one epilogue step per row of a transposed channel tile takes (bias or folded batch
+norm, ReLU, residual add and the store of a row of r_row lanes)."""
+
+
+def epilogue_cost(r_row: int, width: int) -> float:
+    """FMA slots per accumulator of a channel tile after its reduction: `width` rows of r_row lanes
+    out of log2(lanes) rounds of shuffles (see `LoopBuilder.transpose`), then their epilogue."""
+    lanes = 1 << (r_row - 1).bit_length()
+    return EPILOGUE_WEIGHT * (width / r_row + math.log2(lanes) + 1)
+
+
+def channel_tile_score(r_col: int, r_row: int, used: float, red: int, width: int) -> float:
+    """Estimated fraction of the FMA rate a channel tile of r_col vectors x r_row points keeps:
+    its loads per FMA (a weight vector per r_row FMAs, a broadcast per r_col) beyond
+    LOADS_PER_FMA slow it, its epilogue adds `epilogue_cost` to `red` FMAs per accumulator, and a
+    tail tile (its points need guards) is discounted steeply."""
+    loads = 1 / r_col + 1 / r_row
+    return used ** 8 * min(1.0, LOADS_PER_FMA / loads) * red / (red + epilogue_cost(r_row, width))
+
+
 def channel_vector_plan(n, width: int) -> ChannelPlan | None:
     """The channel-vector plan of a contraction whose input 1 is a weight with output channels on
     its first axis (conv, gemm), None when the nest has no such shape."""
@@ -259,15 +283,12 @@ def channel_vector_plan(n, width: int) -> ChannelPlan | None:
             continue
         for r_row in range(1, min(row[1], (VECTOR_REGISTERS - r_col) // (r_col + 1)) + 1):
             used = row[1] / (-(-row[1] // r_row) * r_row)
-            # FMAs per load, discounted steeply for a tail tile (its points need guards)
-            score = used ** 8 * r_col * r_row / (r_col + r_row)
+            score = channel_tile_score(r_col, r_row, used, red, width)
             if best is None or score > best[0]:
                 best = (score, r_col, r_row, used)
     _, r_col, r_row, used = best
-    # a lane-strided output: the tile is transposed in registers (log2 rounds of shuffles), then
-    # stored as `width` rows of r_row lanes
-    lanes = 1 << (r_row - 1).bit_length()
-    efficiency = used * red / (red + width / r_row + math.log2(lanes) + 1)
+    # a lane-strided output: the tile is transposed in registers, then stored as rows of r_row lanes
+    efficiency = used * red / (red + epilogue_cost(r_row, width))
     return ChannelPlan(col[0], col[1], r_col, row[0], row[1], r_row, efficiency)
 
 

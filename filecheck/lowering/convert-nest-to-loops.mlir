@@ -21,7 +21,7 @@ builtin.module {
 // CHECK: scf.for %{{.*}} = {{.*}} iter_args(%{{.*}} = %{{.*}}) -> (vector<6xf32>)
 // CHECK: scf.for
 // CHECK: scf.for
-// CHECK: llvm.icmp "ult" %{{.*}}, %{{.*}} : vector<6xi64>
+// CHECK: llvm.icmp "ult" %{{.*}}, %{{.*}} : vector<6xi32>
 // CHECK: vector.maskedload {{.*}} : memref<1x4x6x6xf32>, vector<6xi1>, vector<6xf32> into vector<6xf32>
 // CHECK: memref.load
 // CHECK: vector.broadcast {{.*}} : f32 to vector<6xf32>
