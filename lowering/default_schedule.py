@@ -1,8 +1,9 @@
 """default-schedule: give every nest without a schedule a first sensible one for the CPU.
 
 Runs on nest IR before pack-weights and nest-bufferize. The schedule is data (see `nest.Schedule`)
-that convert-nest-to-loops reads. Two families, chosen per nest by the estimated fraction of vector
-lanes doing useful work (`spatial_efficiency` vs `ChannelPlan.efficiency`):
+that convert-nest-to-loops reads. Two families, chosen per nest by a small cost model of the
+fraction of the FMA rate each keeps (`spatial_score` vs `channel_score`: useful lanes, loads per
+FMA, masked edge vectors, epilogue of transposed tiles):
 
 - channel (`channel_vector_schedule`, for convs/gemms whose weight has output channels first and a
   multiple of the vector width of them per group): lanes over output channels from weights packed
@@ -35,7 +36,7 @@ from dataclasses import dataclass, field
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir.affine import AffineBinaryOpExpr, AffineBinaryOpKind, AffineConstantExpr, AffineDimExpr, AffineExpr
+from xdsl.ir.affine import AffineBinaryOpExpr, AffineBinaryOpKind, AffineConstantExpr, AffineDimExpr, AffineExpr, AffineMap
 from xdsl.passes import ModulePass
 
 from nasir.dialects import nest, nn
@@ -114,17 +115,66 @@ def _tile_loop(sched: Schedule, loops: list[str], name: str, extent: int, factor
 
 def schedule_for(n, width: int | None = None) -> Schedule:
     """The default schedule of a nest (anything with NestShape's fields): vectorised over output
-    channels with packed weights where `channel_vector_schedule` estimates that to be faster,
-    otherwise over the contiguous output dim (`spatial_vector_schedule`)."""
+    channels with packed weights where `channel_score` estimates that to be faster than
+    `spatial_score`, otherwise over the contiguous output dim (`spatial_vector_schedule`)."""
     if width is None:
         from nasir.lowering.llvm_target import host_target
 
         width = host_target().vector_width
     spatial = spatial_vector_schedule(n, width)
     channel = channel_vector_plan(n, width)
-    if channel is not None and channel.efficiency > spatial_efficiency(n, spatial, width):
+    if channel is not None and channel_score(channel) > spatial_score(n, spatial, width):
         return channel_vector_schedule(n, channel, width)
     return spatial
+
+
+def channel_score(plan: "ChannelPlan") -> float:
+    """Estimated fraction of the FMA rate a channel schedule keeps (lanes, epilogue, loads)."""
+    return plan.efficiency * load_bound(1 / plan.r_col + 1 / plan.r_row)
+
+
+def spatial_score(n, sched: Schedule, width: int) -> float:
+    """Estimated fraction of the FMA rate a spatial schedule keeps: its useful lanes, its loads per
+    FMA, and the vectors of a row that read padding or end in a tail (they need masks, computed
+    per tile: EDGE_COST each)."""
+    score = spatial_efficiency(n, sched, width)
+    if sched.vector is None or getattr(n, "combiner", "mac") != "mac" or len(n.maps) < 2:
+        return score
+    pos = [name for name, _ in n.dims].index(sched.vector.split(".")[0])
+    extent = n.dims[pos][1]
+    vectors = -(-extent // width)
+    extents = [e for _, e in n.dims]
+    left, right = False, extent % width != 0
+    for axis, expr in enumerate(n.maps[0].results):
+        if pos in nest.map_dims(AffineMap(len(extents), 0, (expr,))):
+            lo, hi = nest.expr_range(expr, extents)
+            left, right = left or lo < 0, right or hi >= n.in_shapes[0][axis]
+    score *= 1 - EDGE_COST * min(left + right, vectors) / vectors
+    return score * load_bound(spatial_loads_per_fma(n, sched))
+
+
+EDGE_COST = 0.4
+"""Fraction of its speed a spatial vector loses to masks when it reads a padded edge or ends a
+row in a tail (channel 1x14 tiles beat spatial 8x2 ones on 14- and 28-wide rows, lose on 56)."""
+
+def load_bound(loads_per_fma: float) -> float:
+    """Fraction of the FMA rate a register tile with `loads_per_fma` keeps (see LOADS_PER_FMA)."""
+    return min(1.0, LOADS_PER_FMA / loads_per_fma)
+
+
+def spatial_loads_per_fma(n, sched: Schedule) -> float:
+    """Loads per FMA of a spatial register tile of c output channels x r rows: each input vector
+    feeds c FMAs, each broadcast weight r."""
+    read0 = {n.dims[pos][0] for pos in nest.map_dims(n.maps[0])} if n.maps else set()
+    reductions = {name for name, _ in n.dims[n.npar:]}
+    rows = cols = 1
+    for loop, factor in sched.unroll.items():
+        if loop not in reductions:
+            if loop.split(".")[0] in read0:
+                rows *= factor
+            else:
+                cols *= factor
+    return 1 / rows + 1 / cols
 
 
 def spatial_vector_schedule(n, width: int) -> Schedule:
@@ -251,8 +301,7 @@ def channel_tile_score(r_col: int, r_row: int, used: float, red: int, width: int
     its loads per FMA (a weight vector per r_row FMAs, a broadcast per r_col) beyond
     LOADS_PER_FMA slow it, its epilogue adds `epilogue_cost` to `red` FMAs per accumulator, and a
     tail tile (its points need guards) is discounted steeply."""
-    loads = 1 / r_col + 1 / r_row
-    return used ** 8 * min(1.0, LOADS_PER_FMA / loads) * red / (red + epilogue_cost(r_row, width))
+    return used ** 8 * load_bound(1 / r_col + 1 / r_row) * red / (red + epilogue_cost(r_row, width))
 
 
 def channel_vector_plan(n, width: int) -> ChannelPlan | None:

@@ -107,3 +107,19 @@ def test_channel_vector_schedule_is_chosen_where_spatial_lanes_idle():
     assert strided.vector == "co.i"
     wide_1x1 = chosen((16, 64, 64, 64, 1, 1, 0, 1))
     assert wide_1x1.vector.startswith("ow") and not wide_1x1.pack
+
+
+def test_cost_model_picks_what_measured_faster():
+    """The scheduler's cost model on shapes whose winner was measured (interleaved A/B, issue 5):
+    16 output channels per group on 56-wide rows run faster spatially (a 1-vector channel tile
+    loads once per FMA), on 14-wide rows (every spatial vector masked) with channel vectors; the
+    stem gets 2 channel vectors x 8 points (4 x 4 spends more on its transposed epilogue)."""
+    def chosen(conv):
+        return schedule_for(conv_shape(conv_model(*conv)[0]), WIDTH)
+
+    if WIDTH != 16:
+        pytest.skip("measured with AVX-512 (16 lanes)")
+    assert chosen((64, 64, 56, 56, 3, 1, 1, 4)).vector.startswith("ow")
+    assert chosen((256, 256, 14, 14, 3, 1, 1, 16)).vector == "co.i"
+    stem = chosen((3, 64, 224, 224, 7, 2, 3, 1))
+    assert stem.vector == "co.i" and stem.unroll["ow.i"] == 8 and stem.unroll["co.o.i"] == 2
