@@ -11,7 +11,9 @@ FMA, masked edge vectors, epilogue of transposed tiles):
 - spatial (`spatial_vector_schedule`), everything else:
 
 - the vector loop is a parallel dim that is contiguous in the output (stride 1), split by the
-  target's vector width (16 floats with AVX-512) when longer, and placed innermost;
+  target's vector width (16 floats with AVX-512) when longer, and placed innermost; a weight it
+  reads with a stride (a classifier's [n, k]) is packed with a block of lanes innermost
+  (`lane_packs`: 1000 classes -> `OI8o`, vectors of 8);
 - the other parallel dims come first in domain order, then the reduction dims;
 - for contractions (`mac`) a register tile, fully unrolled inside the reduction loops: a parallel
   dim that input 0 does not read (conv's `co`) split by 8, 4 or 2 (the largest divisor whose
@@ -189,6 +191,8 @@ def spatial_vector_schedule(n, width: int) -> Schedule:
     loops = [name for name, _ in par]
     if vec is not None:
         name, extent = vec
+        block, sched.pack = lane_packs(n, [d for d, _ in par].index(name), width)
+        width = block or width
         if extent > width:
             sched.splits = [(name, width)]
             loops[loops.index(name)] = f"{name}.o"
@@ -227,6 +231,25 @@ def spatial_vector_schedule(n, width: int) -> Schedule:
                 tile += _tile_loop(sched, loops, col[0], col[1], c)
         _unroll_inner_reductions(sched, n)
     return _finish(sched, n, loops, tile)
+
+
+def lane_packs(n, pos: int, width: int) -> tuple[int | None, dict[int, str]]:
+    """Weights whose output-channel axis the vector loop (dim `pos`) walks with a stride, as a
+    gemm's [n, k] weight: packed with a block of lanes innermost so that each weight vector is one
+    load, and the block (the largest power of two up to `width` dividing the axis, at least 4:
+    8 for 1000 classes) for the vector loop to split by. (None, {}) when there is none:
+
+        W[n, k] : 1000 x 512, lanes over n  ->  pack = {1 = "OI8o"}, vector loop n split by 8
+    """
+    for k, axes in getattr(n, "weight_layouts", {}).items():
+        amap, shape = n.maps[k], n.in_shapes[k]
+        coefs = [linear_coefficient(e, pos) for e in amap.results]
+        if axes[0] != "O" or coefs[0] != 1 or any(coefs[1:]) or stride_of(amap, shape, pos) == 1:
+            continue
+        block = next((b for b in (width, width // 2, width // 4) if b >= 4 and shape[0] % b == 0), None)
+        if block is not None:
+            return block, {k: f"{axes}{block}o"}
+    return None, {}
 
 
 def _unroll_inner_reductions(sched: Schedule, n) -> None:

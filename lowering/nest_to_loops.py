@@ -439,21 +439,30 @@ class NestEmitter:
             b.loop(extent, sched.unroll.get(name, 1), [], body)
 
     def _point_block(self) -> None:
-        """Inside the outer loops: the tile in two versions when the outer loops have an interior
-        box (a padded conv's inner rows and tiles): there without bounds checks, elsewhere with."""
+        """Inside the outer loops: the tile in nested versions, one per outer loop with an interior
+        (a padded conv's inner rows, then inner tiles of a row), each checking only the reads that
+        can still leave the input there; the loop whose interior is largest is tested first:
+
+            if oh in rows 1..54:  if ow.o in tiles 1..2: tile (no checks)  else: tile (column checks)
+            else: tile (all checks)
+        """
+        box = sorted(self.box.items(), key=lambda item: -(item[1][1] - item[1][0] + 1) / self.extent[item[0]])
+        self._versions(box)
+
+    def _versions(self, box: list[tuple[str, tuple[int, int]]]) -> None:
         b = self.b
-        if not self.box:
+        if not box:
             return self._guarded_tile()
-        inside = b.all_of([b.below(b.lin_add(self.ivs[n], Lin(None, -lo)), hi + 1 - lo, None)
-                           for n, (lo, hi) in self.box.items()])
+        (name, (lo, hi)), rest = box[0], box[1:]
+        inside = b.below(b.lin_add(self.ivs[name], Lin(None, -lo)), hi + 1 - lo, None)
 
-        def unchecked():
-            saved = dict(self.ranges)
-            self.ranges.update(self.box)
-            self._guarded_tile()
-            self.ranges = saved
+        def interior():
+            saved = self.ranges[name]
+            self.ranges[name] = (lo, hi)
+            self._versions(rest)
+            self.ranges[name] = saved
 
-        b.if_(inside, unchecked, self._guarded_tile)
+        b.if_(inside, interior, self._guarded_tile)
 
     def interior_box(self) -> dict[str, tuple[int, int]]:
         """For each outer loop with an interior (see `interior`), its iterations there, when

@@ -10,7 +10,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, Region
 
-from nasir.dialects import nn
+from nasir.dialects import nest, nn
 from nasir.errors import RuntimeInputError
 from nasir.model import Model, WeightStore
 from nasir.runtime.llvm_executable import compile_llvm
@@ -73,6 +73,24 @@ def test_gemm_with_bias_and_transpose():
     a, bm, c = rand(3, 37), rand(21, 37), rand(21)
     model = build([(3, 37)], lambda a_, W: [nn.GemmOp.new(a_[0], W("b", bm), W("c", c), trans_b=True)])
     np.testing.assert_allclose(run(model, a), a @ bm.T + c, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("rows,outputs", [(1, 1000), (1, 40), (2, 20), (1, 10)])
+def test_gemm_weight_read_across_lanes_is_packed(rows, outputs):
+    """A classifier's [outputs, k] weight read with lanes over its outputs is packed so that each
+    weight vector is one load (1000 classes: blocks of 8 lanes; 10 have no block of 4 or more and
+    stay unpacked); the numbers are numpy's."""
+    from nasir.lowering.llvm_target import host_target
+    from nasir.lowering.pipeline import LLVM_PIPELINE
+
+    a, w, c = rand(rows, 64), rand(outputs, 64), rand(outputs)
+    model = build([(rows, 64)], lambda a_, W: [nn.GemmOp.new(a_[0], W("w", w), W("c", c), trans_b=True).named("fc")])
+    scheduled = model.transform(LLVM_PIPELINE.split(",pack-weights")[0])
+    [fc] = [op for op in scheduled.module.walk() if isinstance(op, nest.ComputeOp)]
+    width = host_target().vector_width
+    block = next((b for b in (width, width // 2, width // 4) if b >= 4 and outputs % b == 0), None)
+    assert fc.get_schedule().pack == ({1: f"OI{block}o"} if block else {})
+    np.testing.assert_allclose(run(model, a), a @ w.T + c, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("kind,ceil", [("max", False), ("max", True), ("avg", False), ("avg", True)])
