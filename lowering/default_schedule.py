@@ -313,6 +313,13 @@ EPILOGUE_WEIGHT = 3.0
 norm, ReLU, residual add and the store of a row of r_row lanes)."""
 
 
+L1_WEIGHT_BYTES = 32 * 1024
+"""Packed weight bytes of a channel tile that stay in L1 (48 KiB on Zen 5) beside its inputs."""
+L2_WEIGHT_VECTORS_PER_FMA = 0.25
+"""Weight vectors per FMA that L2 feeds at full FMA rate: a tile of r_row points loads 1/r_row
+(DenseNet's 48-channel 3x3 conv on 14x14: 3 x 2 tiles take 1.5x the time of 1 x 14)."""
+
+
 def epilogue_cost(r_row: int, width: int) -> float:
     """FMA slots per accumulator of a channel tile after its reduction: `width` rows of r_row lanes
     out of log2(lanes) rounds of shuffles (see `LoopBuilder.transpose`), then their epilogue."""
@@ -325,7 +332,10 @@ def channel_tile_score(r_col: int, r_row: int, used: float, red: int, width: int
     its loads per FMA (a weight vector per r_row FMAs, a broadcast per r_col) beyond
     LOADS_PER_FMA slow it, its epilogue adds `epilogue_cost` to `red` FMAs per accumulator, and a
     tail tile (its points need guards) is discounted steeply."""
-    return used ** 8 * load_bound(1 / r_col + 1 / r_row) * red / (red + epilogue_cost(r_row, width))
+    score = used ** 8 * load_bound(1 / r_col + 1 / r_row) * red / (red + epilogue_cost(r_row, width))
+    if r_col * width * red * 4 > L1_WEIGHT_BYTES:  # weight vectors stream from L2
+        score *= min(1.0, L2_WEIGHT_VECTORS_PER_FMA * r_row)
+    return score
 
 
 def channel_vector_plan(n, width: int) -> ChannelPlan | None:

@@ -463,7 +463,10 @@ def test_fuse_epilogue_keeps_multi_use_producer():
     y = gr.add(nn.AddOp.new(gr.add(nn.ReluOp.new(c)), c))
     module = gr.module(y)
     run_pipeline(module, "convert-nn-to-nest,fuse-epilogue")
-    assert len(nests(module)) == 3
+    # the conv (two uses) keeps its own nest; the add joins the single-use relu before it
+    conv_nest, relu_add = nests(module)
+    assert conv_nest.kind == "mac" and not conv_nest.epilogue.data
+    assert relu_add.kind == "copy" and [s.data for s in relu_add.epilogue.data] == ["relu", "add 1"]
     conv = F.conv2d(gr.inputs[0], gr.w("w"))
     check_both_paths(module, gr.inputs, conv.relu() + conv)
 

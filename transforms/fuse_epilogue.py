@@ -27,11 +27,13 @@ COMMUTATIVE = ("add", "mul")
 
 
 def _producer(copy: nest.ComputeOp, k: int) -> nest.ComputeOp | None:
-    """The fusable producer of input k of `copy`: a single-use mac/max/avg nest read as-is."""
+    """The fusable producer of input k of `copy`: a single-use nest read as-is (a conv, gemm or
+    pool, or an element-wise copy nest such as a batch norm that no conv absorbed: its ReLU joins
+    it, one pass over the tensor instead of two)."""
     value = copy.inputs[k]
     prod = value.owner
     rank = len(shape_of(copy.result))
-    if (not isinstance(prod, nest.ComputeOp) or prod.kind == "copy" or not value.has_one_use()
+    if (not isinstance(prod, nest.ComputeOp) or not value.has_one_use()
             or shape_of(value) != shape_of(copy.result) or copy.access_maps[k] != AffineMap.identity(rank)):
         return None
     return prod
@@ -71,7 +73,8 @@ class FuseIntoProducer(RewritePattern):
 
 
 class FuseEpiloguePass(ModulePass):
-    """Fold relu/clip/.../residual-add copy nests into the producing conv/gemm/pool nest."""
+    """Fold relu/clip/.../residual-add copy nests into the producing conv/gemm/pool nest (or the
+    element-wise nest before them: a batch norm no conv absorbed takes its ReLU)."""
 
     name = "fuse-epilogue"
 
