@@ -131,7 +131,9 @@ def schedule_for(n, width: int | None = None) -> Schedule:
 
 
 def channel_score(plan: "ChannelPlan") -> float:
-    """Estimated fraction of the FMA rate a channel schedule keeps (lanes, epilogue, loads)."""
+    """Estimated fraction of the FMA rate a channel schedule keeps: its lanes and epilogue
+    (`ChannelPlan.efficiency`) and its loads per FMA. (The L2 term of `channel_tile_score` only
+    ranks the tiles of one nest.)"""
     return plan.efficiency * load_bound(1 / plan.r_col + 1 / plan.r_row)
 
 
@@ -158,6 +160,7 @@ def spatial_score(n, sched: Schedule, width: int) -> float:
 EDGE_COST = 0.4
 """Fraction of its speed a spatial vector loses to masks when it reads a padded edge or ends a
 row in a tail (channel 1x14 tiles beat spatial 8x2 ones on 14- and 28-wide rows, lose on 56)."""
+
 
 def load_bound(loads_per_fma: float) -> float:
     """Fraction of the FMA rate a register tile with `loads_per_fma` keeps (see LOADS_PER_FMA)."""

@@ -1,8 +1,8 @@
 """fuse-epilogue: fold element-wise copy nests into the epilogue of the nest producing their input.
 
 Runs after convert-nn-to-nest (graph-level fusion of the llvm pipeline). A copy nest whose operand
-is the single-use result of a mac/max/avg nest, read with the identity map, becomes more epilogue
-steps of that producer; the copy's other operands become epilogue inputs, their maps composed with
+is the single-use result of another nest (mac/max/avg, or an element-wise copy such as a batch norm
+before a ReLU), read with the identity map, becomes more epilogue steps of that producer; the copy's other operands become epilogue inputs, their maps composed with
 the producer's out_map. `add`/`mul` whose *second* operand is the producer (a residual add written
 `other + conv`) fuse too, by commutativity, when they are the copy's first step.
 
