@@ -38,12 +38,13 @@ from dataclasses import dataclass, field
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir.affine import AffineBinaryOpExpr, AffineBinaryOpKind, AffineConstantExpr, AffineDimExpr, AffineExpr, AffineMap
+from xdsl.ir.affine import AffineBinaryOpExpr, AffineBinaryOpKind, AffineConstantExpr, AffineDimExpr, AffineExpr
 from xdsl.passes import ModulePass
 
 from nasir.dialects import nest, nn
 from nasir.dialects.nest import Schedule
 from nasir.dialects.nn import shape_of
+from nasir.lowering.loop_builder import LoopBuilder
 from nasir.transforms.schedule import operand_axes
 
 
@@ -134,7 +135,7 @@ def channel_score(plan: "ChannelPlan") -> float:
     """Estimated fraction of the FMA rate a channel schedule keeps: its lanes and epilogue
     (`ChannelPlan.efficiency`) and its loads per FMA. (The L2 term of `channel_tile_score` only
     ranks the tiles of one nest.)"""
-    return plan.efficiency * load_bound(1 / plan.r_col + 1 / plan.r_row)
+    return plan.efficiency * load_bound(channel_loads_per_fma(plan.r_col, plan.r_row))
 
 
 def spatial_score(n, sched: Schedule, width: int) -> float:
@@ -150,7 +151,7 @@ def spatial_score(n, sched: Schedule, width: int) -> float:
     extents = [e for _, e in n.dims]
     left, right = False, extent % width != 0
     for axis, expr in enumerate(n.maps[0].results):
-        if pos in nest.map_dims(AffineMap(len(extents), 0, (expr,))):
+        if linear_coefficient(expr, pos) != 0:
             lo, hi = nest.expr_range(expr, extents)
             left, right = left or lo < 0, right or hi >= n.in_shapes[0][axis]
     score *= 1 - EDGE_COST * min(left + right, vectors) / vectors
@@ -323,19 +324,23 @@ L2_WEIGHT_VECTORS_PER_FMA = 0.25
 (DenseNet's 48-channel 3x3 conv on 14x14: 3 x 2 tiles take 1.5x the time of 1 x 14)."""
 
 
+def channel_loads_per_fma(r_col: int, r_row: int) -> float:
+    """Loads per FMA of a channel tile: a weight vector per r_row FMAs, a broadcast per r_col."""
+    return 1 / r_col + 1 / r_row
+
+
 def epilogue_cost(r_row: int, width: int) -> float:
     """FMA slots per accumulator of a channel tile after its reduction: `width` rows of r_row lanes
     out of log2(lanes) rounds of shuffles (see `LoopBuilder.transpose`), then their epilogue."""
-    lanes = 1 << (r_row - 1).bit_length()
+    lanes = LoopBuilder.transpose_lanes(r_row)
     return EPILOGUE_WEIGHT * (width / r_row + math.log2(lanes) + 1)
 
 
 def channel_tile_score(r_col: int, r_row: int, used: float, red: int, width: int) -> float:
     """Estimated fraction of the FMA rate a channel tile of r_col vectors x r_row points keeps:
-    its loads per FMA (a weight vector per r_row FMAs, a broadcast per r_col) beyond
-    LOADS_PER_FMA slow it, its epilogue adds `epilogue_cost` to `red` FMAs per accumulator, and a
+    its loads per FMA beyond LOADS_PER_FMA slow it, its epilogue adds `epilogue_cost` to `red` FMAs per accumulator, and a
     tail tile (its points need guards) is discounted steeply."""
-    score = used ** 8 * load_bound(1 / r_col + 1 / r_row) * red / (red + epilogue_cost(r_row, width))
+    score = used ** 8 * load_bound(channel_loads_per_fma(r_col, r_row)) * red / (red + epilogue_cost(r_row, width))
     if r_col * width * red * 4 > L1_WEIGHT_BYTES:  # weight vectors stream from L2
         score *= min(1.0, L2_WEIGHT_VECTORS_PER_FMA * r_row)
     return score

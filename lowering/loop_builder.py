@@ -283,6 +283,11 @@ class LoopBuilder:
         ty = VectorType(a.type.element_type, [len(lanes)])
         return self.add(vector.ShuffleOp(a, b, DenseArrayBase.from_list(i64, lanes), result_type=ty))
 
+    @staticmethod
+    def transpose_lanes(points: int) -> int:
+        """Lanes of each row `transpose` makes from `points` vectors: the next power of two."""
+        return 1 << (points - 1).bit_length()
+
     def transpose(self, vectors: list[SSAValue], width: int, lanes: int) -> list[SSAValue]:
         """`rows[l][p] = vectors[p][l]`: `width` vectors of `lanes` lanes (a power of two >=
         len(vectors); missing rows are zero) from vectors of `width` lanes. Pairs of vectors

@@ -446,8 +446,7 @@ class NestEmitter:
             if oh in rows 1..54:  if ow.o in tiles 1..2: tile (no checks)  else: tile (column checks)
             else: tile (all checks)
         """
-        box = sorted(self.box.items(), key=lambda item: -(item[1][1] - item[1][0] + 1) / self.extent[item[0]])
-        self._versions(box)
+        self._versions(self.box)
 
     def _versions(self, box: list[tuple[str, tuple[int, int]]]) -> None:
         b = self.b
@@ -464,9 +463,10 @@ class NestEmitter:
 
         b.if_(inside, interior, self._guarded_tile)
 
-    def interior_box(self) -> dict[str, tuple[int, int]]:
-        """For each outer loop with an interior (see `interior`), its iterations there, when
-        together they remove bounds checks; {} otherwise."""
+    def interior_box(self) -> list[tuple[str, tuple[int, int]]]:
+        """For each outer loop with an interior (see `interior`), its iterations there, the largest
+        interior (as a fraction of its loop) first, when together they remove bounds checks; []
+        otherwise."""
         box = {}
         for name in self.outer:
             inner = self.interior(name) if self.extent[name] > 1 else None
@@ -476,7 +476,9 @@ class NestEmitter:
         self.ranges.update(box)
         fewer = self._checks_everywhere() < everywhere
         self.ranges.clear()
-        return box if fewer else {}
+        if not fewer:
+            return []
+        return sorted(box.items(), key=lambda item: -(item[1][1] - item[1][0] + 1) / self.extent[item[0]])
 
     def _guarded_tile(self) -> None:
         """Guards of split tails, then the tile."""
@@ -602,7 +604,7 @@ class NestEmitter:
         for t, p in enumerate(points):
             groups.setdefault(p[:pos] + p[pos + 1:], []).append(accs[t])
         r = self.extent[row]
-        lanes = 1 << (r - 1).bit_length()  # rows padded to a power of two lanes
+        lanes = b.transpose_lanes(r)  # rows padded to a power of two lanes
         saved = self.width
         for p, values in groups.items():
             rows = b.transpose(values, width, lanes)
