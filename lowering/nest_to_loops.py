@@ -599,6 +599,10 @@ class NestEmitter:
             acc[ow = p] : vector<16 x f32> over co   ->   out[co = l] : vector<r x f32> over ow
         """
         b, width = self.b, self.width
+        lead = self.lane_steps()
+        for t, p in enumerate(points):
+            set_point(p)
+            accs[t] = self._steps(accs[t], self._dims(), cond_list(), self.spec.steps[:lead])
         pos = self.tile.index(row)
         groups: dict[tuple, list] = {}
         for t, p in enumerate(points):
@@ -615,19 +619,35 @@ class NestEmitter:
             for lane, v in enumerate(rows):
                 self._bind(self.vec, Lin(None, lane))
                 conds = cond_list() + ([(self.ivs[row], r)] if lanes > r else [])
-                self._finish(v, self._dims(), conds)
+                self._finish(v, self._dims(), conds, lead)
             self.width = saved
             self._bind(self.vec, Lin(None, 0, 1))
+
+    def lane_steps(self) -> int:
+        """How many leading epilogue steps read nothing but vectors along the lanes (a bias or a
+        folded batch norm indexed by the output channel; ReLU and clip read nothing): a
+        transposed tile runs them on its accumulators, one vector op per point instead of one per
+        row of the transpose. A residual add reads the output's shape: it and the steps after it
+        run on the rows."""
+        names = [n for n, _ in self.spec.dims]
+        lanes = self._origins(self.vec)
+        for count, (_, refs, _) in enumerate(self.spec.steps):
+            if any({names[d] for d in nest.map_dims(self.spec.maps[k])} - lanes for k in refs):
+                return count
+        return len(self.spec.steps)
 
     def _first_loop(self, name: str) -> str:
         return sorted(self._loops_of(name))[0]
 
-    def _finish(self, v: SSAValue, dims: list[Lin], conds: list[tuple[Lin, int]]) -> None:
-        b = self.b
-        for kind, refs, params in self.spec.steps:
+    def _steps(self, v: SSAValue, dims: list[Lin], conds: list[tuple[Lin, int]], steps) -> SSAValue:
+        for kind, refs, params in steps:
             operands = [self.read(k, dims, conds, 0.0)[0] for k in refs]
-            v = epilogue(b, kind, v, operands, params)
-        self.write(v, dims, conds)
+            v = epilogue(self.b, kind, v, operands, params)
+        return v
+
+    def _finish(self, v: SSAValue, dims: list[Lin], conds: list[tuple[Lin, int]], done: int = 0) -> None:
+        """The epilogue steps from `done` on, then the store."""
+        self.write(self._steps(v, dims, conds, self.spec.steps[done:]), dims, conds)
 
 
 def static_bounds(conds: list[tuple[Lin, int]], width: int) -> tuple[list[tuple[Lin, int]], bool]:

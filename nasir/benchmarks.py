@@ -53,10 +53,14 @@ VARIANTS: dict[str, str] = {
 
 
 def median_ms(fns: dict[str, Callable[[], object]], repeat: int, warmup: int = 1) -> dict[str, float]:
-    """Median wall time of each `fn()` in milliseconds, over `repeat` rounds that call every fn once.
+    """Median wall time of each `fn()` in milliseconds, over `repeat` rounds that time every fn once.
 
     Interleaving the candidates makes their ratios robust to load that changes during the run (the
-    machine is shared): each round sees about the same load for all of them.
+    machine is shared): each round sees about the same load for all of them. Each timed call
+    follows an untimed one of the same fn, so that it runs as a deployed model does, after its own
+    previous inference: timed right after another candidate, a small model found its weights and
+    buffers evicted by it (ResNet-34 group16: 6% slower; the same code compiled twice measured up
+    to 12% apart depending on which ran second).
     """
     for fn in fns.values():
         for _ in range(warmup):
@@ -64,6 +68,7 @@ def median_ms(fns: dict[str, Callable[[], object]], repeat: int, warmup: int = 1
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(max(1, repeat)):
         for name, fn in fns.items():
+            fn()
             start = time.perf_counter()
             fn()
             times[name].append((time.perf_counter() - start) * 1e3)

@@ -1,0 +1,35 @@
+// RUN: nasir-opt %s -p nest-bufferize,convert-nest-to-loops | filecheck %s
+
+// Lanes over output channels (co, 16 lanes), a register tile of 4 ow points: the tile is
+// transposed before its stores. The leading epilogue steps that read only vectors along the lanes
+// (the bias, indexed by co; the ReLU) run on the 4 accumulators before the transpose, one vector op
+// per point; the residual add reads the output's shape: it runs on the 16 rows of 4 lanes after it.
+
+builtin.module {
+  func.func @main(%x: tensor<1x3x2x4xf32>, %r: tensor<1x16x2x4xf32>) -> tensor<1x16x2x4xf32> {
+    %w = nn.weight {name = "w"} : tensor<16x3xf32>
+    %b = nn.weight {name = "b"} : tensor<16xf32>
+    %y = nest.compute %x, %w, %b, %r {name = "conv", domain = #nest.domain<[n = 1, co = 16, oh = 2, ow = 4], [ci = 3]>, maps = [affine_map<(d0, d1, d2, d3, d4) -> (d0, d4, d2, d3)>, affine_map<(d0, d1, d2, d3, d4) -> (d1, d4)>, affine_map<(d0, d1, d2, d3, d4) -> (d1)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3)>], out_map = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3)>, combiner = "mac", epilogue = ["add 2", "relu", "add 3"], schedule = {order = ["n", "oh", "ci", "ow", "co"], vector = "co", unroll = {ow = 4}}} : (tensor<1x3x2x4xf32>, tensor<16x3xf32>, tensor<16xf32>, tensor<1x16x2x4xf32>) -> tensor<1x16x2x4xf32>
+    func.return %y : tensor<1x16x2x4xf32>
+  }
+}
+
+// CHECK: func.func private @conv
+// CHECK: scf.yield
+// CHECK-NEXT: }
+// CHECK-NEXT: %[[B:.*]] = vector.load %{{.*}} : memref<16xf32>, vector<16xf32>
+// CHECK-NEXT: arith.addf %{{.*}}, %[[B]] : vector<16xf32>
+// CHECK-NEXT: arith.maxnumf %{{.*}} : vector<16xf32>
+// CHECK-NEXT: arith.addf %{{.*}}, %[[B]] : vector<16xf32>
+// CHECK-NEXT: arith.maxnumf %{{.*}} : vector<16xf32>
+// CHECK-NEXT: arith.addf %{{.*}}, %[[B]] : vector<16xf32>
+// CHECK-NEXT: arith.maxnumf %{{.*}} : vector<16xf32>
+// CHECK-NEXT: arith.addf %{{.*}}, %[[B]] : vector<16xf32>
+// CHECK-NEXT: arith.maxnumf %{{.*}} : vector<16xf32>
+// CHECK-NEXT: vector.shuffle
+// CHECK-NOT: arith.maxnumf
+// CHECK: %[[R:.*]] = vector.load %{{.*}} : memref<1x16x2x4xf32>, vector<4xf32>
+// CHECK-NEXT: %[[S:.*]] = arith.addf %{{.*}}, %[[R]] : vector<4xf32>
+// CHECK-NEXT: vector.store %[[S]], %{{.*}} : memref<1x16x2x4xf32>, vector<4xf32>
+// CHECK-NOT: arith.maxnumf
+// CHECK: func.return
