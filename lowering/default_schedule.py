@@ -135,7 +135,7 @@ def channel_score(plan: "ChannelPlan") -> float:
     """Estimated fraction of the FMA rate a channel schedule keeps: its lanes and epilogue
     (`ChannelPlan.efficiency`) and its loads per FMA. (The L2 term of `channel_tile_score` only
     ranks the tiles of one nest.)"""
-    return plan.efficiency * load_bound(channel_loads_per_fma(plan.r_col, plan.r_row))
+    return plan.efficiency * load_bound(channel_loads_per_fma(plan.r_col, plan.r_row, plan.window))
 
 
 def spatial_score(n, sched: Schedule, width: int) -> float:
@@ -288,6 +288,30 @@ def spatial_efficiency(n, sched: Schedule, width: int) -> float:
 
 
 @dataclass
+class Window:
+    """The unrolled reduction dim that slides along a tile's row in input 0 (conv's kw): its
+    `taps`, the row's `stride` and the taps' `dilation` in the input axis they share."""
+
+    taps: int
+    stride: int
+    dilation: int
+
+
+def row_window(n, row: int) -> Window | None:
+    """The window along parallel dim `row` in input 0: the innermost reduction dim read in the
+    same input axis (conv's ow and kw: `ow * 2 + kw - 3` -> stride 2, 7 taps); None if none."""
+    for expr in n.maps[0].results:
+        stride = linear_coefficient(expr, row)
+        if not stride:
+            continue
+        for pos in range(len(n.dims) - 1, n.npar - 1, -1):
+            dilation = linear_coefficient(expr, pos)
+            if dilation and n.dims[pos][1] > 1:
+                return Window(n.dims[pos][1], stride, dilation)
+    return None
+
+
+@dataclass
 class ChannelPlan:
     """A channel-vector schedule: lanes over `col` (conv's co, extent a multiple of the width),
     register tile of `r_col` vectors x `r_row` points of `row` (conv's ow)."""
@@ -299,6 +323,7 @@ class ChannelPlan:
     row_extent: int
     r_row: int
     efficiency: float
+    window: Window | None = None
 
 
 VECTOR_REGISTERS = 30
@@ -324,9 +349,18 @@ L2_WEIGHT_VECTORS_PER_FMA = 0.25
 (DenseNet's 48-channel 3x3 conv on 14x14: 3 x 2 tiles take 1.5x the time of 1 x 14)."""
 
 
-def channel_loads_per_fma(r_col: int, r_row: int) -> float:
-    """Loads per FMA of a channel tile: a weight vector per r_row FMAs, a broadcast per r_col."""
-    return 1 / r_col + 1 / r_row
+def channel_loads_per_fma(r_col: int, r_row: int, window: Window | None = None) -> float:
+    """Loads per FMA of a channel tile: a weight vector per r_row FMAs and a broadcast per input
+    point it reads. The unrolled taps of a window along the row (conv's kw) read overlapping
+    points, which LLVM broadcasts once for all of them: a 1 x 14 tile of a 3x3 conv broadcasts 16
+    points for 42 FMAs (without a window, a broadcast per r_col FMAs):
+
+        loads = min(r_row * taps, (r_row - 1) * stride + (taps - 1) * dilation + 1) / (taps * r_row * r_col)
+                + 1 / r_row
+    """
+    taps, stride, dilation = (window.taps, window.stride, window.dilation) if window else (1, 1, 1)
+    points = min(r_row * taps, (r_row - 1) * stride + (taps - 1) * dilation + 1)
+    return points / (taps * r_row * r_col) + 1 / r_row
 
 
 def epilogue_cost(r_row: int, width: int) -> float:
@@ -336,11 +370,12 @@ def epilogue_cost(r_row: int, width: int) -> float:
     return EPILOGUE_WEIGHT * (width / r_row + math.log2(lanes) + 1)
 
 
-def channel_tile_score(r_col: int, r_row: int, used: float, red: int, width: int) -> float:
+def channel_tile_score(r_col: int, r_row: int, used: float, red: int, width: int,
+                       window: Window | None = None) -> float:
     """Estimated fraction of the FMA rate a channel tile of r_col vectors x r_row points keeps:
     its loads per FMA beyond LOADS_PER_FMA slow it, its epilogue adds `epilogue_cost` to `red` FMAs per accumulator, and a
     tail tile (its points need guards) is discounted steeply."""
-    score = used ** 8 * load_bound(channel_loads_per_fma(r_col, r_row)) * red / (red + epilogue_cost(r_row, width))
+    score = used ** 8 * load_bound(channel_loads_per_fma(r_col, r_row, window)) * red / (red + epilogue_cost(r_row, width))
     if r_col * width * red * 4 > L1_WEIGHT_BYTES:  # weight vectors stream from L2
         score *= min(1.0, L2_WEIGHT_VECTORS_PER_FMA * r_row)
     return score
@@ -368,19 +403,20 @@ def channel_vector_plan(n, width: int) -> ChannelPlan | None:
     if col is None or row is None or stride_of(n.out_map, n.out_shape, [d for d, _ in par].index(col[0])) == 1:
         return None
     red = math.prod(e for _, e in n.dims[n.npar:])
+    window = row_window(n, [d for d, _ in par].index(row[0]))
     best = None
     for r_col in (4, 3, 2, 1):
         if (col[1] // width) % r_col or (r_col > 1 and r_col * width * red * 4 > CHANNEL_TILE_WEIGHT_BYTES):
             continue
         for r_row in range(1, min(row[1], (VECTOR_REGISTERS - r_col) // (r_col + 1)) + 1):
             used = row[1] / (-(-row[1] // r_row) * r_row)
-            score = channel_tile_score(r_col, r_row, used, red, width)
+            score = channel_tile_score(r_col, r_row, used, red, width, window)
             if best is None or score > best[0]:
                 best = (score, r_col, r_row, used)
     _, r_col, r_row, used = best
     # a lane-strided output: the tile is transposed in registers, then stored as rows of r_row lanes
     efficiency = used * red / (red + epilogue_cost(r_row, width))
-    return ChannelPlan(col[0], col[1], r_col, row[0], row[1], r_row, efficiency)
+    return ChannelPlan(col[0], col[1], r_col, row[0], row[1], r_row, efficiency, window)
 
 
 def channel_vector_schedule(n, plan: ChannelPlan, width: int) -> Schedule:

@@ -110,16 +110,24 @@ def test_channel_vector_schedule_is_chosen_where_spatial_lanes_idle():
 
 
 def test_cost_model_picks_what_measured_faster():
-    """The scheduler's cost model on shapes whose winner was measured (interleaved A/B, issue 5):
-    16 output channels per group on 56-wide rows run faster spatially (a 1-vector channel tile
-    loads once per FMA), on 14-wide rows (every spatial vector masked) with channel vectors; the
-    stem gets 2 channel vectors x 8 points (4 x 4 spends more on its transposed epilogue)."""
+    """The scheduler's cost model on shapes whose winner was measured (interleaved A/B of two
+    compiles each, issue 5): 16 output channels per group on 56-wide rows run faster in a
+    1-vector channel tile than spatially (0.93x: the kw taps share its broadcasts), on 14-wide rows
+    with channel vectors; a dense 3x3 conv on 14-wide rows in one 1 x 14 tile (0.89x the time of
+    2 x 7: half the weight vectors per FMA from L2), a 1x1 conv there (no window: a broadcast per
+    FMA) in 2 x 7; the stem gets 2 channel vectors x 8 points (4 x 4 spends more on its transposed
+    epilogue)."""
     def chosen(conv):
         return schedule_for(conv_shape(conv_model(*conv)[0]), WIDTH)
 
     if WIDTH != 16:
         pytest.skip("measured with AVX-512 (16 lanes)")
-    assert chosen((64, 64, 56, 56, 3, 1, 1, 4)).vector.startswith("ow")
+    grouped = chosen((64, 64, 56, 56, 3, 1, 1, 4))
+    assert grouped.vector == "co.i" and grouped.unroll["co.o"] == 1
     assert chosen((256, 256, 14, 14, 3, 1, 1, 16)).vector == "co.i"
+    dense = chosen((256, 256, 14, 14, 3, 1, 1, 1))
+    assert dense.vector == "co.i" and dense.unroll["ow"] == 14 and "co.o.i" not in dense.unroll
+    pointwise = chosen((512, 128, 14, 14, 1, 1, 0, 1))
+    assert pointwise.unroll["ow.i"] == 7 and pointwise.unroll["co.o.i"] == 2
     stem = chosen((3, 64, 224, 224, 7, 2, 3, 1))
     assert stem.vector == "co.i" and stem.unroll["ow.i"] == 8 and stem.unroll["co.o.i"] == 2
