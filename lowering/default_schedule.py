@@ -347,6 +347,22 @@ L1_WEIGHT_BYTES = 32 * 1024
 L2_WEIGHT_VECTORS_PER_FMA = 0.25
 """Weight vectors per FMA that L2 feeds at full FMA rate: a tile of r_row points loads 1/r_row
 (DenseNet's 48-channel 3x3 conv on 14x14: 3 x 2 tiles take 1.5x the time of 1 x 14)."""
+L2_INPUT_BYTES = 512 * 1024
+"""Input bytes that stay in L2 (1 MiB per core here) while a conv's channel blocks re-read them."""
+L3_BYTES_PER_FMA = 4.0
+"""Bytes per vector FMA that L3 feeds at full FMA rate (about 20 GB/s per core on this machine)."""
+
+
+def input_stream_bound(n, col_vectors: int, r_col: int, width: int) -> float:
+    """Fraction of the FMA rate left by re-reading input 0 once per block of r_col channel vectors
+    when it does not stay in L2: a strided 1x1 conv does few FMAs per input byte (ResNet's
+    64 -> 128 downsample reads its 800 KB input 4 times with 2-vector blocks, 8 bytes per FMA:
+    4 x 4 tiles take 0.84x the time of 2 x 7)."""
+    in_bytes = 4 * math.prod(n.in_shapes[0])
+    if in_bytes <= L2_INPUT_BYTES:
+        return 1.0
+    vector_fmas = math.prod(e for _, e in n.dims) / width
+    return min(1.0, L3_BYTES_PER_FMA * vector_fmas / (in_bytes * col_vectors / r_col))
 
 
 def channel_loads_per_fma(r_col: int, r_row: int, window: Window | None = None) -> float:
@@ -410,7 +426,8 @@ def channel_vector_plan(n, width: int) -> ChannelPlan | None:
             continue
         for r_row in range(1, min(row[1], (VECTOR_REGISTERS - r_col) // (r_col + 1)) + 1):
             used = row[1] / (-(-row[1] // r_row) * r_row)
-            score = channel_tile_score(r_col, r_row, used, red, width, window)
+            score = channel_tile_score(r_col, r_row, used, red, width, window) * input_stream_bound(
+                n, col[1] // width, r_col, width)
             if best is None or score > best[0]:
                 best = (score, r_col, r_row, used)
     _, r_col, r_row, used = best
