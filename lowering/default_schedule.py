@@ -23,7 +23,8 @@ FMA, masked edge vectors, epilogue of transposed tiles):
 - the reduction loops inside the first one (conv's kh, kw) fully unrolled while the unrolled body
   stays within MAX_UNROLLED_BODY steps: the in-bounds masks and addresses of padded reads then do
   not change in the remaining reduction loop (ci) and LLVM hoists them out of it;
-- the first outer loop with more than one iteration is the thread-parallel loop.
+- the thread-parallel loop is the first outer loop whose iterations split evenly over 2, 4 or 8
+  threads (a power of two, or at least 8: `balanced`), else the first with more than one.
 
     domain = #nest.domain<[n = 1, co = 16, oh = 32, ow = 32], [ci = 3, kh = 3, kw = 3]>
     -> schedule = {splits = [["ow", 16], ["oh", 2], ["co", 8]],
@@ -268,12 +269,25 @@ def _unroll_inner_reductions(sched: Schedule, n) -> None:
 
 
 def _finish(sched: Schedule, n, loops: list[str], tile: list[str]) -> Schedule:
-    """Order: outer parallel loops, reductions, register tile, vector; the first outer loop with
-    more than one iteration runs on threads."""
+    """Order: outer parallel loops, reductions, register tile, vector; the first outer loop that
+    splits evenly over threads (`balanced`) runs on them, else the first with more than one
+    iteration."""
     sched.order = loops + [name for name, _ in n.dims[n.npar:]] + tile + ([sched.vector] if sched.vector else [])
     extents = dict(sched.loops(nest.DomainAttr.make(n.dims[: n.npar], n.dims[n.npar:])))
-    sched.parallel = next((l for l in loops if extents[l] > 1), None)
+    sched.parallel = next((l for l in loops if balanced(extents[l])),
+                          next((l for l in loops if extents[l] > 1), None))
     return sched
+
+
+BALANCED_ITERATIONS = 8
+"""Iterations of a thread-parallel loop that keep its threads within one iteration of 1/8 apart."""
+
+
+def balanced(extent: int) -> bool:
+    """Whether a loop of `extent` iterations splits evenly enough over 2, 4 or 8 threads: a
+    power of two, or at least BALANCED_ITERATIONS. (DenseNet-161's 48 channels in three blocks
+    of 16 left one of two threads idle a third of the time: its rows run on threads instead.)"""
+    return extent > 1 and (extent & (extent - 1) == 0 or extent >= BALANCED_ITERATIONS)
 
 
 def spatial_efficiency(n, sched: Schedule, width: int) -> float:
