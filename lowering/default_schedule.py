@@ -349,15 +349,16 @@ CHANNEL_TILE_WEIGHT_BYTES = 1024 * 1024
 
 
 LOADS_PER_FMA = 0.65
-"""Vector loads and broadcasts per FMA that run beside the FMAs at full rate (AVX-512 on Zen 5:
-a 2 x 7 channel tile, 0.64, runs as fast as a 4 x 4 one, 0.5, ResNet-34's layers measured)."""
+"""Vector loads and broadcasts per FMA that run beside the FMAs at full rate (AVX-512 here, LLVM
+cpu `cascadelake`: a 2 x 7 channel tile, 0.64, runs as fast as a 4 x 4 one, 0.5, ResNet-34's
+layers measured)."""
 EPILOGUE_WEIGHT = 3.0
 """FMA slots one epilogue step per row of a transposed channel tile takes (bias or folded batch
 norm, ReLU, residual add and the store of a row of r_row lanes)."""
 
 
 L1_WEIGHT_BYTES = 32 * 1024
-"""Packed weight bytes of a channel tile that stay in L1 (48 KiB on Zen 5) beside its inputs."""
+"""Packed weight bytes of a channel tile that stay in L1 (32 KiB per core here) beside its inputs."""
 L2_WEIGHT_VECTORS_PER_FMA = 0.25
 """Weight vectors per FMA that L2 feeds at full FMA rate: a tile of r_row points loads 1/r_row
 (DenseNet's 48-channel 3x3 conv on 14x14: 3 x 2 tiles take 1.5x the time of 1 x 14)."""
@@ -438,10 +439,10 @@ def channel_vector_plan(n, width: int) -> ChannelPlan | None:
     for r_col in (4, 3, 2, 1):
         if (col[1] // width) % r_col or (r_col > 1 and r_col * width * red * 4 > CHANNEL_TILE_WEIGHT_BYTES):
             continue
+        streaming = input_stream_bound(n, col[1] // width, r_col, width)
         for r_row in range(1, min(row[1], (VECTOR_REGISTERS - r_col) // (r_col + 1)) + 1):
             used = row[1] / (-(-row[1] // r_row) * r_row)
-            score = channel_tile_score(r_col, r_row, used, red, width, window) * input_stream_bound(
-                n, col[1] // width, r_col, width)
+            score = channel_tile_score(r_col, r_row, used, red, width, window) * streaming
             if best is None or score > best[0]:
                 best = (score, r_col, r_row, used)
     _, r_col, r_row, used = best

@@ -59,8 +59,7 @@ def median_ms(fns: dict[str, Callable[[], object]], repeat: int, warmup: int = 1
     machine is shared): each round sees about the same load for all of them. Each timed call
     follows an untimed one of the same fn, so that it runs as a deployed model does, after its own
     previous inference: timed right after another candidate, a small model found its weights and
-    buffers evicted by it (ResNet-34 group16: 6% slower; the same code compiled twice measured up
-    to 12% apart depending on which ran second).
+    buffers evicted by it (ResNet-34 group16: 6% slower).
     """
     for fn in fns.values():
         for _ in range(warmup):
