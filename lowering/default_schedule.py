@@ -386,8 +386,8 @@ def channel_loads_per_fma(r_col: int, r_row: int, window: Window | None = None) 
     points, which LLVM broadcasts once for all of them: a 1 x 14 tile of a 3x3 conv broadcasts 16
     points for 42 FMAs (without a window, a broadcast per r_col FMAs):
 
-        loads = min(r_row * taps, (r_row - 1) * stride + (taps - 1) * dilation + 1) / (taps * r_row * r_col)
-                + 1 / r_row
+        points = min(r_row * taps, (r_row - 1) * stride + (taps - 1) * dilation + 1)
+        loads = points / (taps * r_row * r_col) + 1 / r_row
     """
     taps, stride, dilation = (window.taps, window.stride, window.dilation) if window else (1, 1, 1)
     points = min(r_row * taps, (r_row - 1) * stride + (taps - 1) * dilation + 1)
@@ -404,9 +404,10 @@ def epilogue_cost(r_row: int, width: int) -> float:
 def channel_tile_score(r_col: int, r_row: int, used: float, red: int, width: int,
                        window: Window | None = None) -> float:
     """Estimated fraction of the FMA rate a channel tile of r_col vectors x r_row points keeps:
-    its loads per FMA beyond LOADS_PER_FMA slow it, its epilogue adds `epilogue_cost` to `red` FMAs per accumulator, and a
-    tail tile (its points need guards) is discounted steeply."""
-    score = used ** 8 * load_bound(channel_loads_per_fma(r_col, r_row, window)) * red / (red + epilogue_cost(r_row, width))
+    its loads per FMA beyond LOADS_PER_FMA slow it, its epilogue adds `epilogue_cost` to `red`
+    FMAs per accumulator, and a tail tile (its points need guards) is discounted steeply."""
+    loads = load_bound(channel_loads_per_fma(r_col, r_row, window))
+    score = used ** 8 * loads * red / (red + epilogue_cost(r_row, width))
     if r_col * width * red * 4 > L1_WEIGHT_BYTES:  # weight vectors stream from L2
         score *= min(1.0, L2_WEIGHT_VECTORS_PER_FMA * r_row)
     return score
