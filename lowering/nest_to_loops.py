@@ -600,7 +600,7 @@ class NestEmitter:
         """
         b, width = self.b, self.width
         lead = self.lane_steps()
-        for t, p in enumerate(points):
+        for t, p in enumerate(points if lead else ()):
             set_point(p)
             accs[t] = self._steps(accs[t], self._dims(), cond_list(), self.spec.steps[:lead])
         pos = self.tile.index(row)

@@ -2,9 +2,10 @@
 
 Runs after convert-nn-to-nest (graph-level fusion of the llvm pipeline). A copy nest whose operand
 is the single-use result of another nest (mac/max/avg, or an element-wise copy such as a batch norm
-before a ReLU), read with the identity map, becomes more epilogue steps of that producer; the copy's other operands become epilogue inputs, their maps composed with
-the producer's out_map. `add`/`mul` whose *second* operand is the producer (a residual add written
-`other + conv`) fuse too, by commutativity, when they are the copy's first step.
+before a ReLU), read with the identity map, becomes more epilogue steps of that producer; the
+copy's other operands become epilogue inputs, their maps composed with the producer's out_map.
+`add`/`mul` whose *second* operand is the producer (a residual add written `other + conv`) fuse
+too, by commutativity, when they are the copy's first step.
 
     %c = nest.compute %x, %w {name = "conv", ..., epilogue = []}
     %r = nest.compute %c {name = "relu", combiner = "copy", epilogue = ["relu"]}
