@@ -45,7 +45,6 @@ from xdsl.passes import ModulePass
 from nasir.dialects import nest, nn
 from nasir.dialects.nest import Schedule
 from nasir.dialects.nn import shape_of
-from nasir.lowering.loop_builder import LoopBuilder
 from nasir.transforms.schedule import operand_axes
 
 
@@ -396,9 +395,8 @@ def channel_loads_per_fma(r_col: int, r_row: int, window: Window | None = None) 
 
 def epilogue_cost(r_row: int, width: int) -> float:
     """FMA slots per accumulator of a channel tile after its reduction: `width` rows of r_row lanes
-    out of log2(lanes) rounds of shuffles (see `LoopBuilder.transpose`), then their epilogue."""
-    lanes = LoopBuilder.transpose_lanes(r_row)
-    return EPILOGUE_WEIGHT * (width / r_row + math.log2(lanes) + 1)
+    out of log2(r_row) rounds of shuffles (see `LoopBuilder.transpose`), then their epilogue."""
+    return EPILOGUE_WEIGHT * (width / r_row + (r_row - 1).bit_length() + 1)
 
 
 def channel_tile_score(r_col: int, r_row: int, used: float, red: int, width: int,

@@ -608,19 +608,14 @@ class NestEmitter:
         for t, p in enumerate(points):
             groups.setdefault(p[:pos] + p[pos + 1:], []).append(accs[t])
         r = self.extent[row]
-        lanes = b.transpose_lanes(r)  # rows padded to a power of two lanes
-        saved = self.width
         for p, values in groups.items():
-            rows = b.transpose(values, width, lanes)
+            rows = b.transpose(values, width)
             set_point(p[:pos] + (0,) + p[pos:])
-            self.width = lanes
             self._bind(row, Lin(None, 0, 1))
-            self.ranges[row] = (0, lanes - 1)  # padded lanes read past the tile: keep their checks
+            self.ranges[row] = (0, width - 1)  # lanes past the tile read past it: keep their checks
             for lane, v in enumerate(rows):
                 self._bind(self.vec, Lin(None, lane))
-                conds = cond_list() + ([(self.ivs[row], r)] if lanes > r else [])
-                self._finish(v, self._dims(), conds, lead)
-            self.width = saved
+                self._finish(v, self._dims(), cond_list() + [(self.ivs[row], r)], lead)
             self._bind(self.vec, Lin(None, 0, 1))
 
     def lane_steps(self) -> int:

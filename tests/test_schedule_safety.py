@@ -3,7 +3,8 @@
 Odd sizes (7x7, 13x13, 1x1 images, channel counts the vector width does not divide, stride 2 on
 odd inputs, tails of register tiles) under both schedule families: lanes over the output width
 (`spatial_vector_schedule`) and lanes over output channels from packed weights
-(`channel_vector_schedule`, every register tile shape it can choose, tails included). The conv
+(`channel_vector_schedule`, every register tile shape it can choose, tails included, and a
+tile of WIDTH/2 + 1 points whose transpose pads rows to WIDTH lanes). The conv
 carries a bias, a residual add and a ReLU in its epilogue; the oracle is PyTorch.
 """
 
@@ -65,8 +66,9 @@ def candidate_schedules(shape):
     if plan is None:
         return
     blocks = plan.col_extent // WIDTH
-    for r_col, r_row in itertools.product([r for r in (1, 2, 3, 4) if blocks % r == 0],
-                                          sorted({1, 3, 5, plan.row_extent})):
+    # row tiles: 1, odd, the whole row, and WIDTH/2 + 1 points (a full transpose, with a tail)
+    rows = sorted(r for r in {1, 3, 5, WIDTH // 2 + 1, plan.row_extent} if r <= plan.row_extent)
+    for r_col, r_row in itertools.product([r for r in (1, 2, 3, 4) if blocks % r == 0], rows):
         tile = ChannelPlan(plan.col, plan.col_extent, r_col, plan.row, plan.row_extent, r_row, plan.efficiency)
         yield f"channel {r_col}x{r_row}", channel_vector_schedule(shape, tile, WIDTH)
 

@@ -3,7 +3,9 @@
 // Lanes over output channels (co, 16 lanes), a register tile of 4 ow points: the tile is
 // transposed before its stores. The leading epilogue steps that read only vectors along the lanes
 // (the bias, indexed by co; the ReLU) run on the 4 accumulators before the transpose, one vector op
-// per point; the residual add reads the output's shape: it runs on the 16 rows of 4 lanes after it.
+// per point. The transpose is two rounds of shuffles of two 16-lane vectors into one (no longer
+// vectors); each of the 16 rows holds its 4 points in its first lanes, and the residual add, which
+// reads the output's shape, runs on the rows with the other lanes masked off.
 
 builtin.module {
   func.func @main(%x: tensor<1x3x2x4xf32>, %r: tensor<1x16x2x4xf32>) -> tensor<1x16x2x4xf32> {
@@ -26,10 +28,12 @@ builtin.module {
 // CHECK-NEXT: arith.maxnumf %{{.*}} : vector<16xf32>
 // CHECK-NEXT: arith.addf %{{.*}}, %[[B]] : vector<16xf32>
 // CHECK-NEXT: arith.maxnumf %{{.*}} : vector<16xf32>
-// CHECK-NEXT: vector.shuffle
+// CHECK-NEXT: vector.shuffle %{{.*}}, %{{.*}} [0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23] : vector<16xf32>, vector<16xf32>
+// CHECK-NEXT: vector.shuffle %{{.*}}, %{{.*}} [8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31] : vector<16xf32>, vector<16xf32>
+// CHECK-NOT: vector<32xf32>
 // CHECK-NOT: arith.maxnumf
-// CHECK: %[[R:.*]] = vector.load %{{.*}} : memref<1x16x2x4xf32>, vector<4xf32>
-// CHECK-NEXT: %[[S:.*]] = arith.addf %{{.*}}, %[[R]] : vector<4xf32>
-// CHECK-NEXT: vector.store %[[S]], %{{.*}} : memref<1x16x2x4xf32>, vector<4xf32>
+// CHECK: %[[R:.*]] = vector.maskedload %{{.*}} : memref<1x16x2x4xf32>, vector<16xi1>, vector<16xf32> into vector<16xf32>
+// CHECK-NEXT: %[[S:.*]] = arith.addf %{{.*}}, %[[R]] : vector<16xf32>
+// CHECK-NEXT: vector.maskedstore %{{.*}}, %{{.*}}, %[[S]] : memref<1x16x2x4xf32>, vector<16xi1>, vector<16xf32>
 // CHECK-NOT: arith.maxnumf
 // CHECK: func.return
