@@ -119,7 +119,9 @@ def test_cost_model_picks_what_measured_faster():
     2 x 7: half the weight vectors per FMA from L2), a 1x1 conv there (no window: a broadcast per
     FMA) in 2 x 7, ResNet's 1x1 stride-2 downsample from 56x56 in 4 x 4 (0.84-0.9x the time of 2 x 7:
     its 800 KB input, read once per channel block, streams from L3); the stem gets 2 channel vectors x 8 points (4 x 4 spends more on its transposed
-    epilogue)."""
+    epilogue). Spatial tiles: 8 channels per group on 56-wide rows take 4 channels x 4 rows (0.92x
+    the time of 8 x 2: rows share input rows, fewer loads per FMA), a wide 1x1 conv keeps 8 x 2
+    (4 x 4 ran MobileNetV2 1.03x slower)."""
     def chosen(conv):
         return schedule_for(conv_shape(conv_model(*conv)[0]), WIDTH)
 
@@ -136,6 +138,10 @@ def test_cost_model_picks_what_measured_faster():
     assert downsample.unroll["ow.i"] == 4 and downsample.unroll["co.o.i"] == 4
     stem = chosen((3, 64, 224, 224, 7, 2, 3, 1))
     assert stem.vector == "co.i" and stem.unroll["ow.i"] == 8 and stem.unroll["co.o.i"] == 2
+    grouped_8 = chosen((64, 64, 56, 56, 3, 1, 1, 8))
+    assert grouped_8.vector == "ow.i" and grouped_8.unroll["oh.i"] == 4 and grouped_8.unroll["co.i"] == 4
+    wide_1x1 = chosen((16, 96, 112, 112, 1, 1, 0, 1))
+    assert wide_1x1.vector == "ow.i" and wide_1x1.unroll["oh.i"] == 2 and wide_1x1.unroll["co.i"] == 8
 
 
 def test_parallel_loop_splits_evenly_over_threads():
