@@ -223,7 +223,7 @@ def spatial_vector_schedule(n, width: int) -> Schedule:
             rows = (7, 4, 2) if not strided or len(n.dims) - n.npar > 1 else ()
             pairs = [(c, r) for c in cols for r in rows
                      if row is not None and row[1] % r == 0 and c * r <= MAX_ACCUMULATORS]
-            window = row_window(n, [name for name, _ in par].index(row[0])) if row is not None else None
+            window = None if row is None else row_window(n, [name for name, _ in par].index(row[0]))
             if pairs and window is not None and window.taps > 1:
                 # rows that share input rows (conv's kh): the most accumulators, then the fewest
                 # loads per FMA (8 channels per group at 56: 4 x 4 ran 0.92x the time of 8 x 2);
@@ -388,9 +388,10 @@ def input_stream_bound(n, col_vectors: int, r_col: int, width: int) -> float:
 def channel_loads_per_fma(r_col: int, r_row: int, window: Window | None = None) -> float:
     """Loads per FMA of a channel tile: a weight vector per r_row FMAs and a broadcast per input
     point it reads (of a spatial tile of r_col channels x r_row rows likewise: a broadcast weight
-    per r_row FMAs, an input vector per row it reads). The unrolled taps of a window along the row (conv's kw) read overlapping
-    points, which LLVM broadcasts once for all of them: a 1 x 14 tile of a 3x3 conv broadcasts 16
-    points for 42 FMAs (without a window, a broadcast per r_col FMAs):
+    per r_row FMAs, an input vector per row it reads). The unrolled taps of a window along the
+    row (conv's kw) read overlapping points, which LLVM broadcasts once for all of them: a 1 x 14
+    tile of a 3x3 conv broadcasts 16 points for 42 FMAs (without a window, a broadcast per r_col
+    FMAs):
 
         points = min(r_row * taps, (r_row - 1) * stride + (taps - 1) * dilation + 1)
         loads = points / (taps * r_row * r_col) + 1 / r_row

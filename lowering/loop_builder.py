@@ -306,7 +306,8 @@ class LoopBuilder:
         rows = []
         for l in range(width):
             chunk, at = level[0][l * points // width], l * points % width
-            rows.append(chunk if at == 0 else self.shuffle(chunk, chunk, [at + j % points for j in range(width)]))
+            rows.append(chunk if at == 0 else
+                        self.shuffle(chunk, chunk, [at + j % points for j in range(width)]))
         return rows
 
     def splat(self, value: SSAValue, width: int) -> SSAValue:

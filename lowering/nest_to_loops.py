@@ -594,9 +594,10 @@ class NestEmitter:
     def _finish_transposed(self, row: str, points, accs, set_point, cond_list) -> None:
         """Epilogue and stores of a tile whose lanes are strided in the output: the accumulators
         of the `row` points are transposed in registers (log2 rounds of shuffles), so that each
-        lane's values along `row` are one contiguous vector, and the epilogue runs on those:
+        lane's values along `row` are one contiguous vector, and the epilogue runs on those, the
+        lanes past the tile's r points masked off:
 
-            acc[ow = p] : vector<16 x f32> over co   ->   out[co = l] : vector<r x f32> over ow
+            acc[ow = p] : vector<16 x f32> over co   ->   out[co = l] : vector<16 x f32> over ow
         """
         b, width = self.b, self.width
         lead = self.lane_steps()
