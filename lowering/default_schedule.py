@@ -375,14 +375,26 @@ L3_BYTES_PER_FMA = 4.0
 
 def input_stream_bound(n, col_vectors: int, r_col: int, width: int) -> float:
     """Fraction of the FMA rate left by re-reading input 0 once per block of r_col channel vectors
-    when it does not stay in L2: a strided 1x1 conv does few FMAs per input byte (ResNet's
-    64 -> 128 downsample reads its 800 KB input 4 times with 2-vector blocks, 8 bytes per FMA:
-    4 x 4 tiles take 0.84x the time of 2 x 7)."""
-    in_bytes = 4 * math.prod(n.in_shapes[0])
+    when the bytes it reads (`read_fraction`) do not stay in L2: a strided 1x1 conv does few FMAs
+    per input byte. (ResNeXt-29's 256 -> 512 shortcut reads half of its 1 MiB input, the odd rows
+    untouched: 2 x 8 tiles, 0.986x the model's time of 4 x 4.)"""
+    in_bytes = 4 * math.prod(n.in_shapes[0]) * read_fraction(n)
     if in_bytes <= L2_INPUT_BYTES:
         return 1.0
     vector_fmas = math.prod(e for _, e in n.dims) / width
     return min(1.0, L3_BYTES_PER_FMA * vector_fmas / (in_bytes * col_vectors / r_col))
+
+
+def read_fraction(n) -> float:
+    """Fraction of input 0's cache lines a nest reads: an axis before the contiguous one whose index
+    is `s * p + r` reaches at most extent(p) * extent(r) of its positions (a 1x1 stride-2 conv reads
+    every other row); the contiguous axis is read whole (a line holds many of its points)."""
+    fraction = 1.0
+    for expr, size in list(zip(n.maps[0].results, n.in_shapes[0]))[:-1]:
+        form = nest.linear_form(expr)
+        if form is not None and form[0]:
+            fraction *= min(1.0, math.prod(n.dims[d][1] for d in form[0]) / size)
+    return fraction
 
 
 def channel_loads_per_fma(r_col: int, r_row: int, window: Window | None = None) -> float:
