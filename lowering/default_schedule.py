@@ -16,10 +16,12 @@ FMA, masked edge vectors, epilogue of transposed tiles):
   (`lane_packs`: 1000 classes -> `OI8o`, vectors of 8);
 - the other parallel dims come first in domain order, then the reduction dims;
 - for contractions (`mac`) a register tile, fully unrolled inside the reduction loops: a parallel
-  dim that input 0 does not read (conv's `co`) split by 8, 4 or 2 (the largest divisor whose
-  input-1 rows fit TILE_INPUT1_BYTES), times a parallel dim that input 1 does not read (conv's
-  `oh`) split by 7, 4 or 2 (not for strided 1x1 convs), at most MAX_ACCUMULATORS vectors: each
-  vector of input 0 feeds several accumulators and each broadcast weight several rows;
+  dim that input 0 does not read (conv's `co`) split by 8, 4 or 2 (divisors whose input-1 rows fit
+  TILE_INPUT1_BYTES), times a parallel dim that input 1 does not read (conv's `oh`) split by 7, 4
+  or 2 (not for strided 1x1 convs), at most MAX_ACCUMULATORS vectors: each vector of input 0
+  feeds several accumulators and each broadcast weight several rows. The most accumulators win;
+  among those, where the rows share input rows (conv's kh) the fewest loads per FMA, else the
+  widest channel block;
 - the reduction loops inside the first one (conv's kh, kw) fully unrolled while the unrolled body
   stays within MAX_UNROLLED_BODY steps: the in-bounds masks and addresses of padded reads then do
   not change in the remaining reduction loop (ci) and LLVM hoists them out of it;
@@ -27,9 +29,9 @@ FMA, masked edge vectors, epilogue of transposed tiles):
   threads (a power of two, or at least 8: `balanced`), else the first with more than one.
 
     domain = #nest.domain<[n = 1, co = 16, oh = 32, ow = 32], [ci = 3, kh = 3, kw = 3]>
-    -> schedule = {splits = [["ow", 16], ["oh", 2], ["co", 8]],
+    -> schedule = {splits = [["ow", 16], ["oh", 4], ["co", 4]],
                    order = ["n", "co.o", "oh.o", "ow.o", "ci", "kh", "kw", "oh.i", "co.i", "ow.i"],
-                   vector = "ow.i", unroll = {oh.i = 2, co.i = 8, kw = 3, kh = 3}, parallel = "co.o"}
+                   vector = "ow.i", unroll = {oh.i = 4, co.i = 4, kw = 3, kh = 3}, parallel = "co.o"}
 """
 
 from __future__ import annotations
@@ -414,7 +416,7 @@ def channel_loads_per_fma(r_col: int, r_row: int, window: Window | None = None) 
 
 
 def epilogue_cost(r_row: int, width: int) -> float:
-    """FMA slots per accumulator of a channel tile after its reduction: `width` rows of r_row lanes
+    """FMA slots per accumulator of a channel tile after its reduction: `width` rows of r_row points
     out of log2(r_row) rounds of shuffles (see `LoopBuilder.transpose`), then their epilogue."""
     return EPILOGUE_WEIGHT * (width / r_row + (r_row - 1).bit_length() + 1)
 
