@@ -67,23 +67,22 @@ class LoopBuilder:
         self.block.add_op(op)
         return op.results[0] if op.results else None
 
-    def const(self, value: float | int, ty: Attribute) -> SSAValue:
+    def const(self, value: float | int | tuple, ty: Attribute) -> SSAValue:
+        """A constant at the top of the entry block; for a vector type, `value` for every lane or
+        a tuple of one value per lane."""
         key = (value, ty)
         if key not in self._consts:
             if isinstance(ty, VectorType):
                 lanes = ty.get_shape()[0]
                 cast = float if ty.element_type == f32 else int
-                attr = DenseIntOrFPElementsAttr.from_list(ty, [cast(value)] * lanes)
-                op = arith.ConstantOp(attr, ty)
+                values = value if isinstance(value, tuple) else (value,) * lanes
+                op = arith.ConstantOp(DenseIntOrFPElementsAttr.from_list(ty, [cast(v) for v in values]), ty)
             elif ty == f32:
                 op = arith.ConstantOp(FloatAttr(float(value), f32))
             else:
                 op = arith.ConstantOp(IntegerAttr(int(value), ty))
             first = self.entry.first_op
-            if first is None:
-                self.entry.add_op(op)
-            else:
-                self.entry.insert_op_before(op, first)
+            self.entry.insert_op_before(op, first) if first is not None else self.entry.add_op(op)
             self._consts[key] = op.result
         return self._consts[key]
 
@@ -101,13 +100,7 @@ class LoopBuilder:
     def iota(self, width: int, scale: int = 1) -> SSAValue:
         """The i32 vector `[0, scale, 2 * scale, ...]`: lane offsets of a vector index (masks
         compare i32 lanes, one register for 16 of them; a kernel's indices fit in 32 bits)."""
-        ty = VectorType(i32, [width])
-        key = ("iota", width, scale)
-        if key not in self._consts:
-            op = arith.ConstantOp(DenseIntOrFPElementsAttr.from_list(ty, [j * scale for j in range(width)]), ty)
-            self.entry.insert_op_before(op, self.entry.first_op) if self.entry.first_op else self.entry.add_op(op)
-            self._consts[key] = op.result
-        return self._consts[key]
+        return self.const(tuple(j * scale for j in range(width)), VectorType(i32, [width]))
 
     # Regions ----------------------------------------------------------------------------------
     def in_block(self, block: Block, body: Callable[[], object]):
@@ -218,6 +211,8 @@ class LoopBuilder:
         return self.pure(("below", a, size, width), lambda: self._below(a, size, width))
 
     def _below(self, a: Lin, size: int, width: int | None) -> SSAValue:
+        if a.s is None and width is not None:  # a constant index: the mask is known
+            return self.const(tuple(int(0 <= a.k + a.c * j < size) for j in range(width)), VectorType(i1, [width]))
         if a.c == 0 or width is None:
             cond = self.add(arith.CmpiOp(self.scalar(a), self.idx(size), "ult"))
             return cond if width is None else self.add(vector.BroadcastOp(cond, VectorType(i1, [width])))

@@ -34,6 +34,7 @@ concat into the workspace arena needs no kernel: its inputs are memcpys into vie
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -67,6 +68,8 @@ from nasir.model import main_func, sanitize
 Shape = tuple[int, ...]
 
 IDENTITY = {"mac": 0.0, "avg": 0.0, "max": -math.inf}
+# the share of an outer loop's iterations its edge runs must make to get tile versions of their own
+EDGE_SHARE = 1 / 8
 
 
 @dataclass
@@ -326,25 +329,45 @@ class NestEmitter:
         return checks, False
 
     def _checks_everywhere(self) -> frozenset:
-        return frozenset((k, a) for k in range(len(self.spec.maps)) for a in self.bounds_checks(k)[0])
+        """The (input, axis, side) of every read that may leave its input at the current point."""
+        ranges = [self.dim_range(n) for n, _ in self.spec.dims]
+        sides = set()
+        for k, m in enumerate(self.spec.maps):
+            for a, e in enumerate(m.results):
+                lo, hi = expr_bounds(e, ranges)
+                sides |= {(k, a, "low")} if lo < 0 else set()
+                sides |= {(k, a, "high")} if hi >= self.spec.in_shapes[k][a] else set()
+        return frozenset(sides)
+
+    def check_runs(self, name: str) -> list[tuple[int, int, frozenset]]:
+        """Outer loop `name`'s iterations as runs [a, b) that need the same bounds checks."""
+        runs: list[tuple[int, int, frozenset]] = []
+        for v in range(self.extent[name]):
+            self.ranges[name] = (v, v)
+            need = self._checks_everywhere()
+            if runs and runs[-1][2] == need:
+                runs[-1] = (runs[-1][0], v + 1, need)
+            else:
+                runs.append((v, v + 1, need))
+        del self.ranges[name]
+        return runs
 
     def interior(self, name: str) -> tuple[int, int] | None:
         """[a, b): the longest run of iterations of outer loop `name` needing the fewest bounds
         checks (a padded conv's interior rows / tiles), None when every iteration needs the same."""
-        extent = self.extent[name]
-        needs = []
-        for v in range(extent):
-            self.ranges[name] = (v, v)
-            needs.append(self._checks_everywhere())
-        del self.ranges[name]
-        fewest = min(needs, key=len)
-        best, start = (0, 0), None
-        for v, need in enumerate(needs + [None]):
-            if need == fewest and start is None:
-                start = v
-            elif need != fewest and start is not None:
-                best, start = max(best, (start, v), key=lambda r: r[1] - r[0]), None
-        return None if best == (0, extent) else best
+        runs = self.check_runs(name)
+        fewest = min(len(need) for _, _, need in runs)
+        a, b, _ = max((r for r in runs if len(r[2]) == fewest), key=lambda r: r[1] - r[0])
+        return None if (a, b) == (0, self.extent[name]) else (a, b)
+
+    def edges(self, name: str, interior: tuple[int, int]) -> list[tuple[int, int]]:
+        """The runs of `name` outside its interior that get tile versions of their own (a padded
+        conv's first and last tiles of a row: with the tile index a constant there, every read of
+        the unrolled points is known to be inside or padding), when they are at most one run per
+        side and at least EDGE_SHARE of the iterations; [] leaves them to the guarded tile."""
+        runs = [(a, b - 1) for a, b, _ in self.check_runs(name) if (a, b) != interior]
+        share = sum(hi + 1 - lo for lo, hi in runs) / self.extent[name]
+        return runs if len(runs) <= 2 and share >= EDGE_SHARE else []
 
     def mask(self, conds: list[tuple[Lin, int]]) -> SSAValue | None:
         return self.b.all_of([self.b.below(a, size, self.width) for a, size in conds])
@@ -441,32 +464,47 @@ class NestEmitter:
     def _point_block(self) -> None:
         """Inside the outer loops: the tile in nested versions, one per outer loop with an interior
         (a padded conv's inner rows, then inner tiles of a row), each checking only the reads that
-        can still leave the input there; the loop whose interior is largest is tested first:
+        can still leave the input there; the loop whose interior is largest is tested first. Edge
+        runs worth their own version (see `edges`) get one, with the loop a constant in it:
 
-            if oh in rows 1..54:  if ow.o in tiles 1..2: tile (no checks)  else: tile (column checks)
+            if oh in rows 1..54:
+              if ow.o in tiles 1..5: tile (no checks)
+              else if ow.o == 0: tile (ow.o = 0: reads left of the row are padding, skipped)
+              else: tile (ow.o = 6)
             else: tile (all checks)
         """
         self._versions(self.box)
 
-    def _versions(self, box: list[tuple[str, tuple[int, int]]]) -> None:
+    def _versions(self, box: list[tuple[str, tuple[int, int], list[tuple[int, int]]]]) -> None:
         b = self.b
         if not box:
             return self._guarded_tile()
-        (name, (lo, hi)), rest = box[0], box[1:]
-        inside = b.below(b.lin_add(self.ivs[name], Lin(None, -lo)), hi + 1 - lo, None)
+        (name, interior, edges), rest = box[0], box[1:]
 
-        def interior():
-            saved = self.ranges[name]
-            self.ranges[name] = (lo, hi)
-            self._versions(rest)
-            self.ranges[name] = saved
+        def version(lo: int, hi: int, inner: list) -> Callable[[], None]:
+            def emit():
+                saved = self.ivs[name], self.ranges[name]
+                if lo == hi:
+                    self._bind(name, Lin(None, lo))
+                else:
+                    self.ranges[name] = (lo, hi)
+                self._versions(inner)
+                self.ivs[name], self.ranges[name] = saved
+            return emit
 
-        b.if_(inside, interior, self._guarded_tile)
+        def test(lo: int, hi: int) -> SSAValue:
+            return b.below(b.lin_add(self.ivs[name], Lin(None, -lo)), hi + 1 - lo, None)
 
-    def interior_box(self) -> list[tuple[str, tuple[int, int]]]:
-        """For each outer loop with an interior (see `interior`), its iterations there, the largest
-        interior (as a fraction of its loop) first, when together they remove bounds checks; []
-        otherwise."""
+        branches = [(interior, version(*interior, rest))] + [(e, version(*e, [])) for e in edges]
+        orelse = branches.pop()[1] if edges else self._guarded_tile
+        for (lo, hi), emit in reversed(branches):
+            orelse = lambda lo=lo, hi=hi, emit=emit, orelse=orelse: b.if_(test(lo, hi), emit, orelse)
+        orelse()
+
+    def interior_box(self) -> list[tuple[str, tuple[int, int], list[tuple[int, int]]]]:
+        """For each outer loop with an interior (see `interior`), its iterations there and its edge
+        runs with versions of their own (see `edges`), the largest interior (as a fraction of its
+        loop) first, when together they remove bounds checks; [] otherwise."""
         box = {}
         for name in self.outer:
             inner = self.interior(name) if self.extent[name] > 1 else None
@@ -478,7 +516,8 @@ class NestEmitter:
         self.ranges.clear()
         if not fewer:
             return []
-        return sorted(box.items(), key=lambda item: -(item[1][1] - item[1][0] + 1) / self.extent[item[0]])
+        order = sorted(box.items(), key=lambda item: -(item[1][1] - item[1][0] + 1) / self.extent[item[0]])
+        return [(name, (lo, hi), self.edges(name, (lo, hi + 1))) for name, (lo, hi) in order]
 
     def _guarded_tile(self) -> None:
         """Guards of split tails, then the tile."""

@@ -18,7 +18,7 @@ import numpy as np
 from nasir.errors import NasirError
 from nasir.lowering.pipeline import LLVM_PIPELINE
 from nasir.model import Model
-from nasir.passes import run_pipeline
+from nasir.passes import gc_paused, run_pipeline
 from nasir.runtime.executable import Executable
 from nasir.runtime.jit import JITModule, SharedLibrary, write_shared_library
 
@@ -97,6 +97,7 @@ def lower_to_llvm_dialect(model: Model) -> Model:
     return out
 
 
+@gc_paused()
 def compile_llvm(model: Model, threads: int = 1) -> LLVMExecutable:
     """Compile `model` to native code for the host CPU (see the module docstring)."""
     from nasir.lowering.llvm_ir import optimize, to_llvm_ir

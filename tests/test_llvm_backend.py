@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 import torch
@@ -13,6 +15,7 @@ from xdsl.ir import Block, Region
 from nasir.dialects import nest, nn
 from nasir.errors import RuntimeInputError
 from nasir.model import Model, WeightStore
+from nasir.passes import gc_paused
 from nasir.runtime.llvm_executable import compile_llvm
 
 RNG = np.random.default_rng(0)
@@ -196,6 +199,41 @@ def test_threads_give_identical_results():
     one = exe(x)
     exe.threads = 2
     np.testing.assert_array_equal(exe(torch.tensor(x)), one)
+
+
+def test_compiling_pauses_the_garbage_collector_and_turns_it_back_on():
+    collections = []
+
+    def record(phase, info):
+        collections.append(phase)
+
+    wt, x = rand(24, 8, 3, 3), rand(1, 8, 12, 12)
+    model = build([x.shape], lambda a, W: [nn.Conv2DOp.new(a[0], W("w", wt), pads=(1, 1, 1, 1))])
+    gc.callbacks.append(record)
+    try:
+        gc.set_threshold(1)  # would collect on almost every allocation
+        compile_llvm(model)
+    finally:
+        gc.set_threshold(*THRESHOLDS)
+        gc.callbacks.remove(record)
+    # unpaused, this compile collects ~20,000 times; the few left are the call's own allocations
+    assert collections.count("start") < 20 and gc.isenabled()
+    with pytest.raises(ValueError), gc_paused():
+        with gc_paused():
+            pass
+        assert not gc.isenabled()  # the inner block left it off
+        raise ValueError
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()  # off before, off after
+    finally:
+        gc.enable()
+
+
+THRESHOLDS = gc.get_threshold()
 
 
 def test_bad_inputs_are_rejected_before_native_code():
