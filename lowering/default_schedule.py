@@ -7,7 +7,8 @@ FMA, masked edge vectors, epilogue of transposed tiles):
 
 - channel (`channel_vector_schedule`, for convs/gemms whose weight has output channels first and a
   multiple of the vector width of them per group): lanes over output channels from weights packed
-  `OIHW16o`, see its docstring. Small images, strided convs and stems take it;
+  `OIHW16o`, see its docstring. Small images, strided convs and stems take it; its channel blocks
+  run inside the image rows when the input does not stay in L2;
 - spatial (`spatial_vector_schedule`), everything else:
 
 - the vector loop is a parallel dim that is contiguous in the output (stride 1), split by the
@@ -349,8 +350,16 @@ class ChannelPlan:
 
 VECTOR_REGISTERS = 30
 """Vector registers a channel-vector register tile may hold (AVX-512 has 32): its accumulators,
-its weight vectors and its broadcast inputs, which LLVM keeps live across the weight vectors. A
-tile of 31 spills (3 x 7 on DenseNet's 48-channel 3x3 conv: 1.8x the time of 3 x 4)."""
+its weight vectors and, where its points share a window (conv's kw), their broadcast inputs, which
+LLVM keeps live across the weight vectors. A tile of 31 spills (3 x 7 on DenseNet's 48-channel 3x3
+conv: 1.8x the time of 3 x 4)."""
+PLAN_TIE = 0.01
+"""Channel plans whose scores are within this fraction of the best count as equal; of those with
+no more channel vectors than the best, the one with the most accumulators wins: more independent
+FMAs per reduction step hide the loads that come from L2 (DenseNet's 1x1 convs with 96-336 input
+channels on 56x56: 2 x 14 ran 0.76-0.81x the time of 2 x 8; its 192 -> 48 3x3 conv on 56x56:
+1 x 14 0.81x of 1 x 8). More channel vectors did not: a 128-channel 3x3 conv on 28x28 ran 1.10x
+the time in 4 x 4 as in 1 x 14."""
 CHANNEL_TILE_WEIGHT_BYTES = 1024 * 1024
 """Packed weight bytes one channel block may stream per register tile (they stay in L2)."""
 
@@ -380,11 +389,16 @@ def input_stream_bound(n, col_vectors: int, r_col: int, width: int) -> float:
     when the bytes it reads (`read_fraction`) do not stay in L2: a strided 1x1 conv does few FMAs
     per input byte. (ResNeXt-29's 256 -> 512 shortcut reads half of its 1 MiB input, the odd rows
     untouched: 2 x 8 tiles, 0.986x the model's time of 4 x 4.)"""
-    in_bytes = 4 * math.prod(n.in_shapes[0]) * read_fraction(n)
+    in_bytes = input_bytes_read(n)
     if in_bytes <= L2_INPUT_BYTES:
         return 1.0
     vector_fmas = math.prod(e for _, e in n.dims) / width
     return min(1.0, L3_BYTES_PER_FMA * vector_fmas / (in_bytes * col_vectors / r_col))
+
+
+def input_bytes_read(n) -> float:
+    """Bytes of input 0 a nest reads (see `read_fraction`)."""
+    return 4 * math.prod(n.in_shapes[0]) * read_fraction(n)
 
 
 def read_fraction(n) -> float:
@@ -456,16 +470,21 @@ def channel_vector_plan(n, width: int) -> ChannelPlan | None:
         return None
     red = math.prod(e for _, e in n.dims[n.npar:])
     window = row_window(n, [d for d, _ in par].index(row[0]))
-    best = None
+    plans = []
     for r_col in (4, 3, 2, 1):
         if (col[1] // width) % r_col or (r_col > 1 and r_col * width * red * 4 > CHANNEL_TILE_WEIGHT_BYTES):
             continue
         streaming = input_stream_bound(n, col[1] // width, r_col, width)
-        for r_row in range(1, min(row[1], (VECTOR_REGISTERS - r_col) // (r_col + 1)) + 1):
+        # each point's broadcast stays live beside the weight vectors where the points share a
+        # window (conv's kw); without one (1x1 conv) it feeds r_col FMAs and dies
+        live_per_point = r_col + 1 if window is not None else r_col
+        for r_row in range(1, min(row[1], (VECTOR_REGISTERS - r_col) // live_per_point) + 1):
             used = row[1] / (-(-row[1] // r_row) * r_row)
             score = channel_tile_score(r_col, r_row, used, red, width, window) * streaming
-            if best is None or score > best[0]:
-                best = (score, r_col, r_row, used)
+            plans.append((score, r_col, r_row, used))
+    best = max(plans, key=lambda plan: plan[0])
+    best = max((p for p in plans if p[0] >= best[0] * (1 - PLAN_TIE) and p[1] <= best[1]),
+               key=lambda plan: (plan[1] * plan[2], plan[0]))
     _, r_col, r_row, used = best
     # a lane-strided output: the tile is transposed in registers, then stored as rows of r_row lanes
     efficiency = used * red / (red + epilogue_cost(r_row, width))
@@ -474,7 +493,9 @@ def channel_vector_plan(n, width: int) -> ChannelPlan | None:
 
 def channel_vector_schedule(n, plan: ChannelPlan, width: int) -> Schedule:
     """Lanes over output channels read from weights packed `OIHW16o` (one contiguous vector per
-    weight element), each input element broadcast to `r_col` vectors of `r_row` tile points:
+    weight element), each input element broadcast to `r_col` vectors of `r_row` tile points.
+    Channel blocks come first unless the input does not stay in L2 (`L2_INPUT_BYTES`): then they
+    go inside the image rows (`oh`), each row's inputs re-read from L2 by every block:
 
         domain = #nest.domain<[n = 1, co = 512, oh = 7, ow = 7], [ci = 512, kh = 3, kw = 3]>
         -> schedule = {splits = [["co", 16], ["co.o", 2]], vector = "co.i", pack = {"1" = "OIHW16o"},
@@ -488,6 +509,13 @@ def channel_vector_schedule(n, plan: ChannelPlan, width: int) -> Schedule:
     tile = _tile_loop(sched, loops, plan.row, plan.row_extent, plan.r_row)
     tile += _tile_loop(sched, loops, f"{plan.col}.o", plan.col_extent // width, plan.r_col)
     _unroll_inner_reductions(sched, n)
+    blocks = next((l for l in loops if l.startswith(f"{plan.col}.o")), None)
+    if blocks is not None and input_bytes_read(n) > L2_INPUT_BYTES:
+        # the input does not stay in L2: the channel blocks take turns on each row of the image,
+        # whose inputs stay there (DenseNet-161 0.95x the time, ResNet-34 0.99x)
+        loops.remove(blocks)
+        rows = next((i for i, l in enumerate(loops) if l in (plan.row, f"{plan.row}.o")), len(loops))
+        loops.insert(rows, blocks)
     return _finish(sched, n, loops, tile)
 
 

@@ -116,10 +116,14 @@ def test_cost_model_picks_what_measured_faster():
     compiles each, issue 5): 16 output channels per group on 56-wide rows run faster in a
     1-vector channel tile than spatially (0.93x: the kw taps share its broadcasts), on 14-wide rows
     with channel vectors; a dense 3x3 conv on 14-wide rows in one 1 x 14 tile (0.89x the time of
-    2 x 7: half the weight vectors per FMA from L2), a 1x1 conv there (no window: a broadcast per
-    FMA) in 2 x 7, ResNet's 1x1 stride-2 downsample from 56x56 too (0.85x the time of 4 x 4: of its
-    800 KB input it reads the even rows, which stay in L2 while its channel blocks re-read them);
-    the stem gets 2 channel vectors x 8 points (4 x 4 spends more on its transposed epilogue).
+    2 x 7: half the weight vectors per FMA from L2), on 28-wide rows too (4 x 4, as many
+    accumulators, 1.10x); a 1x1 conv there (no window: a broadcast per FMA, dead after it, so 28
+    accumulators fit) in 2 x 14 (0.80x the time of 2 x 7), ResNet's 1x1 stride-2 downsample from
+    56x56 too (0.83x of 2 x 7, which ran 0.85x of 4 x 4: of its 800 KB input it reads the even
+    rows, which stay in L2 while its channel blocks re-read them), DenseNet's 1x1 convs on 56x56
+    as well (0.76-0.81x of 2 x 8) and its 192 -> 48 3x3 conv there in 1 x 14 (0.81x of 1 x 8: the
+    most accumulators among near-equal plans); the stem gets 2 channel vectors x 8 points (4 x 4
+    spends more on its transposed epilogue).
     Spatial tiles: 8 channels per group on 56-wide rows take 4 channels x 4 rows (0.92x
     the time of 8 x 2: rows share input rows, fewer loads per FMA), a wide 1x1 conv keeps 8 x 2
     (4 x 4 ran MobileNetV2 1.03x slower)."""
@@ -133,16 +137,37 @@ def test_cost_model_picks_what_measured_faster():
     assert chosen((256, 256, 14, 14, 3, 1, 1, 16)).vector == "co.i"
     dense = chosen((256, 256, 14, 14, 3, 1, 1, 1))
     assert dense.vector == "co.i" and dense.unroll["ow"] == 14 and "co.o.i" not in dense.unroll
+    dense_28 = chosen((128, 128, 28, 28, 3, 1, 1, 1))
+    assert dense_28.unroll["ow.i"] == 14 and "co.o.i" not in dense_28.unroll
     pointwise = chosen((512, 128, 14, 14, 1, 1, 0, 1))
-    assert pointwise.unroll["ow.i"] == 7 and pointwise.unroll["co.o.i"] == 2
+    assert pointwise.unroll["ow"] == 14 and pointwise.unroll["co.o.i"] == 2
     downsample = chosen((64, 128, 56, 56, 1, 2, 0, 1))
-    assert downsample.unroll["ow.i"] == 7 and downsample.unroll["co.o.i"] == 2
+    assert downsample.unroll["ow.i"] == 14 and downsample.unroll["co.o.i"] == 2
+    dense_block_1x1 = chosen((336, 192, 56, 56, 1, 1, 0, 1))
+    assert dense_block_1x1.unroll["ow.i"] == 14 and dense_block_1x1.unroll["co.o.i"] == 2
+    dense_block_3x3 = chosen((192, 48, 56, 56, 3, 1, 1, 1))
+    assert dense_block_3x3.unroll["ow.i"] == 14 and "co.o.i" not in dense_block_3x3.unroll
     stem = chosen((3, 64, 224, 224, 7, 2, 3, 1))
     assert stem.vector == "co.i" and stem.unroll["ow.i"] == 8 and stem.unroll["co.o.i"] == 2
     grouped_8 = chosen((64, 64, 56, 56, 3, 1, 1, 8))
     assert grouped_8.vector == "ow.i" and grouped_8.unroll["oh.i"] == 4 and grouped_8.unroll["co.i"] == 4
     wide_1x1 = chosen((16, 96, 112, 112, 1, 1, 0, 1))
     assert wide_1x1.vector == "ow.i" and wide_1x1.unroll["oh.i"] == 2 and wide_1x1.unroll["co.i"] == 8
+
+
+def test_channel_blocks_take_turns_on_rows_whose_input_leaves_l2():
+    """A conv whose input does not stay in L2 (DenseNet's 336 -> 192 1x1 conv on 56x56 reads
+    4.2 MB) runs its channel blocks inside the image rows, so the blocks re-read a row's inputs
+    from L2 instead of the whole input from L3 (0.92x the time; DenseNet-161 0.95x); a small input
+    keeps the blocks outermost."""
+    def order(conv):
+        sched = schedule_for(conv_shape(conv_model(*conv)[0]), WIDTH)
+        return [name for name in sched.order if name in ("oh", "co.o", "co.o.o", "ow.o")]
+
+    if WIDTH != 16:
+        pytest.skip("channel blocks of 16 lanes")
+    assert order((336, 192, 56, 56, 1, 1, 0, 1)) == ["oh", "co.o.o", "ow.o"]
+    assert order((256, 256, 14, 14, 3, 1, 1, 1))[:2] == ["co.o", "oh"]
 
 
 def test_parallel_loop_splits_evenly_over_threads():
