@@ -34,9 +34,9 @@ concat into the workspace arena needs no kernel: its inputs are memcpys into vie
 
 from __future__ import annotations
 
-from collections.abc import Callable
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
@@ -68,8 +68,10 @@ from nasir.model import main_func, sanitize
 Shape = tuple[int, ...]
 
 IDENTITY = {"mac": 0.0, "avg": 0.0, "max": -math.inf}
-# the share of an outer loop's iterations its edge runs must make to get tile versions of their own
 EDGE_SHARE = 1 / 8
+"""The share of an outer loop's iterations its edge runs must make to get tile versions of their
+own (see `NestEmitter.edges`): the first and last of a row's 7 tiles do, the first and last of 56
+rows do not."""
 
 
 @dataclass
@@ -335,8 +337,10 @@ class NestEmitter:
         for k, m in enumerate(self.spec.maps):
             for a, e in enumerate(m.results):
                 lo, hi = expr_bounds(e, ranges)
-                sides |= {(k, a, "low")} if lo < 0 else set()
-                sides |= {(k, a, "high")} if hi >= self.spec.in_shapes[k][a] else set()
+                if lo < 0:
+                    sides.add((k, a, "low"))
+                if hi >= self.spec.in_shapes[k][a]:
+                    sides.add((k, a, "high"))
         return frozenset(sides)
 
     def check_runs(self, name: str) -> list[tuple[int, int, frozenset]]:
@@ -352,22 +356,22 @@ class NestEmitter:
         del self.ranges[name]
         return runs
 
-    def interior(self, name: str) -> tuple[int, int] | None:
-        """[a, b): the longest run of iterations of outer loop `name` needing the fewest bounds
-        checks (a padded conv's interior rows / tiles), None when every iteration needs the same."""
+    def interior(self, name: str) -> tuple[tuple[int, int], list[tuple[int, int]]] | None:
+        """[lo, hi]: the longest run of iterations of outer loop `name` needing the fewest bounds
+        checks (a padded conv's interior rows / tiles), with the edge runs around it that get tile
+        versions of their own, or None when every iteration needs the same checks. Edge runs get
+        versions when they are at most one per side and at least EDGE_SHARE of the iterations (a
+        padded conv's first and last tiles of a row: with the tile index a constant there, every
+        read of the unrolled points is known to be inside or padding); otherwise [] leaves them to
+        the guarded tile."""
         runs = self.check_runs(name)
         fewest = min(len(need) for _, _, need in runs)
         a, b, _ = max((r for r in runs if len(r[2]) == fewest), key=lambda r: r[1] - r[0])
-        return None if (a, b) == (0, self.extent[name]) else (a, b)
-
-    def edges(self, name: str, interior: tuple[int, int]) -> list[tuple[int, int]]:
-        """The runs of `name` outside its interior that get tile versions of their own (a padded
-        conv's first and last tiles of a row: with the tile index a constant there, every read of
-        the unrolled points is known to be inside or padding), when they are at most one run per
-        side and at least EDGE_SHARE of the iterations; [] leaves them to the guarded tile."""
-        runs = [(a, b - 1) for a, b, _ in self.check_runs(name) if (a, b) != interior]
-        share = sum(hi + 1 - lo for lo, hi in runs) / self.extent[name]
-        return runs if len(runs) <= 2 and share >= EDGE_SHARE else []
+        if (a, b) == (0, self.extent[name]):
+            return None
+        edges = [(lo, hi - 1) for lo, hi, _ in runs if (lo, hi) != (a, b)]
+        share = sum(hi + 1 - lo for lo, hi in edges) / self.extent[name]
+        return (a, b - 1), edges if len(edges) <= 2 and share >= EDGE_SHARE else []
 
     def mask(self, conds: list[tuple[Lin, int]]) -> SSAValue | None:
         return self.b.all_of([self.b.below(a, size, self.width) for a, size in conds])
@@ -509,15 +513,15 @@ class NestEmitter:
         for name in self.outer:
             inner = self.interior(name) if self.extent[name] > 1 else None
             if inner is not None:
-                box[name] = (inner[0], inner[1] - 1)
+                box[name] = inner
         everywhere = self._checks_everywhere()
-        self.ranges.update(box)
+        self.ranges.update({name: interior for name, (interior, _) in box.items()})
         fewer = self._checks_everywhere() < everywhere
         self.ranges.clear()
         if not fewer:
             return []
-        order = sorted(box.items(), key=lambda item: -(item[1][1] - item[1][0] + 1) / self.extent[item[0]])
-        return [(name, (lo, hi), self.edges(name, (lo, hi + 1))) for name, (lo, hi) in order]
+        order = sorted(box.items(), key=lambda item: -(item[1][0][1] - item[1][0][0] + 1) / self.extent[item[0]])
+        return [(name, interior, edges) for name, (interior, edges) in order]
 
     def _guarded_tile(self) -> None:
         """Guards of split tails, then the tile."""
