@@ -70,7 +70,7 @@ Shape = tuple[int, ...]
 IDENTITY = {"mac": 0.0, "avg": 0.0, "max": -math.inf}
 EDGE_SHARE = 1 / 8
 """The share of an outer loop's iterations its edge runs must make to get tile versions of their
-own (see `NestEmitter.edges`): the first and last of a row's 7 tiles do, the first and last of 56
+own (see `NestEmitter.interior`): the first and last of a row's 7 tiles do, the first and last of 56
 rows do not."""
 
 
@@ -469,7 +469,7 @@ class NestEmitter:
         """Inside the outer loops: the tile in nested versions, one per outer loop with an interior
         (a padded conv's inner rows, then inner tiles of a row), each checking only the reads that
         can still leave the input there; the loop whose interior is largest is tested first. Edge
-        runs worth their own version (see `edges`) get one, with the loop a constant in it:
+        runs worth their own version (see `interior`) get one, with the loop a constant in it:
 
             if oh in rows 1..54:
               if ow.o in tiles 1..5: tile (no checks)
@@ -507,7 +507,7 @@ class NestEmitter:
 
     def interior_box(self) -> list[tuple[str, tuple[int, int], list[tuple[int, int]]]]:
         """For each outer loop with an interior (see `interior`), its iterations there and its edge
-        runs with versions of their own (see `edges`), the largest interior (as a fraction of its
+        runs with versions of their own, the largest interior (as a fraction of its
         loop) first, when together they remove bounds checks; [] otherwise."""
         box = {}
         for name in self.outer:
