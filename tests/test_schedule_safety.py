@@ -1,10 +1,11 @@
 """Every schedule the default scheduler can pick stays in bounds and keeps the numbers (issue 5).
 
 Odd sizes (7x7, 13x13, 1x1 images, channel counts the vector width does not divide, stride 2 on
-odd inputs, tails of register tiles) under both schedule families: lanes over the output width
+odd inputs, tails of register tiles, inputs too big for L2 so that channel blocks run inside the
+image rows) under both schedule families: lanes over the output width
 (`spatial_vector_schedule`) and lanes over output channels from packed weights
-(`channel_vector_schedule`, every register tile shape it can choose, tails included, and a
-tile of WIDTH/2 + 1 points whose transpose pads rows to WIDTH lanes). The conv
+(`channel_vector_schedule`, every register tile shape it can choose and the one it chose, tails
+included, and a tile of WIDTH/2 + 1 points whose transpose pads rows to WIDTH lanes). The conv
 carries a bias, a residual add and a ReLU in its epilogue; the oracle is PyTorch.
 """
 
@@ -40,6 +41,9 @@ CONVS = [  # (c, o, h, w, k, stride, pad, groups)
     (12, 12, 13, 13, 3, 1, 1, 12),  # depthwise 13x13
     (WIDTH, 4 * WIDTH, 9, 11, 1, 2, 0, 1),  # 1x1 stride 2, odd and not square
     (3, WIDTH, 17, 17, 7, 2, 3, 1),  # a stem: 7x7 window, stride 2, pad 3
+    # inputs over L2_INPUT_BYTES: channel blocks inside the rows, 1x1 tiles without a window
+    (41, 2 * WIDTH, 57, 57, 3, 1, 1, 1),
+    (150, 2 * WIDTH, 31, 31, 1, 1, 0, 1),
 ]
 
 
@@ -66,8 +70,9 @@ def candidate_schedules(shape):
     if plan is None:
         return
     blocks = plan.col_extent // WIDTH
-    # row tiles: 1, odd, the whole row, and WIDTH/2 + 1 points (a full transpose, with a tail)
-    rows = sorted(r for r in {1, 3, 5, WIDTH // 2 + 1, plan.row_extent} if r <= plan.row_extent)
+    # row tiles: 1, odd, the whole row, WIDTH/2 + 1 points (a full transpose, with a tail) and
+    # the one the plan picked
+    rows = sorted(r for r in {1, 3, 5, WIDTH // 2 + 1, plan.row_extent, plan.r_row} if r <= plan.row_extent)
     for r_col, r_row in itertools.product([r for r in (1, 2, 3, 4) if blocks % r == 0], rows):
         tile = ChannelPlan(plan.col, plan.col_extent, r_col, plan.row, plan.row_extent, r_row, plan.efficiency)
         yield f"channel {r_col}x{r_row}", channel_vector_schedule(shape, tile, WIDTH)
