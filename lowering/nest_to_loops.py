@@ -317,29 +317,31 @@ class NestEmitter:
         (olo, ohi), (ilo, ihi) = self.dim_range(f"{name}.o"), self.dim_range(f"{name}.i")
         return olo * factor + ilo, ohi * factor + ihi
 
+    def read_bounds(self, k: int) -> list[tuple[int, int, int]]:
+        """Per axis of input `k`: the lowest and highest index read at the current point, and the
+        axis's size."""
+        ranges = [self.dim_range(n) for n, _ in self.spec.dims]
+        return [(*expr_bounds(e, ranges), size) for e, size in zip(self.spec.maps[k].results, self.spec.in_shapes[k])]
+
     def bounds_checks(self, k: int) -> tuple[list[int], bool]:
         """Axes of input `k` whose reads may leave it at the current point, and whether every
         read does (then the read is padding everywhere)."""
-        ranges = [self.dim_range(n) for n, _ in self.spec.dims]
-        shape, checks = self.spec.in_shapes[k], []
-        for a, e in enumerate(self.spec.maps[k].results):
-            lo, hi = expr_bounds(e, ranges)
-            if hi < 0 or lo >= shape[a]:
+        checks = []
+        for a, (lo, hi, size) in enumerate(self.read_bounds(k)):
+            if hi < 0 or lo >= size:
                 return [], True
-            if lo < 0 or hi >= shape[a]:
+            if lo < 0 or hi >= size:
                 checks.append(a)
         return checks, False
 
     def _checks_everywhere(self) -> frozenset:
         """The (input, axis, side) of every read that may leave its input at the current point."""
-        ranges = [self.dim_range(n) for n, _ in self.spec.dims]
         sides = set()
-        for k, m in enumerate(self.spec.maps):
-            for a, e in enumerate(m.results):
-                lo, hi = expr_bounds(e, ranges)
+        for k in range(len(self.spec.maps)):
+            for a, (lo, hi, size) in enumerate(self.read_bounds(k)):
                 if lo < 0:
                     sides.add((k, a, "low"))
-                if hi >= self.spec.in_shapes[k][a]:
+                if hi >= size:
                     sides.add((k, a, "high"))
         return frozenset(sides)
 
@@ -371,7 +373,7 @@ class NestEmitter:
             return None
         edges = [(lo, hi - 1) for lo, hi, _ in runs if (lo, hi) != (a, b)]
         share = sum(hi + 1 - lo for lo, hi in edges) / self.extent[name]
-        return (a, b - 1), edges if len(edges) <= 2 and share >= EDGE_SHARE else []
+        return (a, b - 1), (edges if len(edges) <= 2 and share >= EDGE_SHARE else [])
 
     def mask(self, conds: list[tuple[Lin, int]]) -> SSAValue | None:
         return self.b.all_of([self.b.below(a, size, self.width) for a, size in conds])
