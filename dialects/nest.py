@@ -9,7 +9,8 @@ A `nest.compute` op says *what* is computed, as attributes that transforms rewri
   which is how padding is expressed.
 - **out_map**: from the domain's parallel dims to the output's indices (a bijection onto them).
 - **combiner**: `mac` (sum over the reduction dims of in0 * in1), `max`, `avg` (mean over the
-  in-bounds window positions of in0), or `copy` (no reduction dims: out = in0).
+  in-bounds window positions of in0), or `copy` (no reduction dims: out = in0). On NaN reads
+  the backends differ for `max`: llvm skips them (IEEE maxNum), torch propagates them (amax).
 - **epilogue**: element-wise steps applied to each finished output value, in order (see
   `EPILOGUE_STEPS`); `add 2` adds input 2 read through its map.
 - **schedule** (optional): *how* the nest is executed (see `Schedule`); absent means domain order.

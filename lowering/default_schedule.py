@@ -242,6 +242,7 @@ def spatial_vector_schedule(n, width: int) -> Schedule:
                 tile += _tile_loop(sched, loops, row[0], row[1], r)
             if c is not None:
                 tile += _tile_loop(sched, loops, col[0], col[1], c)
+    if n.dims[n.npar:] and sched.vector:
         _unroll_inner_reductions(sched, n)
     return _finish(sched, n, loops, tile)
 

@@ -241,6 +241,14 @@ class LoopBuilder:
                "max": arith.MaxnumfOp, "min": arith.MinnumfOp}
         return self.add(ops[kind](a, b))
 
+    def running_max(self, acc: SSAValue, x: SSAValue) -> SSAValue:
+        """`x > acc ? x : acc`: maxnum(acc, x) while `acc` is not NaN (a max reduction starting at
+        -inf: NaN reads are skipped, as maxnum skips them), which LLVM emits as one vmaxps where
+        maxnum needs a NaN test of `acc` too (three instructions a tap; a 3x3 max pool ran 1.2x
+        the time)."""
+        greater = self.add(arith.CmpfOp(x, acc, "ogt"))
+        return self.select(greater, x, acc)
+
     def fma(self, a: SSAValue, b: SSAValue, c: SSAValue) -> SSAValue:
         return self.add(math.FmaOp.create(operands=[a, b, c], result_types=[a.type]))
 

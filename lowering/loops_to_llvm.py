@@ -174,6 +174,10 @@ class FuncLowering:
             a, b = self.v(op.lhs), self.v(op.rhs)
             pred = 2 if isinstance(op, arith.MinSIOp) else 4  # slt / sgt
             self.vmap[r] = self.add(llvm.SelectOp(self.add(llvm.ICmpOp(a, b, IntegerAttr(pred, i64))), a, b))
+        elif isinstance(op, arith.CmpfOp):  # xDSL's llvm.fcmp states an i1 result: vectors give vector<Nxi1>
+            self.vmap[r] = self.add(llvm.FCmpOp.create(
+                operands=[self.v(op.lhs), self.v(op.rhs)], result_types=[r.type],
+                properties={"predicate": op.predicate, "fastmathFlags": llvm.FastMathAttr(None)}))
         elif isinstance(op, arith.CmpiOp):
             self.vmap[r] = self.add(llvm.ICmpOp(self.v(op.lhs), self.v(op.rhs), op.predicate))
         elif isinstance(op, arith.IndexCastOp):  # index is i64; i32 lanes of masks are truncated

@@ -408,6 +408,9 @@ class NestEmitter:
         if lane_stride == 1:
             return b.pure(("vload", ref, *at, w, m, identity), lambda: b.vload(ref, at, w, m, identity)), m
         if 1 < lane_stride <= 4 and idx[-1].c == lane_stride:
+            whole = self.whole_window_read(k, idx) if m is None else None
+            if whole is not None:
+                return whole, m
             narrow = m if m is not None else b.const(1, VectorType(i1, [w]))
             false = b.const(0, narrow.type)
             wide_mask = b.shuffle(narrow, false, [j // lane_stride if j % lane_stride == 0 else w
@@ -418,6 +421,24 @@ class NestEmitter:
         b.for_lanes(w, lambda j: b.store(b.load(ref, [b.clamp(b.lane(l, j), s) for l, s in zip(idx, shape)]),
                                          buf, [j]))
         return b.vload(buf, [b.idx(0)], w, m, identity), m
+
+    def whole_window_read(self, k: int, idx: list[Lin]) -> SSAValue | None:
+        """Lanes `stride` apart along the last axis of input `k` (a stride-2 pool or conv), read as
+        one unmasked load of `stride * width` lanes and a shuffle, when every such window of the
+        current point lies inside its row; else None (a masked load then reads the used lanes).
+        The window starts at the used lanes' start rounded down to the stride, so the taps of a
+        window along the row share loads: a 3x3 stride-2 pool's taps at columns 2x-1, 2x, 2x+1
+        read two windows, [2x-2, 2x+30) and [2x, 2x+32) for 16 lanes, not three masked ones.
+        """
+        b, w, last = self.b, self.width, idx[-1]
+        stride, phase = last.c, last.k % last.c
+        lo, hi, size = self.read_bounds(k)[-1]
+        if lo - phase < 0 or hi + stride - 1 - phase >= size:
+            return None
+        ref = self.ins[k]
+        at = [b.scalar(l) for l in idx[:-1]] + [b.scalar(Lin(last.s, last.k - phase, stride, last.align))]
+        wide = b.pure(("vload", ref, *at, w * stride, None, 0.0), lambda: b.vload(ref, at, w * stride, None, 0.0))
+        return b.pure(("lanes", wide, phase, stride), lambda: b.shuffle(wide, wide, [j * stride + phase for j in range(w)]))
 
     def write(self, value: SSAValue, dims: list[Lin], conds: list[tuple[Lin, int]]) -> None:
         b, spec = self.b, self.spec
@@ -526,11 +547,14 @@ class NestEmitter:
         return [(name, interior, edges) for name, (interior, edges) in order]
 
     def _guarded_tile(self) -> None:
-        """Guards of split tails, then the tile."""
+        """Guards of split tails that the iterations of this version can reach, then the tile
+        (the inner tiles of a 56-wide row split by 16 need no lane mask, only the last does)."""
         b = self.b
         bound = set(self.outer)
         outer_guards, inner_guards = [], []
         for name, e in self.guards():
+            if self.dim_range(name)[1] < e:
+                continue
             (outer_guards if self._loops_of(name) <= bound else inner_guards).append((name, e))
         if outer_guards:
             cond = b.all_of([b.below(self.value(n), e, None) for n, e in outer_guards])
@@ -588,7 +612,7 @@ class NestEmitter:
                     x, m = self.read(0, dims, conds, IDENTITY[kind])
                     if x is b.const(IDENTITY[kind], ty):  # padding: neither a value nor a count
                         continue
-                    accs[t] = b.binary("max" if kind == "max" else "add", accs[t], x)
+                    accs[t] = b.running_max(accs[t], x) if kind == "max" else b.binary("add", accs[t], x)
                     if counting:
                         if m is None:
                             one = b.const(1.0, ty)

@@ -108,6 +108,33 @@ def test_pools(kind, ceil):
     np.testing.assert_allclose(run(model, x), ref.numpy(), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("width,kernel,stride", [(64, 3, 2), (65, 3, 2), (70, 3, 2), (97, 3, 2), (112, 3, 2),
+                                                  (100, 3, 3), (80, 2, 2)])
+def test_max_pool_on_rows_wider_than_a_vector(width, kernel, stride):
+    """Rows of several vectors: the inner tiles read whole windows of `stride` x 16 columns
+    unmasked, the first and last tiles (padding, the row's tail) masked; widths put the last full
+    window at the end of the row (64), one past it (65) and the tail in it (70, 97)."""
+    x = rand(1, 3, 9, width)
+    pads = (kernel // 2,) * 4
+    model = build([x.shape], lambda a, W: [nn.MaxPoolOp.new(a[0], (kernel, kernel), (stride, stride), pads)])
+    ref = F.max_pool2d(torch.tensor(x), kernel, stride, kernel // 2)
+    np.testing.assert_array_equal(run(model, x), ref.numpy())
+
+
+def test_max_pool_skips_nan_reads_in_every_tile_version():
+    """A NaN read is skipped (the combiner keeps the larger of its start, -inf, and the numbers
+    read: maxnum's rule), the same in the unmasked inner tiles as in the masked edge tiles;
+    the oracle is numpy's fmax (NaN-skipping) over the padded windows."""
+    x = rand(1, 2, 12, 70)
+    x[0, :, 3, ::7] = np.nan  # at most one NaN per 3x3 window
+    model = build([x.shape], lambda a, W: [nn.MaxPoolOp.new(a[0], (3, 3), (2, 2), (1, 1, 1, 1))])
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))[:, :, ::2, ::2]
+    ref = np.fmax.reduce(windows.reshape(*windows.shape[:4], 9), axis=-1)
+    assert not np.isnan(ref).any()
+    np.testing.assert_array_equal(run(model, x), ref)
+
+
 def test_global_pool_and_broadcasting_elementwise():
     x, s = rand(1, 19, 5, 6), rand(19, 1, 1)
 
