@@ -26,9 +26,28 @@ from xdsl.dialects.builtin import (
     i32,
     i64,
 )
-from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.ir import Attribute, Block, Dialect, Operation, Region, SSAValue
+from xdsl.irdl import IRDLOperation, irdl_op_definition, operand_def, var_operand_def
 
 index = IndexType()
+
+
+@irdl_op_definition
+class PrefetchOp(IRDLOperation):
+    """`nasir.prefetch %ref[%i, %j, ...]`: a hint to bring the cache line holding one element
+    into L1 ahead of its loads (`llvm.prefetch`; it never faults, so the indices may run past
+    the memref)."""
+
+    name = "nasir.prefetch"
+    ref = operand_def(MemRefType)
+    indices = var_operand_def(IndexType)
+
+    def __init__(self, ref: SSAValue, indices: Sequence[SSAValue]):
+        super().__init__(operands=[ref, list(indices)])
+
+
+LOOPS = Dialect("nasir", [PrefetchOp])
+"""The loop-level op convert-nest-to-loops adds to scf/arith/memref/vector."""
 
 
 @dataclass(frozen=True)
@@ -265,6 +284,9 @@ class LoopBuilder:
     # Memory -----------------------------------------------------------------------------------
     def load(self, ref: SSAValue, indices: list[SSAValue]) -> SSAValue:
         return self.add(memref.LoadOp.get(ref, indices))
+
+    def prefetch(self, ref: SSAValue, indices: list[SSAValue]) -> None:
+        self.add(PrefetchOp(ref, indices))
 
     def store(self, value: SSAValue, ref: SSAValue, indices: list[SSAValue]) -> None:
         self.add(memref.StoreOp.get(value, ref, indices))

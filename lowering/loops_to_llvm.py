@@ -47,6 +47,7 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from nasir.errors import LoweringError
+from nasir.lowering.loop_builder import PrefetchOp
 
 PTR = llvm.LLVMPointerType()
 THREADS_GLOBAL = "nasir_num_threads"
@@ -124,6 +125,9 @@ class FuncLowering:
     def i64c(self, n: int) -> SSAValue:
         return self.const(_i64_attr(n), i64)
 
+    def i32c(self, n: int) -> SSAValue:
+        return self.const(IntegerAttr(n, i32), i32)
+
     def v(self, value: SSAValue) -> SSAValue:
         return self.vmap[value]
 
@@ -192,6 +196,9 @@ class FuncLowering:
                 self.vmap[old] = res
         elif isinstance(op, memref.LoadOp):
             self.vmap[r] = self.add(llvm.LoadOp(self.address(op.memref, op.indices), f32, alignment=4))
+        elif isinstance(op, PrefetchOp):  # read, high locality, data cache
+            self.add(llvm.CallIntrinsicOp("llvm.prefetch.p0", [self.address(op.ref, op.indices), self.i32c(0),
+                                                               self.i32c(3), self.i32c(1)], []))
         elif isinstance(op, memref.StoreOp):
             self.add(llvm.StoreOp(self.v(op.value), self.address(op.memref, op.indices), alignment=4))
         elif isinstance(op, memref.ViewOp):

@@ -26,8 +26,9 @@ def dialects():
 
     from nasir.dialects.nest import NEST
     from nasir.dialects.nn import NN
+    from nasir.lowering.loop_builder import LOOPS
 
-    return [Builtin, Func, Arith, Math, MemRef, Scf, Vector, LLVM, NN, NEST]
+    return [Builtin, Func, Arith, Math, MemRef, Scf, Vector, LLVM, NN, NEST, LOOPS]
 
 
 def make_context() -> Context:
