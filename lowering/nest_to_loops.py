@@ -71,8 +71,11 @@ IDENTITY = {"mac": 0.0, "avg": 0.0, "max": -math.inf}
 PREFETCH_DISTANCE = 4
 """Iterations of a tile's channel loop ahead of which it prefetches its input (see
 `NestEmitter.prefetch_ahead`): 2 to 8 ran alike on ResNet's 1x1 and 3x3 convs, 16 slower."""
-CACHE_LINE_BYTES = 64
-FLOATS_PER_LINE = CACHE_LINE_BYTES // 4
+PREFETCH_MIN_STRIDE = 2048
+"""Bytes a loop iteration must move its input by for the tile to prefetch it: shorter strides (a
+window's rows, a 14x14 channel plane) the hardware's stride prefetcher follows, and prefetching
+the 7x7 stem's rows (896 bytes apart) made it 1.36x slower."""
+FLOATS_PER_LINE = 16
 EDGE_SHARE = 1 / 8
 """The share of an outer loop's iterations its edge runs must make to get tile versions of their
 own (see `NestEmitter.interior`): the first and last of a row's 7 tiles do, the first and last of 56
@@ -430,8 +433,8 @@ class NestEmitter:
     def prefetch_loop(self) -> str | None:
         """The loop of a `mac` tile that prefetches (see `prefetch_ahead`): the innermost
         reduction loop left as a loop (a conv's input channels), when it runs more than
-        PREFETCH_DISTANCE iterations and each moves input 0 by a cache line or more (a channel
-        plane); None otherwise (a depthwise conv's window rows, 4 channels per group)."""
+        PREFETCH_DISTANCE iterations and each moves input 0 by PREFETCH_MIN_STRIDE or more (a
+        channel plane of 28x28 or more); None otherwise (a window's rows, 4 channels a group)."""
         spec = self.spec
         dims = [d for d, _ in spec.dims]
         name = next((n for n in reversed(self.red) if spec.schedule.unroll.get(n, 1) < self.extent[n]), None)
@@ -444,7 +447,7 @@ class NestEmitter:
             if coefficient is None:
                 return None
             step += coefficient * math.prod(shape[a + 1:])
-        return name if 4 * abs(step) >= CACHE_LINE_BYTES else None
+        return name if 4 * abs(step) >= PREFETCH_MIN_STRIDE else None
 
     def prefetch_ahead(self, name: str, points: list[tuple[int, ...]], set_point: Callable) -> None:
         """Prefetch the cache lines of input 0 that the tile will read PREFETCH_DISTANCE
