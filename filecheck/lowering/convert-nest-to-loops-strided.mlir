@@ -5,7 +5,8 @@
 // convert-nest-to-loops-versions.mlir) every window lies inside the row: one unmasked
 // vector<32xf32> load per window, started at the used columns rounded down to the stride, so the
 // taps at columns 31 + 2j (kw = 0) read [30, 62) and the taps at 32 + 2j and 33 + 2j (kw = 1, 2)
-// share the load of [32, 64) and differ only in the shuffle. The max combiner is a compare and
+// share the load of [32, 64) and differ only in the shuffle (the pool's window is unrolled whole:
+// rows 1, 2, 3 for output row 1). The max combiner is a compare and
 // select (one vmaxps), and the inner tile stores without a lane mask. The first tile of the row
 // reads column -1 (padding): its kw = 0 tap keeps a masked load.
 
@@ -19,25 +20,23 @@ builtin.module {
 // CHECK:      func.func private @pool(%[[X:[0-9]+]]: memref<1x1x4x64xf32> {llvm.noalias}, %[[Y:[0-9]+]]: memref<1x1x2x32xf32> {llvm.noalias})
 // CHECK-DAG:  %[[C32:[0-9]+]] = arith.constant 32 : index
 // CHECK-DAG:  %[[C30:[0-9]+]] = arith.constant 30 : index
+// CHECK-DAG:  %[[ROW1:[0-9]+]] = arith.constant 1 : index
 // CHECK-DAG:  %[[NEGINF:[0-9]+]] = arith.constant dense<0xff800000> : vector<16xf32>
-// CHECK:      scf.for %{{.*}} iter_args(%[[ACC:[0-9]+]] = %[[NEGINF]]) -> (vector<16xf32>)
-// CHECK-NEXT:   %[[ROW:[0-9]+]] = arith.addi
-// CHECK-NEXT:   %[[W0:[0-9]+]] = vector.load %[[X]][%{{.*}}, %{{.*}}, %[[ROW]], %[[C30]]] : memref<1x1x4x64xf32>, vector<32xf32>
+// CHECK:      scf.if
+// CHECK:      scf.if
+// CHECK-NEXT:   %[[W0:[0-9]+]] = vector.load %[[X]][%{{.*}}, %{{.*}}, %[[ROW1]], %[[C30]]] : memref<1x1x4x64xf32>, vector<32xf32>
 // CHECK-NEXT:   %[[T0:[0-9]+]] = vector.shuffle %[[W0]], %[[W0]] [1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31]
-// CHECK-NEXT:   %[[G0:[0-9]+]] = arith.cmpf ogt, %[[T0]], %[[ACC]] : vector<16xf32>
-// CHECK-NEXT:   %[[M0:[0-9]+]] = arith.select %[[G0]], %[[T0]], %[[ACC]] : vector<16xf32>
-// CHECK-NEXT:   %[[W1:[0-9]+]] = vector.load %[[X]][%{{.*}}, %{{.*}}, %[[ROW]], %[[C32]]] : memref<1x1x4x64xf32>, vector<32xf32>
+// CHECK-NEXT:   %[[G0:[0-9]+]] = arith.cmpf ogt, %[[T0]], %[[NEGINF]] : vector<16xf32>
+// CHECK-NEXT:   %[[M0:[0-9]+]] = arith.select %[[G0]], %[[T0]], %[[NEGINF]] : vector<16xf32>
+// CHECK-NEXT:   %[[W1:[0-9]+]] = vector.load %[[X]][%{{.*}}, %{{.*}}, %[[ROW1]], %[[C32]]] : memref<1x1x4x64xf32>, vector<32xf32>
 // CHECK-NEXT:   %[[T1:[0-9]+]] = vector.shuffle %[[W1]], %[[W1]] [0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30]
 // CHECK-NEXT:   %[[G1:[0-9]+]] = arith.cmpf ogt, %[[T1]], %[[M0]] : vector<16xf32>
 // CHECK-NEXT:   %[[M1:[0-9]+]] = arith.select %[[G1]], %[[T1]], %[[M0]] : vector<16xf32>
 // CHECK-NEXT:   %[[T2:[0-9]+]] = vector.shuffle %[[W1]], %[[W1]] [1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31]
 // CHECK-NEXT:   %[[G2:[0-9]+]] = arith.cmpf ogt, %[[T2]], %[[M1]] : vector<16xf32>
-// CHECK-NEXT:   %[[M2:[0-9]+]] = arith.select %[[G2]], %[[T2]], %[[M1]] : vector<16xf32>
-// CHECK-NEXT:   scf.yield %[[M2]] : vector<16xf32>
-// CHECK-NEXT: }
-// CHECK-NEXT: vector.store %{{.*}}, %[[Y]][%{{.*}}] : memref<1x1x2x32xf32>, vector<16xf32>
-// CHECK-NEXT: } else {
-// CHECK:      scf.for
-// CHECK:        vector.maskedload %[[X]]
+// CHECK-NEXT:   arith.select %[[G2]], %[[T2]], %[[M1]] : vector<16xf32>
+// CHECK-COUNT-4: vector.load %[[X]]
 // CHECK-NOT:    vector.maskedload
-// CHECK:        scf.yield
+// CHECK:        vector.store %{{.*}}, %[[Y]][%{{.*}}] : memref<1x1x2x32xf32>, vector<16xf32>
+// CHECK-NEXT: } else {
+// CHECK:        vector.maskedload %[[X]]
