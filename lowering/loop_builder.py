@@ -298,6 +298,13 @@ class LoopBuilder:
             return self.add(vector.LoadOp(ref, indices, vty))
         return self.add(vector.MaskedLoadOp(ref, indices, mask, self.const(passthru, vty), vty))
 
+    def shared_vload(self, ref: SSAValue, indices: list[SSAValue], width: int, mask: SSAValue | None,
+                     passthru: float) -> SSAValue:
+        """`vload` of a kernel input, which is read-only: the points and taps of a tile that read
+        the same vector share one load."""
+        return self.pure(("vload", ref, *indices, width, mask, passthru),
+                         lambda: self.vload(ref, indices, width, mask, passthru))
+
     def vstore(self, value: SSAValue, ref: SSAValue, indices: list[SSAValue], mask: SSAValue | None) -> None:
         if mask is None:
             self.add(vector.StoreOp(value, ref, indices))

@@ -331,11 +331,12 @@ class NestEmitter:
         ranges = [self.dim_range(n) for n, _ in self.spec.dims]
         return [(*expr_bounds(e, ranges), size) for e, size in zip(self.spec.maps[k].results, self.spec.in_shapes[k])]
 
-    def bounds_checks(self, k: int) -> tuple[list[int], bool]:
-        """Axes of input `k` whose reads may leave it at the current point, and whether every
-        read does (then the read is padding everywhere)."""
+    @staticmethod
+    def bounds_checks(bounds: list[tuple[int, int, int]]) -> tuple[list[int], bool]:
+        """Axes whose reads may leave the input, from its `read_bounds`, and whether every read
+        does (then the read is padding everywhere)."""
         checks = []
-        for a, (lo, hi, size) in enumerate(self.read_bounds(k)):
+        for a, (lo, hi, size) in enumerate(bounds):
             if hi < 0 or lo >= size:
                 return [], True
             if lo < 0 or hi >= size:
@@ -391,7 +392,8 @@ class NestEmitter:
         b, spec = self.b, self.spec
         shape = spec.in_shapes[k]
         idx = [self.eval(e, dims) for e in spec.maps[k].results]
-        checks, outside = self.bounds_checks(k)
+        bounds = self.read_bounds(k)
+        checks, outside = self.bounds_checks(bounds)
         conds, guard_outside = static_bounds(list(extra) + [(idx[a], shape[a]) for a in checks], self.width or 1)
         w = self.width
         if outside or guard_outside:
@@ -414,9 +416,9 @@ class NestEmitter:
             return v, m
         at = [b.scalar(l) for l in idx]
         if lane_stride == 1:
-            return b.pure(("vload", ref, *at, w, m, identity), lambda: b.vload(ref, at, w, m, identity)), m
+            return b.shared_vload(ref, at, w, m, identity), m
         if 1 < lane_stride <= 4 and idx[-1].c == lane_stride:
-            whole = self.whole_window_read(k, idx) if m is None else None
+            whole = self.whole_window_read(k, idx, bounds[-1]) if m is None else None
             if whole is not None:
                 return whole, m
             narrow = m if m is not None else b.const(1, VectorType(i1, [w]))
@@ -487,22 +489,23 @@ class NestEmitter:
             else:
                 self.ivs[n] = v
 
-    def whole_window_read(self, k: int, idx: list[Lin]) -> SSAValue | None:
+    def whole_window_read(self, k: int, idx: list[Lin], last_bounds: tuple[int, int, int]) -> SSAValue | None:
         """Lanes `stride` apart along the last axis of input `k` (a stride-2 pool or conv), read as
         one unmasked load of `stride * width` lanes and a shuffle, when every such window of the
-        current point lies inside its row; else None (a masked load then reads the used lanes).
+        current point lies inside its row (`last_bounds`: that axis's `read_bounds`); else None (a
+        masked load then reads the used lanes).
         The window starts at the used lanes' start rounded down to the stride, so the taps of a
         window along the row share loads: a 3x3 stride-2 pool's taps at columns 2x-1, 2x, 2x+1
         read two windows, [2x-2, 2x+30) and [2x, 2x+32) for 16 lanes, not three masked ones.
         """
         b, w, last = self.b, self.width, idx[-1]
         stride, phase = last.c, last.k % last.c
-        lo, hi, size = self.read_bounds(k)[-1]
+        lo, hi, size = last_bounds
         if lo - phase < 0 or hi + stride - 1 - phase >= size:
             return None
         ref = self.ins[k]
         at = [b.scalar(l) for l in idx[:-1]] + [b.scalar(Lin(last.s, last.k - phase, stride, last.align))]
-        wide = b.pure(("vload", ref, *at, w * stride, None, 0.0), lambda: b.vload(ref, at, w * stride, None, 0.0))
+        wide = b.shared_vload(ref, at, w * stride, None, 0.0)
         return b.pure(("lanes", wide, phase, stride), lambda: b.shuffle(wide, wide, [j * stride + phase for j in range(w)]))
 
     def write(self, value: SSAValue, dims: list[Lin], conds: list[tuple[Lin, int]]) -> None:
