@@ -11,7 +11,12 @@ Conventions of the generated code:
   passed in a stack struct, and `@nasir_parallel(fn, ctx)` runs it on `nasir_num_threads` threads
   through libgomp's `GOMP_parallel`; each thread takes one contiguous chunk of the iterations;
   with `nasir_num_threads == 1` the outlined function is called directly (and inlined by LLVM);
-- masked vector loads/stores are `llvm.masked.load/store` intrinsic calls.
+- masked vector loads/stores are `llvm.masked.load/store` intrinsic calls;
+- with `profile=true`, @main reads the time-stamp counter (`llvm.readcyclecounter`) around each
+  kernel call and adds the ticks to one i64 counter per call, kept in the workspace after the arena
+  (module attributes `nasir.profile`: the calls' layers, kernels and MACs; `nasir.profile_offset`:
+  the counters' byte offset, one more counter for the whole of @main). `Executable.profile` reads
+  them.
 
     func.func private @relu(%x: memref<16xf32>, %y: memref<16xf32>)   becomes
     llvm.func internal @relu(%x: !llvm.ptr {llvm.noalias}, %y: !llvm.ptr {llvm.noalias})
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import cache
 
 from xdsl.context import Context
@@ -35,6 +41,7 @@ from xdsl.dialects.builtin import (
     IntegerAttr,
     MemRefType,
     ModuleOp,
+    StringAttr,
     UnitAttr,
     VectorType,
     f32,
@@ -47,7 +54,9 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from nasir.errors import LoweringError
+from nasir.lowering.bufferize import aligned
 from nasir.lowering.loop_builder import PrefetchOp
+from nasir.model import main_func
 
 PTR = llvm.LLVMPointerType()
 THREADS_GLOBAL = "nasir_num_threads"
@@ -92,6 +101,7 @@ class FuncLowering:
         self.n_parallel = 0
         self.consts: dict[tuple[Attribute, Attribute], SSAValue] = {}
         self.shared: dict[tuple, SSAValue] = {}
+        self.main_start: SSAValue | None = None
 
     # Helpers ----------------------------------------------------------------------------------
     def add(self, op: Operation) -> SSAValue | None:
@@ -121,6 +131,16 @@ class FuncLowering:
         if key not in self.shared:
             self.shared[key] = self.add(kind(a, b))
         return self.shared[key]
+
+    def ticks(self) -> SSAValue:
+        return self.add(llvm.CallIntrinsicOp("llvm.readcyclecounter", [], [i64]))
+
+    def count_ticks(self, slot: int, start: SSAValue) -> None:
+        """Add the ticks since `start` to profile counter `slot` (in the workspace, @main's last argument)."""
+        spent = self.add(llvm.SubOp(self.ticks(), start))
+        at = self.add(llvm.GEPOp(self.entry.args[-1], [self.module.profile_offset + 8 * slot], i8))
+        total = self.add(llvm.AddOp(self.add(llvm.LoadOp(at, i64, alignment=8)), spent))
+        self.add(llvm.StoreOp(total, at, alignment=8))
 
     def i64c(self, n: int) -> SSAValue:
         return self.const(_i64_attr(n), i64)
@@ -245,8 +265,14 @@ class FuncLowering:
         elif isinstance(op, scf.ParallelOp):
             self.lower_parallel(op)
         elif isinstance(op, func.CallOp):
+            slot = self.module.profile_slots.get(op)
+            start = self.ticks() if slot is not None else None
             self.add(llvm.CallOp(op.callee.root_reference.data, *[self.v(o) for o in op.arguments]))
+            if slot is not None:
+                self.count_ticks(slot, start)
         elif isinstance(op, func.ReturnOp):
+            if self.main_start is not None:
+                self.count_ticks(len(self.module.profile_slots), self.main_start)
             self.add(llvm.ReturnOp())
         else:
             raise LoweringError(f"convert-loops-to-llvm: op '{op.name}' in @{self.name} is not supported")
@@ -437,9 +463,12 @@ def _free_values(op: Operation) -> tuple[list[SSAValue], list[Operation]]:
 
 
 class ModuleLowering:
-    def __init__(self, module: ModuleOp):
+    def __init__(self, module: ModuleOp, profile_slots: dict[Operation, int] | None = None, profile_offset: int = 0):
         self.module = module
         self.new_funcs: list[Operation] = []
+        self.profile_slots = profile_slots or {}
+        """Profiled kernel calls of @main and the index of their tick counter."""
+        self.profile_offset = profile_offset
 
     def add_func(self, f: Operation) -> None:
         self.new_funcs.append(f)
@@ -451,6 +480,8 @@ class ModuleLowering:
         lowering = FuncLowering(self, name, region)
         for old, new in zip(fn.body.block.args, region.blocks[0].args):
             lowering.vmap[old] = new
+        if name == "main" and self.profile_slots:
+            lowering.main_start = lowering.ticks()
         lowering.lower_block(fn.body.block)
         public = name == "main"
         attrs = fn.arg_attrs if fn.arg_attrs is not None else ArrayAttr(
@@ -478,18 +509,41 @@ def runtime_decls() -> list[Operation]:
     return decls
 
 
+@dataclass(frozen=True)
 class ConvertLoopsToLLVMPass(ModulePass):
-    """Lower func/scf/memref/arith/math/vector to the llvm dialect (bare-pointer memrefs)."""
+    """Lower func/scf/memref/arith/math/vector to the llvm dialect (bare-pointer memrefs).
+
+    `profile=true` times every kernel call of @main (see the module docstring).
+    """
 
     name = "convert-loops-to-llvm"
+
+    profile: bool = False
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         funcs = [f for f in op.ops if isinstance(f, func.FuncOp)]
         if not funcs:
             return
-        lowering = ModuleLowering(op)
+        slots, offset = self.profile_counters(op) if self.profile else ({}, 0)
+        lowering = ModuleLowering(op, slots, offset)
         new_funcs = [lowering.lower_func(f) for f in funcs]
         for f in funcs:
             f.detach()
             f.erase()
         op.body.block.add_ops([*runtime_decls(), *new_funcs, *lowering.new_funcs])
+
+    @staticmethod
+    def profile_counters(op: ModuleOp) -> tuple[dict[Operation, int], int]:
+        """Counter slots of @main's kernel calls; records them (`nasir.profile`) and makes room
+        for the counters after the arena (`nasir.profile_offset`, `nasir.workspace_bytes` grows)."""
+        if "nasir.workspace_bytes" not in op.attributes:
+            raise LoweringError("convert-loops-to-llvm{profile=true}: run nest-bufferize first")
+        calls = [c for c in main_func(op).body.block.ops if isinstance(c, func.CallOp)]
+        offset = aligned(op.attributes["nasir.workspace_bytes"].value.data)
+        op.attributes["nasir.profile"] = ArrayAttr([DictionaryAttr({
+            "layer": c.attributes.get("nasir.layer", StringAttr(c.callee.root_reference.data)),
+            "kernel": StringAttr(c.callee.root_reference.data),
+            "macs": c.attributes.get("nasir.macs", IntegerAttr(0, i64))}) for c in calls])
+        op.attributes["nasir.profile_offset"] = IntegerAttr(offset, i64)
+        op.attributes["nasir.workspace_bytes"] = IntegerAttr(offset + 8 * (len(calls) + 1), i64)
+        return {c: k for k, c in enumerate(calls)}, offset

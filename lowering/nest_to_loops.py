@@ -1,7 +1,9 @@
 """convert-nest-to-loops: each bufferized compute op becomes a kernel function of scf loops.
 
 Runs after nest-bufferize. Every `to_tensor -> op -> materialize_in_destination` group in @main
-becomes `func.call @<layer>(%inputs..., %dest)` of a private kernel whose arguments are the memrefs;
+becomes `func.call @<layer>(%inputs..., %dest) {nasir.layer = "<layer>", nasir.macs = <MACs>}` of a
+private kernel whose arguments are the memrefs (the attributes name what the call computes, for
+profiles: `convert-loops-to-llvm{profile=true}`);
 ops that would give identical kernels (same nest, schedule and memref types) share one, named after
 the first such layer, so compile time grows with the distinct layer shapes, not the depth.
 A kernel follows the nest's schedule (data, see `nest.Schedule`):
@@ -48,10 +50,12 @@ from xdsl.dialects.builtin import (
     IntegerAttr,
     MemRefType,
     ModuleOp,
+    StringAttr,
     UnitAttr,
     VectorType,
     f32,
     i1,
+    i64,
 )
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.ir.affine import AffineBinaryOpExpr, AffineBinaryOpKind, AffineConstantExpr, AffineDimExpr, AffineExpr, AffineMap
@@ -64,6 +68,7 @@ from nasir.errors import LoweringError
 from nasir.lowering.default_schedule import linear_coefficient, schedule_for, stride_of
 from nasir.lowering.loop_builder import Lin, LoopBuilder
 from nasir.model import main_func, sanitize
+from nasir.summary import macs
 
 Shape = tuple[int, ...]
 
@@ -962,8 +967,8 @@ class ConvertNestToLoopsPass(ModulePass):
             arg_types = [r.type for r in refs]
             key = kernel_key(compute, arg_types)
             name = shared.get(key)
+            layer = getattr(compute, "layer_name", "") or compute.name.split(".")[1]
             if name is None:
-                layer = getattr(compute, "layer_name", "") or compute.name.split(".")[1]
                 name, n = sanitize(layer) or "kernel", 1
                 while name in taken:
                     name, n = f"{sanitize(layer)}_{n}", n + 1
@@ -971,6 +976,8 @@ class ConvertNestToLoopsPass(ModulePass):
                 shared[key] = name
                 kernels.append(kernel_for(name, compute, arg_types))
             call = func.CallOp(name, refs, [])
+            call.attributes["nasir.layer"] = StringAttr(layer)
+            call.attributes["nasir.macs"] = IntegerAttr(macs(compute), i64)
             fn.body.block.insert_op_before(call, mat)
             _erase_group(mat, compute)
         for k in kernels:

@@ -19,6 +19,7 @@ from nasir.errors import NasirError
 from nasir.lowering.pipeline import LLVM_PIPELINE
 from nasir.model import Model
 from nasir.passes import gc_paused, run_pipeline
+from nasir.profile import Profile
 from nasir.runtime.executable import Executable
 from nasir.runtime.jit import JITModule, SharedLibrary, write_shared_library
 
@@ -73,6 +74,24 @@ class LLVMExecutable(Executable):
         self._entry(*ptrs, self.weights.ctypes.data, self.workspace.ctypes.data)
         return outputs
 
+    def profile(self, *inputs, repeat: int = 20, warmup: int = 2) -> Profile:
+        """Per kernel call: its time over `repeat` runs on `inputs` (see `nasir.profile`); needs
+        an executable compiled with `profile=True`."""
+        info = self.meta.get("profile")
+        if info is None:
+            raise NasirError("this executable was compiled without profiling: compile it with profile=True")
+        arrays = self.check_inputs(inputs)
+        for _ in range(warmup):
+            self._run(arrays)
+        ticks = self.workspace[info["offset"]: info["offset"] + 8 * (len(info["calls"]) + 1)].view(np.int64)
+        ticks[:] = 0
+        times = []
+        for _ in range(max(1, repeat)):
+            start = time.perf_counter()
+            self._run(arrays)
+            times.append((time.perf_counter() - start) * 1e3)
+        return Profile.from_ticks(info["calls"], ticks.tolist(), float(np.median(times)), self.threads)
+
     def save(self, path: str | Path) -> Path:
         """Write a directory with `model.so`, `weights.npy` and `meta.json` for `nasir.runtime.load`."""
         if self._module is None:
@@ -85,11 +104,14 @@ class LLVMExecutable(Executable):
         return path
 
 
-def lower_to_llvm_dialect(model: Model) -> Model:
-    """`model` through LLVM_PIPELINE. The nest-level result is verified; the loop and llvm levels
-    are not: verifying tens of thousands of ops costs as much as building them, and LLVM verifies
-    the IR made from them (`nasir.lowering.llvm_ir.optimize`)."""
+def lower_to_llvm_dialect(model: Model, profile: bool = False) -> Model:
+    """`model` through LLVM_PIPELINE (`profile`: with per-call tick counters, see `nasir.profile`).
+    The nest-level result is verified; the loop and llvm levels are not: verifying tens of
+    thousands of ops costs as much as building them, and LLVM verifies the IR made from them
+    (`nasir.lowering.llvm_ir.optimize`)."""
     stages = LLVM_PIPELINE.split(",")
+    if profile:
+        stages[stages.index("convert-loops-to-llvm")] = "convert-loops-to-llvm{profile=true}"
     loops = stages.index("convert-nest-to-loops")
     out = model.clone()
     run_pipeline(out.module, ",".join(stages[:loops]))
@@ -98,12 +120,13 @@ def lower_to_llvm_dialect(model: Model) -> Model:
 
 
 @gc_paused()
-def compile_llvm(model: Model, threads: int = 1) -> LLVMExecutable:
-    """Compile `model` to native code for the host CPU (see the module docstring)."""
+def compile_llvm(model: Model, threads: int = 1, profile: bool = False) -> LLVMExecutable:
+    """Compile `model` to native code for the host CPU (see the module docstring); `profile`
+    times every kernel call for `LLVMExecutable.profile` (a few ns a call)."""
     from nasir.lowering.llvm_ir import optimize, to_llvm_ir
 
     start = time.perf_counter()
-    lowered = lower_to_llvm_dialect(model)
+    lowered = lower_to_llvm_dialect(model, profile)
     attrs = lowered.module.attributes
     offsets = {k: v.value.data for k, v in attrs["nasir.weight_offsets"].data.items()}
     meta = {
@@ -112,6 +135,10 @@ def compile_llvm(model: Model, threads: int = 1) -> LLVMExecutable:
         "workspace_bytes": attrs["nasir.workspace_bytes"].value.data,
         "weights_bytes": attrs["nasir.weights_bytes"].value.data,
     }
+    if profile:
+        meta["profile"] = {"offset": attrs["nasir.profile_offset"].value.data, "calls": [
+            {"layer": c.data["layer"].data, "kernel": c.data["kernel"].data, "macs": c.data["macs"].value.data}
+            for c in attrs["nasir.profile"].data]}
     weights = pack_weights(lowered.weights, offsets, meta["weights_bytes"])
     module = optimize(to_llvm_ir(lowered.module))
     native = JITModule(module)

@@ -1,7 +1,7 @@
 // RUN: nasir-opt %s -p convert-nn-to-nest,default-schedule,nest-bufferize,convert-nest-to-loops | filecheck %s
 
 // Two layers with the same nest, schedule and memref types share one kernel (called twice with
-// different buffers); a channel concat into the workspace arena needs no kernel: each input is one
+// different buffers, each call naming its own layer); a channel concat into the workspace arena needs no kernel: each input is one
 // contiguous block of the output, copied into a view at its byte offset (0 and 4*4*4*4 = 256).
 
 builtin.module {
@@ -15,8 +15,8 @@ builtin.module {
 }
 
 // CHECK:      func.func @main(%[[X:[0-9]+]]: memref<1x4x4x4xf32>, %[[Y:[0-9]+]]: memref<1x4x4x4xf32>, %{{.*}}: memref<1x8x4x4xf32>, %{{.*}}: memref<0xi8>, %[[WS:[0-9]+]]: memref<1024xi8>)
-// CHECK:      func.call @first(%[[X]], %[[A:[0-9]+]]) : (memref<1x4x4x4xf32>, memref<1x4x4x4xf32>) -> ()
-// CHECK:      func.call @first(%[[Y]], %[[B:[0-9]+]]) : (memref<1x4x4x4xf32>, memref<1x4x4x4xf32>) -> ()
+// CHECK:      func.call @first(%[[X]], %[[A:[0-9]+]]) {nasir.layer = "first", nasir.macs = 0 : i64} : (memref<1x4x4x4xf32>, memref<1x4x4x4xf32>) -> ()
+// CHECK:      func.call @first(%[[Y]], %[[B:[0-9]+]]) {nasir.layer = "second", nasir.macs = 0 : i64} : (memref<1x4x4x4xf32>, memref<1x4x4x4xf32>) -> ()
 // CHECK:      %[[C:[0-9]+]] = arith.constant 512 : index
 // CHECK-NEXT: %[[CAT:[0-9]+]] = memref.view %[[WS]][%[[C]]][] : memref<1024xi8> to memref<1x8x4x4xf32>
 // CHECK-NEXT: %[[S0:[0-9]+]] = arith.constant 0 : index

@@ -2,7 +2,8 @@
 
 // A padded 3x3 conv with a bias epilogue and the schedule spelled out: the reductions carry a vector
 // accumulator (ow is the vector loop, 6 lanes), the input reads at the border are masked loads
-// yielding 0. (A `parallel` loop becomes scf.parallel: see convert-loops-to-llvm.mlir.)
+// yielding 0. (A `parallel` loop becomes scf.parallel: see convert-loops-to-llvm.mlir.) The call in
+// @main names its layer and its MACs (8*6*6 outputs x 4*3*3 taps = 10368), for profiles.
 
 builtin.module {
   func.func @main(%x: tensor<1x4x6x6xf32>) -> tensor<1x8x6x6xf32> {
@@ -14,7 +15,7 @@ builtin.module {
 }
 
 // CHECK: func.func @main(%[[X:.*]]: memref<1x4x6x6xf32>, %[[OUT:.*]]: memref<1x8x6x6xf32>, %{{.*}}: memref<{{.*}}xi8>, %{{.*}}: memref<0xi8>)
-// CHECK: func.call @conv(%[[X]], %{{.*}}, %{{.*}}, %[[OUT]])
+// CHECK: func.call @conv(%[[X]], %{{.*}}, %{{.*}}, %[[OUT]]) {nasir.layer = "conv", nasir.macs = 10368 : i64}
 // CHECK: func.func private @conv(%{{.*}}: memref<1x4x6x6xf32> {llvm.noalias}, %{{.*}}: memref<8x4x3x3xf32> {llvm.noalias}, %{{.*}}: memref<8xf32> {llvm.noalias}, %{{.*}}: memref<1x8x6x6xf32> {llvm.noalias})
 // CHECK: scf.for %[[CO:.*]] =
 // CHECK: scf.for %[[OH:.*]] =

@@ -5,6 +5,7 @@
     nasir export resnet18 r18.onnx              # a zoo model as ONNX
     nasir run r18.onnx                          # compile (llvm), run on a seeded input, print a checksum
     nasir check r18.onnx                        # compare with ONNX Runtime: max |diff|, PASS/FAIL
+    nasir profile resnet34 --dataset imagenet --variant group16   # time per layer vs its MACs
 
 A model argument is a file path or a zoo name (then `--dataset` picks its variant). User mistakes
 print `nasir: error: <message>` and exit 1; a failed check exits 1 too.
@@ -24,6 +25,7 @@ from rich.table import Table
 import nasir
 from nasir import zoo
 from nasir.api import TARGETS
+from nasir.benchmarks import VARIANTS
 from nasir.errors import FrontendError, NasirError
 from nasir.tools.console import fail, show, step
 from nasir.tools.reference import compare, onnxruntime_outputs, seeded_inputs
@@ -118,6 +120,23 @@ def cmd_check(args) -> int:
     return 0 if result.ok else 1
 
 
+def cmd_profile(args) -> int:
+    with tempfile.TemporaryDirectory(prefix="nasir-") as tmp:
+        model = load(model_file(args.model, args.dataset, tmp))
+    pipeline = VARIANTS[args.variant] if args.variant else args.pipeline
+    if pipeline:
+        with step(progress, f"transforming: {pipeline}"):
+            model = model.transform(pipeline)
+    inputs = seeded_inputs(model, args.seed)
+    with step(progress, "compiling for llvm with per-call timers"):
+        exe = nasir.compile(model, threads=args.threads, profile=True)
+    with step(progress, f"running {args.repeat} times"):
+        profile = exe.profile(*inputs, repeat=args.repeat)
+    rows = profile.by_time() if args.sort == "time" else profile.rows
+    out.print(profile.table(rows[: args.top] if args.top else rows))
+    return 0
+
+
 # --- entry point ---------------------------------------------------------------------------------
 
 def parser() -> argparse.ArgumentParser:
@@ -150,6 +169,15 @@ def parser() -> argparse.ArgumentParser:
     c = command("check", cmd_check, "compare a model's outputs with ONNX Runtime (exit 1 on mismatch)")
     model_args(c)
     run_args(c)
+    c = command("profile", cmd_profile, "compile with per-call timers, run, print each layer's time next to its MACs")
+    model_args(c)
+    c.add_argument("--pipeline", help="transform the model first (nasir-opt -p spelling)")
+    c.add_argument("--variant", choices=sorted(VARIANTS), help="a ResNet variant of `make bench` (instead of --pipeline)")
+    c.add_argument("--threads", type=int, default=1, help="threads (default 1)")
+    c.add_argument("--repeat", type=int, default=20, help="timed runs (default 20)")
+    c.add_argument("--sort", choices=("order", "time"), default="order", help="rows in call order or slowest first")
+    c.add_argument("--top", type=int, default=0, help="print only the first N rows")
+    c.add_argument("--seed", type=int, default=0, help="seed of the random input")
     return p
 
 

@@ -1,0 +1,42 @@
+// RUN: nasir-opt %s -p "convert-loops-to-llvm{profile=true}" | filecheck %s
+// RUN: nasir-opt %s -p convert-loops-to-llvm | filecheck %s --check-prefix=PLAIN
+
+// A profile build: @main reads the time-stamp counter at its start, around each kernel call and
+// at its return, and adds the ticks to one i64 counter per call in the workspace, after the
+// 100-byte arena rounded up to 64 bytes: call 0 at byte 128, call 1 at 136, @main's own at 144
+// (the workspace grows to 152). The calls' layers, kernels and MACs go to `nasir.profile`.
+
+builtin.module attributes {nasir.workspace_bytes = 100 : i64} {
+  func.func @main(%x: memref<16xf32>, %y: memref<16xf32>, %w: memref<0xi8>, %ws: memref<100xi8>) {
+    func.call @k(%x, %y) {nasir.layer = "first", nasir.macs = 7 : i64} : (memref<16xf32>, memref<16xf32>) -> ()
+    func.call @k(%y, %x) {nasir.layer = "second", nasir.macs = 9 : i64} : (memref<16xf32>, memref<16xf32>) -> ()
+    func.return
+  }
+  func.func private @k(%a: memref<16xf32> {llvm.noalias}, %b: memref<16xf32> {llvm.noalias}) {
+    %c0 = arith.constant 0 : index
+    %v = vector.load %a[%c0] : memref<16xf32>, vector<16xf32>
+    vector.store %v, %b[%c0] : memref<16xf32>, vector<16xf32>
+    func.return
+  }
+}
+
+// CHECK:      builtin.module attributes {nasir.workspace_bytes = 152 : i64, nasir.profile = [{layer = "first", kernel = "k", macs = 7 : i64}, {layer = "second", kernel = "k", macs = 9 : i64}], nasir.profile_offset = 128 : i64}
+// CHECK:      llvm.func @main(%{{.*}}: !llvm.ptr {{.*}}, %{{.*}}: !llvm.ptr {{.*}}, %{{.*}}: !llvm.ptr {{.*}}, %[[WS:.*]]: !llvm.ptr {{.*}})
+// CHECK-NEXT:   %[[START:.*]] = llvm.call_intrinsic "llvm.readcyclecounter"() : () -> i64
+// CHECK-NEXT:   %[[T0:.*]] = llvm.call_intrinsic "llvm.readcyclecounter"() : () -> i64
+// CHECK-NEXT:   llvm.call @k(
+// CHECK-NEXT:   %[[T1:.*]] = llvm.call_intrinsic "llvm.readcyclecounter"() : () -> i64
+// CHECK-NEXT:   %[[D0:.*]] = llvm.sub %[[T1]], %[[T0]]
+// CHECK-NEXT:   %[[P0:.*]] = llvm.getelementptr %[[WS]][128] : (!llvm.ptr) -> !llvm.ptr, i8
+// CHECK-NEXT:   %[[OLD0:.*]] = llvm.load %[[P0]] {{.*}} -> i64
+// CHECK-NEXT:   %[[NEW0:.*]] = llvm.add %[[OLD0]], %[[D0]]
+// CHECK-NEXT:   llvm.store %[[NEW0]], %[[P0]]
+// CHECK:        llvm.call @k(
+// CHECK:        llvm.getelementptr %[[WS]][136] : (!llvm.ptr) -> !llvm.ptr, i8
+// CHECK:        %[[END:.*]] = llvm.call_intrinsic "llvm.readcyclecounter"() : () -> i64
+// CHECK-NEXT:   llvm.sub %[[END]], %[[START]]
+// CHECK-NEXT:   llvm.getelementptr %[[WS]][144] : (!llvm.ptr) -> !llvm.ptr, i8
+// CHECK:        llvm.return
+
+// PLAIN:     builtin.module attributes {nasir.workspace_bytes = 100 : i64}
+// PLAIN-NOT: readcyclecounter

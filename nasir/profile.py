@@ -1,0 +1,119 @@
+"""Where the time of a compiled model goes: per kernel call, next to its share of the MACs.
+
+`compile(model, profile=True)` builds @main with a time-stamp counter read around every kernel call
+(`convert-loops-to-llvm{profile=true}`); `exe.profile(x)` runs it and returns a `Profile`, and
+`nasir profile MODEL` prints it:
+
+    >>> exe = nasir.compile(nasir.zoo.load("resnet18"), profile=True)
+    >>> print(exe.profile(x))
+    layer                       shares kernel   MMACs     ms  time %  MACs %  GFLOP/s
+    --------------------------------------------------------------------------------
+    conv1_Conv                                   1.77  0.044     0.4     0.3     79.8
+    layer1_layer1.0_conv1_Conv                  37.75  0.623     5.0     6.8    121.1
+    layer1_layer1.0_conv2_Conv                  37.75  0.692     5.5     6.8    109.1
+    ...
+    --------------------------------------------------------------------------------
+    outside kernels                                   0.001     0.0
+    total (1 thread)            22 calls       555.42 12.563   100.0   100.0     88.4
+
+A call's ms is its share of the ticks @main spent, times the median latency of the same runs (so
+the rows add up to the measured latency); calls of one shared kernel are rows of their own.
+"time % / MACs %" above 1 marks the layers that run below the model's average rate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nasir.model import sanitize
+
+
+@dataclass(frozen=True)
+class ProfileRow:
+    """One kernel call of @main: the layer it computes, its kernel, MACs and time."""
+
+    layer: str
+    kernel: str
+    macs: int
+    ms: float
+    share: float
+    """Fraction of @main's time."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Rows in call order; `outside_ms` is @main's time outside kernel calls (concat copies)."""
+
+    rows: list[ProfileRow]
+    total_ms: float
+    outside_ms: float
+    threads: int
+
+    @classmethod
+    def from_ticks(cls, calls: list[dict], ticks: list[int], total_ms: float, threads: int) -> "Profile":
+        """`ticks`: one counter per call, then @main's own (the last)."""
+        main = max(ticks[-1], 1)
+        rows = [ProfileRow(c["layer"], c["kernel"], c["macs"], total_ms * t / main, t / main)
+                for c, t in zip(calls, ticks)]
+        return cls(rows, total_ms, max(0.0, total_ms - sum(r.ms for r in rows)), threads)
+
+    @property
+    def total_macs(self) -> int:
+        return sum(r.macs for r in self.rows)
+
+    def by_time(self) -> list[ProfileRow]:
+        return sorted(self.rows, key=lambda r: -r.ms)
+
+    HEADER = ("layer", "shares kernel", "MMACs", "ms", "time %", "MACs %", "GFLOP/s")
+    """"shares kernel": the kernel of an earlier layer this call runs (identical nests share one)."""
+
+    def _cells(self, rows: list[ProfileRow]) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
+        macs = max(self.total_macs, 1)
+
+        def rate(m: int, ms: float) -> str:
+            return f"{2 * m / (ms * 1e6):.1f}" if m and ms > 0 else "-"
+
+        body = [(r.layer, "" if r.kernel == sanitize(r.layer) else r.kernel,
+                 f"{r.macs / 1e6:.2f}" if r.macs else "-", f"{r.ms:.3f}",
+                 f"{100 * r.share:.1f}", f"{100 * r.macs / macs:.1f}" if r.macs else "-", rate(r.macs, r.ms))
+                for r in rows]
+        foot = [("outside kernels", "", "", f"{self.outside_ms:.3f}", f"{100 * self.outside_ms / self.total_ms:.1f}",
+                 "", ""),
+                (f"total ({self.threads} thread{'s' if self.threads > 1 else ''})", f"{len(self.rows)} calls",
+                 f"{self.total_macs / 1e6:.2f}", f"{self.total_ms:.3f}", "100.0", "100.0",
+                 rate(self.total_macs, self.total_ms))]
+        return body, foot
+
+    def text(self, rows: list[ProfileRow] | None = None) -> str:
+        body, foot = self._cells(self.rows if rows is None else rows)
+        table = [self.HEADER, *body, *foot]
+        widths = [max(len(row[i]) for row in table) for i in range(len(self.HEADER))]
+
+        def line(cells: tuple[str, ...]) -> str:
+            left = [c.ljust(w) for c, w in zip(cells[:2], widths)]
+            right = [c.rjust(w) for c, w in zip(cells[2:], widths[2:])]
+            return "  ".join(left + right).rstrip()
+
+        rule = "-" * len(line(tuple("-" * w for w in widths)))
+        return "\n".join([line(self.HEADER), rule, *map(line, body), rule, *map(line, foot)])
+
+    def __str__(self) -> str:
+        return self.text()
+
+    def table(self, rows: list[ProfileRow] | None = None):
+        """A rich table of `rows` (default: all, in call order)."""
+        from rich.table import Table
+
+        body, foot = self._cells(self.rows if rows is None else rows)
+        table = Table()
+        for i, head in enumerate(self.HEADER):
+            table.add_column(head, justify="right" if i >= 2 else "left", overflow="fold")
+        for row in body:
+            table.add_row(*row)
+        table.add_section()
+        for row in foot:
+            table.add_row(*row, style="bold")
+        return table
+
+    def __rich__(self):
+        return self.table()
