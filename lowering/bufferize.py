@@ -24,12 +24,17 @@ that it reads memrefs and writes into its destination:
     }
 
 `nn.reshape` of a value in the weights or the arena is a view at the same offset (no copy).
+A nest whose epilogue reads an arena value at its own output index (a residual add) and is that
+value's last reader writes its result over it (`in_place_operand`; the nest gets
+`nasir.in_place = <operand>`, and convert-nest-to-loops drops `noalias` on the pair): one buffer
+less for the caches to hold (ResNet-34 group16: the second convs of the blocks 0.955x the time).
 convert-nest-to-loops turns each wrapped op into loops over the memrefs.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
@@ -59,6 +64,10 @@ ALIGN = 64
 
 COMPUTE_OPS = (nest.ComputeOp, nn.ConcatOp, nn.ReshapeOp, nn.SoftmaxOp, nn.LRNOp, nn.PadOp, nn.BatchNormOp)
 """Ops that do work at the nest level: wrapped by this pass, lowered by convert-nest-to-loops."""
+
+
+IN_PLACE = "nasir.in_place"
+"""Attribute of a bufferized nest that writes its result over operand <value> (same bytes)."""
 
 
 def memref_of(shape) -> MemRefType:
@@ -105,8 +114,27 @@ class Arena:
         self.free = merged
 
 
-def plan(body: list[Operation], returned: list[SSAValue]) -> tuple[dict[SSAValue, int], int, set[SSAValue]]:
-    """Arena offsets of intermediates (values not returned), the peak bytes, and the reshape views.
+def in_place_operand(op: Operation, owns_bytes: Callable[[SSAValue], bool]) -> int | None:
+    """The operand whose bytes `op` may write its result over: one that only its epilogue reads,
+    at the output's own index (`maps[k] == out_map`: each element is read just before it is
+    written), of the result's size, and `owns_bytes` (an arena value no one reads later)."""
+    if not isinstance(op, nest.ComputeOp):
+        return None
+    result = op.results[0]
+    epilogue = {k for _, operands, _ in op.steps for k in operands}
+    for k in sorted(epilogue):
+        v = op.operands[k]
+        uses = [j for j, o in enumerate(op.operands) if o is v]
+        if (owns_bytes(v) and nbytes(shape_of(v)) == nbytes(shape_of(result))
+                and all(j in epilogue and op.access_maps[j] == op.output_map for j in uses)):
+            return k
+    return None
+
+
+def plan(body: list[Operation], returned: list[SSAValue]
+         ) -> tuple[dict[SSAValue, int], int, set[SSAValue], dict[Operation, int]]:
+    """Arena offsets of intermediates (values not returned), the peak bytes, the reshape views,
+    and the ops that write their result over an operand (`in_place_operand`).
 
     A reshape of an arena value (not returned) is a view: it shares its source's bytes, and the
     bytes live until the last use of any value in the group.
@@ -127,20 +155,26 @@ def plan(body: list[Operation], returned: list[SSAValue]) -> tuple[dict[SSAValue
         for v in op.operands:
             if v in root:
                 last[root[v]] = i
-    arena, offsets = Arena(), {}
+    viewed = {root[v] for v in views}
+    arena, offsets, in_place = Arena(), {}, {}
     for i, op in enumerate(body):
+        over = None
+        if op.results and root.get(op.results[0]) is op.results[0]:
+            k = in_place_operand(op, lambda v: root.get(v) is v and v not in viewed and last[v] == i)
+            if k is not None:
+                in_place[op], over = k, op.operands[k]
         for r in op.results:
             if root.get(r) is r:
-                offsets[r] = arena.alloc(nbytes(shape_of(r)))
+                offsets[r] = offsets[over] if over is not None else arena.alloc(nbytes(shape_of(r)))
         for r in {root[v] for v in op.operands if v in root}:
-            if last[r] == i:
+            if last[r] == i and r is not over:
                 arena.release(offsets[r], nbytes(shape_of(r)))
         for r in op.results:  # computed but never read
             if root.get(r) is r and r not in last:
                 arena.release(offsets[r], nbytes(shape_of(r)))
     for v in views:
         offsets[v] = offsets[root[v]]
-    return offsets, arena.peak, views
+    return offsets, arena.peak, views, in_place
 
 
 class NestBufferizePass(ModulePass):
@@ -169,7 +203,7 @@ class NestBufferizePass(ModulePass):
             if isinstance(o, nn.WeightOp) and o.key not in weight_offsets:
                 weight_offsets[o.key] = wbytes
                 wbytes += aligned(nbytes(shape_of(o.result)))
-        offsets, peak, views = plan(body, returned)
+        offsets, peak, views, in_place = plan(body, returned)
 
         in_types = [memref_of(shape_of(t)) for t in fn.function_type.inputs.data]
         out_types = [memref_of(shape_of(t)) for t in fn.function_type.outputs.data]
@@ -214,6 +248,8 @@ class NestBufferizePass(ModulePass):
             new = o.clone()
             for i, t in enumerate(tensors):
                 new.operands[i] = t
+            if o in in_place:
+                new.attributes[IN_PLACE] = IntegerAttr(in_place[o], i64)
             ops.append(new)
             ops.append(bufferization.MaterializeInDestinationOp(
                 operands=[new.results[0], dest], result_types=[[]], properties={"writable": UnitAttr()}))

@@ -65,6 +65,7 @@ from nasir.dialects import nest, nn
 from nasir.dialects.nest import Schedule, expr_bounds, expr_range
 from nasir.dialects.nn import shape_of
 from nasir.errors import LoweringError
+from nasir.lowering.bufferize import IN_PLACE
 from nasir.lowering.default_schedule import linear_coefficient, schedule_for, stride_of
 from nasir.lowering.loop_builder import Lin, LoopBuilder
 from nasir.model import main_func, sanitize
@@ -866,8 +867,9 @@ def softmax_kernel(b: LoopBuilder, shape: Shape, axis: int, x: SSAValue, y: SSAV
     outer(0, {})
 
 
-def make_kernel(name: str, arg_types: list[MemRefType], emit) -> func.FuncOp:
-    """A private kernel `@name(args...)` with noalias memref arguments; `emit(builder, args)` fills it."""
+def make_kernel(name: str, arg_types: list[MemRefType], emit, aliased: frozenset[int] = frozenset()) -> func.FuncOp:
+    """A private kernel `@name(args...)` with noalias memref arguments but the `aliased` ones (an
+    operand the result is written over, and the result); `emit(builder, args)` fills it."""
     block = Block(arg_types=arg_types)
     b = LoopBuilder(block)
     emit(b, list(block.args))
@@ -875,7 +877,8 @@ def make_kernel(name: str, arg_types: list[MemRefType], emit) -> func.FuncOp:
     b.add(func.ReturnOp())
     noalias = DictionaryAttr({"llvm.noalias": UnitAttr()})
     return func.FuncOp(name, (arg_types, []), Region(block), "private",
-                       arg_attrs=ArrayAttr([noalias] * len(arg_types)))
+                       arg_attrs=ArrayAttr([DictionaryAttr({}) if k in aliased else noalias
+                                            for k in range(len(arg_types))]))
 
 
 def kernel_for(name: str, op: Operation, arg_types: list[MemRefType]) -> func.FuncOp:
@@ -888,7 +891,9 @@ def kernel_for(name: str, op: Operation, arg_types: list[MemRefType]) -> func.Fu
         for spec in specs:
             NestEmitter(b, spec, args).emit()
 
-    return make_kernel(name, arg_types, emit)
+    over = op.attributes.get(IN_PLACE)
+    aliased = frozenset() if over is None else frozenset({over.value.data, len(arg_types) - 1})
+    return make_kernel(name, arg_types, emit, aliased)
 
 
 def concat_copies(op: Operation, refs: list[SSAValue]) -> list[Operation] | None:

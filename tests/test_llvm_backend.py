@@ -183,6 +183,60 @@ def test_identical_layers_share_a_kernel():
     np.testing.assert_allclose(run(model, x), ref, rtol=1e-4, atol=1e-4)
 
 
+def residual_model(residual_is_the_conv_input: bool):
+    """a = relu(conv0(x)); out = relu(conv2(h) + a) with h = relu(conv1(a)) (or h = a); then conv3."""
+    ws = [rand(6, 6, 3, 3) * 0.3 for _ in range(4)]
+
+    def body(a, W):
+        c0 = nn.Conv2DOp.new(a[0], W("w0", ws[0]), None, pads=(1,) * 4).named("c0")
+        r0 = nn.ReluOp.new(c0.result).named("r0")
+        ops, h = [c0, r0], r0.result
+        if not residual_is_the_conv_input:
+            c1 = nn.Conv2DOp.new(h, W("w1", ws[1]), None, pads=(1,) * 4).named("c1")
+            r1 = nn.ReluOp.new(c1.result).named("r1")
+            ops, h = ops + [c1, r1], r1.result
+        c2 = nn.Conv2DOp.new(h, W("w2", ws[2]), None, pads=(1,) * 4).named("c2")
+        add = nn.AddOp.new(c2.result, r0.result).named("add")
+        r2 = nn.ReluOp.new(add.result).named("r2")
+        c3 = nn.Conv2DOp.new(r2.result, W("w3", ws[3]), None, pads=(1,) * 4).named("c3")
+        return ops + [c2, add, r2, c3]
+
+    def reference(x):
+        conv = lambda t, w: F.conv2d(t, torch.tensor(w), padding=1)  # noqa: E731
+        a = F.relu(conv(torch.tensor(x), ws[0]))
+        h = a if residual_is_the_conv_input else F.relu(conv(a, ws[1]))
+        return conv(F.relu(conv(h, ws[2]) + a), ws[3]).numpy()
+
+    return build([(1, 6, 9, 9)], body), reference
+
+
+BUFFERIZED = "convert-nn-to-nest,fuse-epilogue,default-schedule,nest-bufferize"
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_residual_add_writes_over_its_dying_operand(threads):
+    model, reference = residual_model(residual_is_the_conv_input=False)
+    x = rand(1, 6, 9, 9)
+    np.testing.assert_allclose(run(model, x, threads=threads), reference(x), rtol=1e-4, atol=1e-4)
+    ops = list(model.transform(BUFFERIZED).func.body.block.ops)
+    c2 = next(o for o in ops if isinstance(o, nest.ComputeOp) and o.layer_name == "c2")
+    assert c2.attributes["nasir.in_place"].value.data == 2  # inputs: h, w2, a (the residual)
+    residual = c2.operands[2].owner.operands[0].owner  # to_tensor <- memref.view
+    dest = next(o for o in ops if getattr(o, "source", None) is c2.results[0]).dest.owner
+    assert residual.byte_shift.owner.value == dest.byte_shift.owner.value  # the same bytes
+    lowered = model.transform(BUFFERIZED + ",convert-nest-to-loops")
+    kernel = next(f for f in lowered.module.ops if isinstance(f, func.FuncOp) and f.sym_name.data == "c2")
+    assert ["llvm.noalias" in a.data for a in kernel.arg_attrs.data] == [True, True, False, False]
+
+
+def test_residual_that_the_conv_also_reads_is_not_overwritten():
+    model, reference = residual_model(residual_is_the_conv_input=True)
+    x = rand(1, 6, 9, 9)
+    np.testing.assert_allclose(run(model, x), reference(x), rtol=1e-4, atol=1e-4)
+    ops = model.transform(BUFFERIZED).func.body.block.ops
+    assert not any("nasir.in_place" in o.attributes for o in ops if isinstance(o, nest.ComputeOp))
+
+
 @pytest.mark.parametrize("axis", [1, 2, 3])
 def test_concat_copies_and_kernels(axis):
     """Channel concats into the arena are memcpys, others kernels; both feed a following op."""
