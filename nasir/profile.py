@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nasir.model import sanitize
+from nasir.summary import plain_table
 
 
 @dataclass(frozen=True)
@@ -85,17 +86,9 @@ class Profile:
         return body, foot
 
     def text(self, rows: list[ProfileRow] | None = None) -> str:
+        """Plain text of `rows` (default: all, in call order)."""
         body, foot = self._cells(self.rows if rows is None else rows)
-        table = [self.HEADER, *body, *foot]
-        widths = [max(len(row[i]) for row in table) for i in range(len(self.HEADER))]
-
-        def line(cells: tuple[str, ...]) -> str:
-            left = [c.ljust(w) for c, w in zip(cells[:2], widths)]
-            right = [c.rjust(w) for c, w in zip(cells[2:], widths[2:])]
-            return "  ".join(left + right).rstrip()
-
-        rule = "-" * len(line(tuple("-" * w for w in widths)))
-        return "\n".join([line(self.HEADER), rule, *map(line, body), rule, *map(line, foot)])
+        return plain_table(self.HEADER, body, foot, left=2)
 
     def __str__(self) -> str:
         return self.text()

@@ -62,16 +62,7 @@ class Summary:
 
     def __str__(self) -> str:
         body, total = self._cells()
-        table = [self.HEADER, *body, total]
-        widths = [max(len(row[i]) for row in table) for i in range(len(self.HEADER))]
-
-        def line(cells: tuple[str, ...]) -> str:
-            left = [c.ljust(w) for c, w in zip(cells[:3], widths)]
-            right = [c.rjust(w) for c, w in zip(cells[3:], widths[3:])]
-            return "  ".join(left + right).rstrip()
-
-        rule = "-" * len(line(tuple("-" * w for w in widths)))
-        return "\n".join([line(self.HEADER), rule, *map(line, body), rule, line(total)])
+        return plain_table(self.HEADER, body, [total], left=3)
 
     def __rich__(self):
         from rich.table import Table
@@ -83,6 +74,21 @@ class Summary:
         for row in body:
             table.add_row(*row)
         return table
+
+
+def plain_table(header: tuple[str, ...], body: list[tuple[str, ...]], foot: list[tuple[str, ...]], left: int) -> str:
+    """Aligned text columns (the first `left` to the left, the rest to the right), a rule above
+    and below the body (`Summary` and `nasir.profile.Profile` print themselves with it)."""
+    table = [header, *body, *foot]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+
+    def line(cells: tuple[str, ...]) -> str:
+        cols = [c.ljust(w) for c, w in zip(cells[:left], widths)]
+        cols += [c.rjust(w) for c, w in zip(cells[left:], widths[left:])]
+        return "  ".join(cols).rstrip()
+
+    rule = "-" * len(line(tuple("-" * w for w in widths)))
+    return "\n".join([line(header), rule, *map(line, body), rule, *map(line, foot)])
 
 
 def _count(n: int) -> str:
