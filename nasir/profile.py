@@ -16,8 +16,8 @@
     outside kernels                                   0.001     0.0
     total (1 thread)            22 calls       555.42 12.563   100.0   100.0     88.4
 
-A call's ms is its share of the ticks @main spent, times the median latency of the same runs (so
-the rows add up to the measured latency); calls of one shared kernel are rows of their own.
+A call's ms is its median ticks over the runs as a share of @main's median ticks, times the median
+latency of the same runs; calls of one shared kernel are rows of their own.
 "time % / MACs %" above 1 marks the layers that run below the model's average rate.
 """
 
@@ -51,8 +51,8 @@ class Profile:
     threads: int
 
     @classmethod
-    def from_ticks(cls, calls: list[dict], ticks: list[int], total_ms: float, threads: int) -> "Profile":
-        """`ticks`: one counter per call, then @main's own (the last)."""
+    def from_ticks(cls, calls: list[dict], ticks: list[float], total_ms: float, threads: int) -> "Profile":
+        """`ticks`: one count per call, then @main's own (the last)."""
         main = max(ticks[-1], 1)
         rows = [ProfileRow(c["layer"], c["kernel"], c["macs"], total_ms * t / main, t / main)
                 for c, t in zip(calls, ticks)]
