@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nasir.model import sanitize
 from nasir.summary import plain_table
 
 
@@ -74,7 +73,10 @@ class Profile:
         def rate(m: int, ms: float) -> str:
             return f"{2 * m / (ms * 1e6):.1f}" if m and ms > 0 else "-"
 
-        body = [(r.layer, "" if r.kernel == sanitize(r.layer) else r.kernel,
+        first = {}  # kernel -> the first layer (in call order) that runs it
+        for r in self.rows:
+            first.setdefault(r.kernel, r.layer)
+        body = [(r.layer, "" if first[r.kernel] == r.layer else r.kernel,
                  f"{r.macs / 1e6:.2f}" if r.macs else "-", f"{r.ms:.3f}",
                  f"{100 * r.share:.1f}", f"{100 * r.macs / macs:.1f}" if r.macs else "-", rate(r.macs, r.ms))
                 for r in rows]
