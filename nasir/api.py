@@ -7,7 +7,9 @@ from pathlib import Path
 from nasir.errors import FrontendError, NasirError
 from nasir.model import Model, load_text
 
-TARGETS = ("llvm", "torch")
+TARGET_OPTIONS = {"llvm": ("threads", "profile"), "torch": ()}
+"""The targets and the keyword options each one's compile takes (`threads` counts where it is not 1)."""
+TARGETS = tuple(TARGET_OPTIONS)
 
 
 def load(path: str | Path, input_shapes: dict[str, tuple[int, ...]] | list[tuple[int, ...]] | None = None) -> Model:
@@ -26,18 +28,28 @@ def load(path: str | Path, input_shapes: dict[str, tuple[int, ...]] | list[tuple
 
 
 def compile(model: Model, target: str = "llvm", threads: int = 1, **options):
-    """Compile `model` for `target` ("llvm": native CPU code, "torch": PyTorch reference)."""
+    """Compile `model` for `target` ("llvm": native CPU code, "torch": PyTorch reference). An option
+    the target does not take is an error, not ignored:
+
+        compile(model, target="torch", threads=2)
+        -> NasirError: target 'torch' takes no option 'threads' (it takes: none)
+    """
     if not isinstance(model, Model):
         raise NasirError(f"compile() takes a nasir.Model, got {type(model).__name__}")
+    if target not in TARGETS:
+        raise NasirError(f"unknown target '{target}' (choose from {', '.join(TARGETS)})")
+    given = {**options, **({"threads": threads} if threads != 1 else {})}
+    for option in given:
+        if option not in TARGET_OPTIONS[target]:
+            takes = ", ".join(TARGET_OPTIONS[target]) or "none"
+            raise NasirError(f"target '{target}' takes no option '{option}' (it takes: {takes})")
     if target == "torch":
         from nasir.lowering.torch_backend import compile_torch
 
-        return compile_torch(model, **options)
-    if target == "llvm":
-        from nasir.runtime.llvm_executable import compile_llvm
+        return compile_torch(model)
+    from nasir.runtime.llvm_executable import compile_llvm
 
-        return compile_llvm(model, threads=threads, **options)
-    raise NasirError(f"unknown target '{target}' (choose from {', '.join(TARGETS)})")
+    return compile_llvm(model, threads=threads, **options)
 
 
 def fisher_potential(model: Model, inputs, labels, seed: int = 0):

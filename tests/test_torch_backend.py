@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 import torch
 from onnx import helper, numpy_helper
 
+import nasir
+from nasir.errors import NasirError
 from nasir.frontend.onnx_import import import_onnx
 from nasir.lowering.torch_backend import TorchProgram, compile_torch
 
@@ -63,3 +66,26 @@ def test_train_mode_uses_batch_statistics(tmp_path):
     # Weights are trainable parameters.
     y.sum().backward()
     assert program.weight("w").grad is not None and program.weight("w").grad.shape == (4, 3, 3, 3)
+
+
+@pytest.mark.parametrize("target, options, message", [
+    ("torch", {"threads": 2}, "target 'torch' takes no option 'threads' \\(it takes: none\\)"),
+    ("torch", {"profile": True}, "target 'torch' takes no option 'profile'"),
+    ("llvm", {"vectorize": False}, "target 'llvm' takes no option 'vectorize' \\(it takes: threads, profile\\)"),
+    ("tvm", {}, "unknown target 'tvm' \\(choose from llvm, torch\\)"),
+])
+def test_compile_rejects_options_its_target_lacks(tmp_path, target, options, message):
+    """An option the target would ignore (the torch backend runs on torch's own threads) or does
+    not know is an error that names it, not silently dropped or a TypeError."""
+    model, _ = _conv_bn_relu(tmp_path)
+    with pytest.raises(NasirError, match=message):
+        nasir.compile(model, target=target, **options)
+
+
+def test_compile_torch_with_default_threads(tmp_path):
+    model, inits = _conv_bn_relu(tmp_path)
+    x = torch.randn(4, 3, 6, 6)
+    with torch.no_grad():
+        expected = _reference(inits).eval()(x).numpy()
+    np.testing.assert_allclose(nasir.compile(model, target="torch", threads=1)(x.numpy()), expected,
+                               rtol=1e-4, atol=1e-4)
