@@ -2,7 +2,7 @@
 
 Odd sizes (7x7, 13x13, 1x1 images, channel counts the vector width does not divide, stride 2 on
 odd inputs, tails of register tiles, inputs too big for L2 so that channel blocks run inside the
-image rows) under both schedule families: lanes over the output width
+image rows, the 3x1 and 1x3 windows `fold` leaves) under both schedule families: lanes over the output width
 (`spatial_vector_schedule`) and lanes over output channels from packed weights
 (`channel_vector_schedule`, every register tile shape it can choose and the one it chose, tails
 included, and a tile of WIDTH/2 + 1 points whose transpose pads rows to WIDTH lanes). The conv
@@ -32,7 +32,7 @@ from test_llvm_backend import build, rand, run
 
 WIDTH = host_target().vector_width
 
-CONVS = [  # (c, o, h, w, k, stride, pad, groups)
+CONVS = [  # (c, o, h, w, k, stride, pad, groups); k and pad: one size, or (along h, along w)
     (5, 2 * WIDTH, 7, 7, 3, 1, 1, 1),  # 7x7 image, odd ci
     (3, WIDTH, 13, 13, 3, 2, 1, 1),  # 13x13, stride 2 on an odd input
     (8, 3 * WIDTH, 1, 1, 1, 1, 0, 1),  # 1x1 image
@@ -44,22 +44,28 @@ CONVS = [  # (c, o, h, w, k, stride, pad, groups)
     # inputs over L2_INPUT_BYTES: channel blocks inside the rows, 1x1 tiles without a window
     (41, 2 * WIDTH, 57, 57, 3, 1, 1, 1),
     (150, 2 * WIDTH, 31, 31, 1, 1, 0, 1),
+    # fold{dim=kw} / fold{dim=kh}: a window along one axis only, padded along it
+    (6, 2 * WIDTH, 13, 11, (3, 1), 1, (1, 0), 1),
+    (2 * WIDTH, 2 * WIDTH, 9, 13, (1, 3), 2, (0, 1), 2),
 ]
 
 
 def conv_model(c, o, h, w, k, stride, pad, groups):
     """conv(+bias) + residual + relu as nasir IR (fused into one nest), inputs, PyTorch's answer."""
-    wt, b, x = rand(o, c // groups, k, k), rand(o), rand(1, c, h, w)
-    oh, ow = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
+    (kh, kw), (ph, pw) = [v if isinstance(v, tuple) else (v, v) for v in (k, pad)]
+    wt, b, x = rand(o, c // groups, kh, kw), rand(o), rand(1, c, h, w)
+    oh, ow = (h + 2 * ph - kh) // stride + 1, (w + 2 * pw - kw) // stride + 1
     r = rand(1, o, oh, ow)
 
     def body(a, W):
-        conv = nn.Conv2DOp.new(a[0], W("w", wt), W("b", b), (stride, stride), (pad,) * 4, (1, 1), groups).named("conv")
+        conv = nn.Conv2DOp.new(a[0], W("w", wt), W("b", b), (stride, stride), (ph, pw, ph, pw), (1, 1),
+                               groups).named("conv")
         add = nn.AddOp.new(conv.result, a[1])
         return [conv, add, nn.ReluOp.new(add.result)]
 
     model = build([(1, c, h, w), (1, o, oh, ow)], body)
-    ref = F.relu(F.conv2d(torch.tensor(x), torch.tensor(wt), torch.tensor(b), stride, pad, 1, groups) + torch.tensor(r))
+    ref = F.relu(F.conv2d(torch.tensor(x), torch.tensor(wt), torch.tensor(b), stride, (ph, pw), 1, groups)
+                 + torch.tensor(r))
     return model, (x, r), ref.numpy()
 
 
@@ -91,7 +97,7 @@ def conv_shape(model):
     return nest_shape(next(op for op in lowered.module.walk() if isinstance(op, nest.ComputeOp) and op.kind == "mac"))
 
 
-@pytest.mark.parametrize("conv", CONVS, ids=lambda c: "x".join(map(str, c)))
+@pytest.mark.parametrize("conv", CONVS, ids=lambda c: "x".join(str(v).replace(", ", ".") for v in c))
 def test_every_candidate_schedule_keeps_the_numbers(conv):
     model, inputs, ref = conv_model(*conv)
     schedules = list(candidate_schedules(conv_shape(model)))
