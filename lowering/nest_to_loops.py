@@ -38,7 +38,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
@@ -466,22 +467,22 @@ class NestEmitter:
         1x1 stride-2 convs ran 1.4x the time, 3x3 convs 1.06x."""
         b, spec = self.b, self.spec
         inner = self.red[self.red.index(name) + 1:]
-        saved = {n: self.ivs.get(n) for n in [name, *inner]}
-        here = self.ivs[name]
-        self.ivs[name] = Lin(here.s, here.k + PREFETCH_DISTANCE, here.c, here.align)
         shape = spec.in_shapes[0]
         strides = [math.prod(shape[a + 1:]) for a in range(len(shape))]
         reads: dict[tuple, dict[int, list[Lin]]] = {}
-        for taps in itertools.product(*[range(self.extent[n]) for n in inner]):
-            for n, v in zip(inner, taps):
-                self.ivs[n] = Lin(None, v)
-            for p in points:
-                set_point(p)
-                idx = [self.eval(e, self._dims()) for e in spec.maps[0].results]
-                for lane in sorted({0, (self.width or 1) - 1} if any(l.c for l in idx) else {0}):
-                    at = [Lin(l.s, l.k + l.c * lane) for l in idx]
-                    flat = sum(l.k * st for l, st in zip(at, strides))
-                    reads.setdefault(tuple(id(l.s) for l in at), {})[flat] = at
+        with self._restoring([name, *inner]):
+            here = self.ivs[name]
+            self.ivs[name] = Lin(here.s, here.k + PREFETCH_DISTANCE, here.c, here.align)
+            for taps in itertools.product(*[range(self.extent[n]) for n in inner]):
+                for n, v in zip(inner, taps):
+                    self.ivs[n] = Lin(None, v)
+                for p in points:
+                    set_point(p)
+                    idx = [self.eval(e, self._dims()) for e in spec.maps[0].results]
+                    for lane in sorted({0, (self.width or 1) - 1} if any(l.c for l in idx) else {0}):
+                        at = [Lin(l.s, l.k + l.c * lane) for l in idx]
+                        flat = sum(l.k * st for l, st in zip(at, strides))
+                        reads.setdefault(tuple(id(l.s) for l in at), {})[flat] = at
         for run in reads.values():
             last = None
             offsets = sorted(run)
@@ -489,11 +490,6 @@ class NestEmitter:
                 if last is None or flat - last >= FLOATS_PER_LINE or flat == offsets[-1]:
                     b.prefetch(self.ins[0], [b.scalar(l) for l in run[flat]])
                     last = flat
-        for n, v in saved.items():
-            if v is None:
-                self.ivs.pop(n, None)
-            else:
-                self.ivs[n] = v
 
     def whole_window_read(self, k: int, idx: list[Lin], last_bounds: tuple[int, int, int]) -> SSAValue | None:
         """Lanes `stride` apart along the last axis of input `k` (a stride-2 pool or conv), read as
@@ -545,6 +541,21 @@ class NestEmitter:
         self.ivs[name] = lin
         self.ranges[name] = (lin.k, lin.k) if lin.constant else (0, self.extent[name] - 1)
 
+    @contextmanager
+    def _restoring(self, names: list[str]) -> Iterator[None]:
+        """Put back the values and ranges `names` are bound to (or unbind them) on leaving: a
+        tile version or a look-ahead rebinds loops for the code it emits."""
+        saved = {n: (self.ivs.get(n), self.ranges.get(n)) for n in names}
+        try:
+            yield
+        finally:
+            for n, (iv, bounds) in saved.items():
+                for table, old in ((self.ivs, iv), (self.ranges, bounds)):
+                    if old is None:
+                        table.pop(n, None)
+                    else:
+                        table[n] = old
+
     def _outer(self, i: int) -> None:
         b, sched = self.b, self.spec.schedule
         if i == len(self.outer):
@@ -584,13 +595,12 @@ class NestEmitter:
 
         def version(lo: int, hi: int, inner: list) -> Callable[[], None]:
             def emit():
-                saved = self.ivs[name], self.ranges[name]
-                if lo == hi:
-                    self._bind(name, Lin(None, lo))
-                else:
-                    self.ranges[name] = (lo, hi)
-                self._versions(inner)
-                self.ivs[name], self.ranges[name] = saved
+                with self._restoring([name]):
+                    if lo == hi:
+                        self._bind(name, Lin(None, lo))
+                    else:
+                        self.ranges[name] = (lo, hi)
+                    self._versions(inner)
             return emit
 
         def test(lo: int, hi: int) -> SSAValue:
