@@ -7,7 +7,7 @@ benchmarking live here once.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -50,15 +50,21 @@ class Executable:
         outputs = self._run(self.check_inputs(inputs))
         return outputs[0] if len(outputs) == 1 else outputs
 
-    def benchmark(self, *inputs, repeat: int = 20, warmup: int = 2) -> dict[str, float]:
-        """Median, min and max wall time of one call, in milliseconds."""
+    def timed_runs(self, inputs: Sequence[object], repeat: int, warmup: int,
+                   before_each: Callable[[], None] = lambda: None) -> Iterator[float]:
+        """Wall time in milliseconds of each of `repeat` (at least one) runs on `inputs`, after
+        `warmup` untimed ones; `before_each` runs, untimed, before each timed run."""
         arrays = self.check_inputs(inputs)
         for _ in range(warmup):
             self._run(arrays)
-        times = []
-        for _ in range(repeat):
+        for _ in range(max(1, repeat)):
+            before_each()
             start = time.perf_counter()
             self._run(arrays)
-            times.append((time.perf_counter() - start) * 1e3)
+            yield (time.perf_counter() - start) * 1e3
+
+    def benchmark(self, *inputs, repeat: int = 20, warmup: int = 2) -> dict[str, float]:
+        """Median, min and max wall time of one call, in milliseconds."""
+        times = list(self.timed_runs(inputs, repeat, warmup))
         return {"median_ms": float(np.median(times)), "min_ms": float(np.min(times)),
                 "max_ms": float(np.max(times)), "repeat": repeat}

@@ -80,16 +80,10 @@ class LLVMExecutable(Executable):
         info = self.meta.get("profile")
         if info is None:
             raise NasirError("this executable was compiled without profiling: compile it with profile=True")
-        arrays = self.check_inputs(inputs)
-        for _ in range(warmup):
-            self._run(arrays)
         ticks = self.workspace[info["offset"]: info["offset"] + 8 * (len(info["calls"]) + 1)].view(np.int64)
         times, runs = [], []
-        for _ in range(max(1, repeat)):
-            ticks[:] = 0
-            start = time.perf_counter()
-            self._run(arrays)
-            times.append((time.perf_counter() - start) * 1e3)
+        for ms in self.timed_runs(inputs, repeat, warmup, before_each=lambda: ticks.fill(0)):
+            times.append(ms)
             runs.append(ticks.copy())
         # medians per call: a run the OS interrupts inflates one call, not the profile
         return Profile.from_ticks(info["calls"], np.median(runs, axis=0).tolist(), float(np.median(times)), self.threads)
