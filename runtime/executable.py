@@ -67,4 +67,4 @@ class Executable:
         """Median, min and max wall time of one call, in milliseconds."""
         times = list(self.timed_runs(inputs, repeat, warmup))
         return {"median_ms": float(np.median(times)), "min_ms": float(np.min(times)),
-                "max_ms": float(np.max(times)), "repeat": repeat}
+                "max_ms": float(np.max(times)), "repeat": len(times)}

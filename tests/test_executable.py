@@ -26,7 +26,8 @@ class Counting(Executable):
 def test_benchmark_runs_warmup_then_repeat(repeat, warmup, runs):
     exe = Counting()
     stats = exe.benchmark(np.zeros((1, 3), np.float32), repeat=repeat, warmup=warmup)
-    assert exe.calls == runs  # repeat=0 still times one run instead of returning NaN
+    assert exe.calls == runs  # repeat=0 still times one run instead of raising
+    assert stats["repeat"] == runs - warmup
     assert 0 < stats["min_ms"] <= stats["median_ms"] <= stats["max_ms"]
 
 
