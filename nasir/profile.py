@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nasir.summary import plain_table
+from nasir.summary import plain_table, rich_table
 
 
 @dataclass(frozen=True)
@@ -97,18 +97,8 @@ class Profile:
 
     def table(self, rows: list[ProfileRow] | None = None):
         """A rich table of `rows` (default: all, in call order)."""
-        from rich.table import Table
-
         body, foot = self._cells(self.rows if rows is None else rows)
-        table = Table()
-        for i, head in enumerate(self.HEADER):
-            table.add_column(head, justify="right" if i >= 2 else "left", overflow="fold")
-        for row in body:
-            table.add_row(*row)
-        table.add_section()
-        for row in foot:
-            table.add_row(*row, style="bold")
-        return table
+        return rich_table(self.HEADER, body, foot, left=2)
 
     def __rich__(self):
         return self.table()

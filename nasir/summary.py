@@ -65,15 +65,8 @@ class Summary:
         return plain_table(self.HEADER, body, [total], left=3)
 
     def __rich__(self):
-        from rich.table import Table
-
         body, total = self._cells()
-        table = Table(show_footer=True, footer_style="bold")
-        for i, head in enumerate(self.HEADER):
-            table.add_column(head, footer=total[i], justify="right" if i >= 3 else "left")
-        for row in body:
-            table.add_row(*row)
-        return table
+        return rich_table(self.HEADER, body, [total], left=3)
 
 
 def plain_table(header: tuple[str, ...], body: list[tuple[str, ...]], foot: list[tuple[str, ...]], left: int) -> str:
@@ -89,6 +82,21 @@ def plain_table(header: tuple[str, ...], body: list[tuple[str, ...]], foot: list
 
     rule = "-" * len(line(tuple("-" * w for w in widths)))
     return "\n".join([line(header), rule, *map(line, body), rule, *map(line, foot)])
+
+
+def rich_table(header: tuple[str, ...], body: list[tuple[str, ...]], foot: list[tuple[str, ...]], left: int):
+    """`plain_table`'s layout as a rich Table: the foot rows bold below a rule; long cells wrap."""
+    from rich.table import Table
+
+    table = Table()
+    for i, head in enumerate(header):
+        table.add_column(head, justify="right" if i >= left else "left", overflow="fold")
+    for row in body:
+        table.add_row(*row)
+    table.add_section()
+    for row in foot:
+        table.add_row(*row, style="bold")
+    return table
 
 
 def _count(n: int) -> str:
