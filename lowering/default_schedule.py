@@ -9,6 +9,9 @@ FMA, masked edge vectors, epilogue of transposed tiles):
   multiple of the vector width of them per group): lanes over output channels from weights packed
   `OIHW16o`, see its docstring. Small images, strided convs and stems take it; its channel blocks
   run inside the image rows when the input does not stay in L2;
+- a max pool whose input comes from a channel-family nest alone (ResNet's and DenseNet's stems):
+  lanes over channels (`channel_pool_schedule`), so that pack-activations stores that input
+  NCHW16c;
 - spatial (`spatial_vector_schedule`), everything else:
 
 - the vector loop is a parallel dim that is contiguous in the output (stride 1), split by the
@@ -48,6 +51,7 @@ from xdsl.passes import ModulePass
 from nasir.dialects import nest, nn
 from nasir.dialects.nest import Schedule
 from nasir.dialects.nn import shape_of
+from nasir.lowering.pack_activations import packable_block
 from nasir.transforms.schedule import operand_axes
 
 
@@ -533,12 +537,57 @@ def nest_shape(op: nest.ComputeOp) -> NestShape:
                      {k: axes for k, axes in weights.items() if axes})
 
 
+def channel_pool_schedule(n, width: int) -> Schedule | None:
+    """Lanes over channels for a max pool whose input pack-activations stores channel-blocked (its
+    producer has lanes over the same channels): a register tile of points along the output row
+    (the largest divisor of the row up to `width`), each a vector of `width` channels read with
+    one load a tap, transposed in registers for the NCHW stores:
+
+        domain = #nest.domain<[n = 1, c = 64, oh = 56, ow = 56], [kh = 3, kw = 3]>
+        -> schedule = {splits = [["c", 16], ["ow", 14]], vector = "c.i",
+                       order = ["n", "c.o", "oh", "ow.o", "kh", "kw", "ow.i", "c.i"],
+                       unroll = {ow.i = 14, kw = 3, kh = 3}, parallel = "c.o"}
+
+    None unless the pool writes NCHW with a multiple of `width` channels."""
+    names = [name for name, _ in n.dims]
+    results = n.out_map.results
+    if n.combiner != "max" or len(results) != 4 or not all(isinstance(e, AffineDimExpr) for e in results[1:]):
+        return None
+    channel, row = names[results[1].position], names[results[3].position]
+    extents = dict(n.dims)
+    if extents[channel] % width:
+        return None
+    sched = Schedule(splits=[(channel, width)], vector=f"{channel}.i")
+    loops = [f"{name}.o" if name == channel else name for name in names[: n.npar]]
+    points = next((p for p in range(width, 1, -1) if extents[row] % p == 0), width)
+    tile = _tile_loop(sched, loops, row, extents[row], points)
+    _unroll_inner_reductions(sched, n)
+    return _finish(sched, n, loops, tile)
+
+
 class DefaultSchedulePass(ModulePass):
     """Set a vectorised, thread-parallel schedule on every nest.compute that has none."""
 
     name = "default-schedule"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        from nasir.lowering.llvm_target import host_target
+
+        width = host_target().vector_width
+        pools = []
         for nest_op in op.walk():
             if isinstance(nest_op, nest.ComputeOp) and nest_op.schedule is None:
-                nest_op.properties["schedule"] = schedule_for(nest_shape(nest_op)).to_attr()
+                shape = nest_shape(nest_op)
+                nest_op.properties["schedule"] = schedule_for(shape, width).to_attr()
+                if nest_op.kind == "max":
+                    pools.append((nest_op, shape))
+        # a max pool reading only from a nest with lanes over channels (a stem) takes lanes over
+        # channels too when that lets pack-activations store its input channel-blocked
+        for pool, shape in pools:
+            channel = channel_pool_schedule(shape, width)
+            if channel is None:
+                continue
+            spatial = pool.schedule
+            pool.properties["schedule"] = channel.to_attr()
+            if packable_block(pool.inputs[0]) is None:
+                pool.properties["schedule"] = spatial

@@ -218,9 +218,10 @@ class NestEmitter:
             raise LoweringError(f"{where}: parallel loop '{sched.parallel}' must be outside the reduction loops")
         if sched.pack:
             layouts = ", ".join(f"input {k} as {v}" for k, v in sorted(sched.pack.items()))
-            raise LoweringError(f"{where}: the llvm backend packs weights only, at compile time (pass "
-                                f"pack-weights); packed activations are not implemented ({layouts}): remove "
-                                f"the pack transform for them")
+            raise LoweringError(f"{where}: the llvm backend packs weights at compile time (pass pack-weights) "
+                                f"and picks activation layouts itself (pass pack-activations); packed "
+                                f"activations from a schedule are not implemented ({layouts}): remove the "
+                                f"pack transform for them")
         self.ivs: dict[str, Lin] = {}
         self.ranges: dict[str, tuple[int, int]] = {}
 
@@ -723,7 +724,7 @@ class NestEmitter:
             return b.loop(self.extent[name], spec.schedule.unroll.get(name, 1), carried, body)
 
         accs = red(0, init)
-        row = self.transposed_row() if kind == "mac" else None
+        row = self.transposed_row() if kind in ("mac", "max") else None
         if row is not None:
             return self._finish_transposed(row, points, accs, set_point, cond_list)
         for t, p in enumerate(points):
@@ -738,7 +739,8 @@ class NestEmitter:
 
     def transposed_row(self) -> str | None:
         """The register-tile loop to store along when the vector lanes are strided in the output
-        (lanes over channels): a tile loop of 2..width points contiguous in the output (conv's ow)."""
+        (lanes over channels: a conv, gemm or max pool): a tile loop of 2..width points contiguous in
+        the output (conv's ow)."""
         if self.vec is None:
             return None
         names = [n for n, _ in self.spec.dims]

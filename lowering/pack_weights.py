@@ -14,8 +14,9 @@ the weight store gets the packed array (numpy reshape + transpose), the nest rea
                               schedule = {..., vector = "co.i"}}
 
 With the vector loop splitting `co` by the block, convert-nest-to-loops resolves the floordiv/mod
-without division (`Lin.align`): each weight vector is one contiguous load. Packing activations
-needs a layout for the whole graph and is not done here: the llvm lowering refuses such schedules.
+without division (`Lin.align`): each weight vector is one contiguous load. Activations are
+not packed here: pack-activations picks their layouts from the schedules of the nests that write
+and read them, and the llvm lowering refuses a schedule's `pack` of an activation.
 """
 
 from __future__ import annotations

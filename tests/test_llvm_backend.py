@@ -400,3 +400,71 @@ def test_pack_made_stale_by_an_architecture_transform_is_an_error():
     stale = model.transform('convert-nn-to-nest,pack{operand=1 layout=OIHW4i4o},depthwise')
     with pytest.raises(LoweringError, match="nest 'conv'.*block 4i"):
         compile_llvm(stale)
+
+
+STEM_POOLS = [  # (c, o, h, k, stride, pad, pool k, pool stride, pool pad, ceil_mode)
+    (3, 32, 29, 7, 2, 3, 3, 2, 1, False),  # ResNet's stem and max pool on an odd image: 15 -> 8
+    (3, 48, 20, 3, 1, 1, 2, 2, 0, False),  # three channel blocks, 2x2 pool
+    (4, 16, 17, 3, 2, 1, 3, 2, 0, True),  # one block, ceil mode: 9 -> 4
+    (5, 16, 17, 3, 1, 1, 3, 1, 1, False),  # a 17-point row: 16-point tiles and a 1-point tail
+]
+
+
+def stem_and_pool(c, o, h, k, stride, pad, pk, ps, pp, ceil, threads=1):
+    """nasir's and torch's conv -> ReLU -> max pool, and the nests' result types and lanes after
+    default-schedule and pack-activations."""
+    wt, bias, x = rand(o, c, k, k), rand(o), rand(1, c, h, h)
+
+    def body(a, W):
+        conv = nn.Conv2DOp.new(a[0], W("w", wt), W("b", bias), strides=(stride,) * 2, pads=(pad,) * 4).named("conv")
+        relu = nn.ReluOp.new(conv.results[0]).named("relu")
+        return [conv, relu, nn.MaxPoolOp.new(relu.results[0], (pk, pk), strides=(ps, ps), pads=(pp,) * 4,
+                                             ceil_mode=ceil).named("pool")]
+
+    model = build([(1, c, h, h)], body)
+    scheduled = model.transform("fold-batch-norm,convert-nn-to-nest,lower-batch-norm,fuse-epilogue,"
+                                "default-schedule,pack-activations")
+    nests = {op.layer_name: (list(op.result.type.get_shape()), op.get_schedule().vector)
+             for op in scheduled.module.walk() if isinstance(op, nest.ComputeOp)}
+    y = F.conv2d(torch.from_numpy(x), torch.from_numpy(wt), torch.from_numpy(bias), stride, pad).relu()
+    want = F.max_pool2d(y, pk, ps, pp, ceil_mode=ceil).numpy()
+    return run(model, x, threads=threads), want, nests
+
+
+@pytest.mark.parametrize("case", STEM_POOLS)
+def test_conv_into_max_pool_stores_channel_blocks(case):
+    """A conv with lanes over output channels feeding only a max pool stores NCHW16c
+    (pack-activations) and the pool reads it with lanes over channels; same numbers as torch."""
+    got, want, nests = stem_and_pool(*case)
+    c, o, *_ = case
+    conv_shape, conv_lanes = nests["conv"]
+    assert conv_lanes == "co.i" and conv_shape[1:2] + conv_shape[4:] == [o // 16, 16], nests
+    assert nests["pool"][1] == "c.i" and len(nests["pool"][0]) == 4, nests
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_channel_blocked_pool_on_two_threads():
+    got, want, _ = stem_and_pool(*STEM_POOLS[0], threads=2)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_tensor_with_a_broadcast_reader_stays_nchw():
+    """A conv output that a second conv also reads (by broadcasts over its input channels) is
+    not packed, and the max pool beside it keeps lanes along its rows."""
+    w1, w2, x = rand(32, 3, 7, 7), rand(32, 32, 3, 3), rand(1, 3, 29, 29)
+
+    def body(a, W):
+        conv = nn.Conv2DOp.new(a[0], W("w1", w1), strides=(2, 2), pads=(3,) * 4).named("conv")
+        pool = nn.MaxPoolOp.new(conv.results[0], (3, 3), strides=(2, 2), pads=(1,) * 4).named("pool")
+        conv2 = nn.Conv2DOp.new(conv.results[0], W("w2", w2), strides=(2, 2), pads=(1,) * 4).named("conv2")
+        return [conv, pool, conv2, nn.AddOp.new(pool.results[0], conv2.results[0]).named("add")]
+
+    model = build([(1, 3, 29, 29)], body)
+    scheduled = model.transform("convert-nn-to-nest,default-schedule,pack-activations")
+    conv, pool = (next(op for op in scheduled.module.walk() if isinstance(op, nest.ComputeOp) and op.layer_name == n)
+                  for n in ("conv", "pool"))
+    assert list(conv.result.type.get_shape()) == [1, 32, 15, 15]
+    assert pool.get_schedule().vector.startswith("ow")
+    y = F.conv2d(torch.from_numpy(x), torch.from_numpy(w1), stride=2, padding=3)
+    want = F.max_pool2d(y, 3, 2, 1) + F.conv2d(y, torch.from_numpy(w2), stride=2, padding=1)
+    np.testing.assert_allclose(run(model, x), want.numpy(), rtol=1e-4, atol=1e-4)
