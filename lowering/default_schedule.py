@@ -51,7 +51,6 @@ from xdsl.passes import ModulePass
 from nasir.dialects import nest, nn
 from nasir.dialects.nest import Schedule
 from nasir.dialects.nn import shape_of
-from nasir.lowering.pack_activations import packable_block
 from nasir.transforms.schedule import operand_axes
 
 
@@ -129,6 +128,7 @@ def schedule_for(n, width: int | None = None) -> Schedule:
     `spatial_score`, otherwise over the contiguous output dim (`spatial_vector_schedule`)."""
     if width is None:
         from nasir.lowering.llvm_target import host_target
+        from nasir.lowering.pack_activations import packable_block
 
         width = host_target().vector_width
     spatial = spatial_vector_schedule(n, width)
@@ -572,6 +572,7 @@ class DefaultSchedulePass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         from nasir.lowering.llvm_target import host_target
+        from nasir.lowering.pack_activations import packable_block
 
         width = host_target().vector_width
         pools = []

@@ -19,8 +19,11 @@ by lane. Stored with a block of `width` channels innermost, both are whole-vecto
 
 convert-nest-to-loops resolves the floordiv/mod against the vector loop without division (as for
 packed weights). ResNet-34's stem then stores its tiles without transposes (1.87 -> 1.63 ms at
-224x224) and its max pool reads 16 channels a load. A tensor stays NCHW when the function returns
-it or when any reader walks it otherwise (a conv reading it by broadcasts, a spatial nest).
+224x224) and its max pool reads 16 channels a load; MobileNetV2's last 1x1 conv feeds its global
+average pool the same way. A tensor stays NCHW when the function returns it, when any nest reads
+it otherwise (a conv by broadcasts over its input channels, a spatial nest, an epilogue operand:
+a transposed tile reads those along its rows), or when the writer's epilogue reads another
+tensor across the channels (a residual add: untransposed, its tile would read it lane by lane).
 """
 
 from __future__ import annotations
@@ -38,37 +41,55 @@ from nasir.dialects.nn import shape_of
 from nasir.lowering.pack_weights import layout_exprs
 
 
-def channel_lane_block(op: nest.ComputeOp, amap: AffineMap, shape) -> int | None:
-    """The lane count of `op`'s vector loop when its lanes walk axis 1 (channels) of the NCHW
-    tensor that `amap` indexes (`op`'s output or one of its inputs) in blocks dividing that axis:
-    the vector loop is `d.i` of a split of dim `d` by the lane count, the map's channel index is
-    exactly `d`, and no other index uses `d`. None otherwise."""
-    if op.schedule is None or len(shape) != 4:
+def lane_dim(op: nest.ComputeOp) -> tuple[int, int] | None:
+    """(domain index, lane count) of the dim that `op`'s vector loop splits (`d.i` of a split of
+    `d` by the lane count), or None."""
+    if op.schedule is None:
         return None
     sched = op.get_schedule()
     names = op.domain.dim_names
-    for dim, factor in sched.splits:
-        if sched.vector != f"{dim}.i" or dim not in names:
-            continue
-        channel = amap.results[1]
-        d = names.index(dim)
-        if (isinstance(channel, AffineDimExpr) and channel.position == d and shape[1] % factor == 0
-                and not any(d in used_dims(e) for a, e in enumerate(amap.results) if a != 1)):
-            return factor
+    return next(((names.index(dim), factor) for dim, factor in sched.splits
+                 if sched.vector == f"{dim}.i" and dim in names), None)
+
+
+def channel_lane_block(op: nest.ComputeOp, amap: AffineMap, shape) -> int | None:
+    """The lane count of `op`'s vector loop when its lanes walk axis 1 (channels) of the NCHW
+    tensor that `amap` indexes (`op`'s output or one of its inputs) in blocks dividing that axis:
+    the map's channel index is exactly the split dim, and no other index uses it. None otherwise."""
+    lanes = lane_dim(op)
+    if lanes is None or len(shape) != 4:
+        return None
+    d, block = lanes
+    channel = amap.results[1]
+    if (isinstance(channel, AffineDimExpr) and channel.position == d and shape[1] % block == 0
+            and not any(d in used_dims(e) for a, e in enumerate(amap.results) if a != 1)):
+        return block
     return None
 
 
 def packable_block(value: SSAValue) -> int | None:
-    """The channel block to store `value` in: the producer's lane block when every use is an
-    operand of a nest.compute whose lanes walk the same channels in the same blocks."""
+    """The channel block to store `value` in, or None. The nest writing it has lanes over its
+    channels and its epilogue reads nothing else across them with a stride (a residual add
+    would read NCHW lane by lane once its tile is no longer transposed); every use is the main
+    input (not an epilogue operand, which a transposed tile reads along its rows) of a nest
+    whose lanes walk the same channels in the same blocks."""
+    from nasir.lowering.default_schedule import stride_of
+
     producer = value.owner
     if not isinstance(producer, nest.ComputeOp) or not value.uses:
         return None
     shape = shape_of(value)
     block = channel_lane_block(producer, producer.output_map, shape)
+    if block is None:
+        return None
+    d, _ = lane_dim(producer)
+    maps = producer.access_maps
+    for _, refs, _ in producer.steps:
+        if any(stride_of(maps[k], shape_of(producer.inputs[k]), d) not in (0, 1) for k in refs):
+            return None
     for use in value.uses:
         reader = use.operation
-        if block is None or not isinstance(reader, nest.ComputeOp):
+        if not isinstance(reader, nest.ComputeOp) or use.index >= nest.COMBINERS[reader.kind]:
             return None
         if channel_lane_block(reader, reader.access_maps[use.index], shape) != block:
             return None

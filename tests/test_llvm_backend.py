@@ -468,3 +468,28 @@ def test_tensor_with_a_broadcast_reader_stays_nchw():
     y = F.conv2d(torch.from_numpy(x), torch.from_numpy(w1), stride=2, padding=3)
     want = F.max_pool2d(y, 3, 2, 1) + F.conv2d(y, torch.from_numpy(w2), stride=2, padding=1)
     np.testing.assert_allclose(run(model, x), want.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("residual", [False, True])
+def test_conv_into_global_pool_packs_unless_its_epilogue_reads_nchw(residual):
+    """A 7x7 conv (lanes over channels) read only by a global average pool is stored NCHW16c;
+    with a residual add in its epilogue it stays NCHW (untransposed, its tile would read the
+    NCHW residual lane by lane). Both against torch."""
+    wt, bias, x = rand(32, 32, 3, 3), rand(32), rand(1, 32, 7, 7)
+
+    def body(a, W):
+        conv = nn.Conv2DOp.new(a[0], W("w", wt), W("b", bias), pads=(1,) * 4).named("conv")
+        ops = [conv]
+        if residual:
+            ops.append(nn.AddOp.new(conv.results[0], a[0]).named("add"))
+        ops.append(nn.ReluOp.new(ops[-1].results[0]).named("relu"))
+        return ops + [nn.GlobalAvgPoolOp.new(ops[-1].results[0]).named("gap")]
+
+    model = build([(1, 32, 7, 7)], body)
+    scheduled = model.transform("fold-batch-norm,convert-nn-to-nest,lower-batch-norm,fuse-epilogue,"
+                                "default-schedule,pack-activations")
+    conv = next(op for op in scheduled.module.walk() if isinstance(op, nest.ComputeOp) and op.layer_name == "conv")
+    assert list(conv.result.type.get_shape()) == ([1, 32, 7, 7] if residual else [1, 2, 7, 7, 16])
+    y = F.conv2d(torch.from_numpy(x), torch.from_numpy(wt), torch.from_numpy(bias), padding=1)
+    y = (y + torch.from_numpy(x) if residual else y).relu()
+    np.testing.assert_allclose(run(model, x), y.mean((2, 3), keepdim=True).numpy(), rtol=1e-4, atol=1e-4)
