@@ -128,7 +128,6 @@ def schedule_for(n, width: int | None = None) -> Schedule:
     `spatial_score`, otherwise over the contiguous output dim (`spatial_vector_schedule`)."""
     if width is None:
         from nasir.lowering.llvm_target import host_target
-        from nasir.lowering.pack_activations import packable_block
 
         width = host_target().vector_width
     spatial = spatial_vector_schedule(n, width)
