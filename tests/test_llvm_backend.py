@@ -410,6 +410,14 @@ STEM_POOLS = [  # (c, o, h, k, stride, pad, pool k, pool stride, pool pad, ceil_
 ]
 
 
+def scheduled_nests(model) -> dict[str, nest.ComputeOp]:
+    """The nests of `model` by layer after the llvm pipeline's nest passes up to pack-activations."""
+    from nasir.lowering.pipeline import LLVM_PIPELINE
+
+    scheduled = model.transform(LLVM_PIPELINE.split(",pack-weights")[0])
+    return {op.layer_name: op for op in scheduled.module.walk() if isinstance(op, nest.ComputeOp)}
+
+
 def stem_and_pool(c, o, h, k, stride, pad, pk, ps, pp, ceil, threads=1):
     """nasir's and torch's conv -> ReLU -> max pool, and the nests' result types and lanes after
     default-schedule and pack-activations."""
@@ -422,10 +430,8 @@ def stem_and_pool(c, o, h, k, stride, pad, pk, ps, pp, ceil, threads=1):
                                              ceil_mode=ceil).named("pool")]
 
     model = build([(1, c, h, h)], body)
-    scheduled = model.transform("fold-batch-norm,convert-nn-to-nest,lower-batch-norm,fuse-epilogue,"
-                                "default-schedule,pack-activations")
-    nests = {op.layer_name: (list(op.result.type.get_shape()), op.get_schedule().vector)
-             for op in scheduled.module.walk() if isinstance(op, nest.ComputeOp)}
+    nests = {name: (list(op.result.type.get_shape()), op.get_schedule().vector)
+             for name, op in scheduled_nests(model).items()}
     y = F.conv2d(torch.from_numpy(x), torch.from_numpy(wt), torch.from_numpy(bias), stride, pad).relu()
     want = F.max_pool2d(y, pk, ps, pp, ceil_mode=ceil).numpy()
     return run(model, x, threads=threads), want, nests
@@ -460,9 +466,8 @@ def test_tensor_with_a_broadcast_reader_stays_nchw():
         return [conv, pool, conv2, nn.AddOp.new(pool.results[0], conv2.results[0]).named("add")]
 
     model = build([(1, 3, 29, 29)], body)
-    scheduled = model.transform("convert-nn-to-nest,default-schedule,pack-activations")
-    conv, pool = (next(op for op in scheduled.module.walk() if isinstance(op, nest.ComputeOp) and op.layer_name == n)
-                  for n in ("conv", "pool"))
+    nests = scheduled_nests(model)
+    conv, pool = nests["conv"], nests["pool"]
     assert list(conv.result.type.get_shape()) == [1, 32, 15, 15]
     assert pool.get_schedule().vector.startswith("ow")
     y = F.conv2d(torch.from_numpy(x), torch.from_numpy(w1), stride=2, padding=3)
@@ -486,9 +491,7 @@ def test_conv_into_global_pool_packs_unless_its_epilogue_reads_nchw(residual):
         return ops + [nn.GlobalAvgPoolOp.new(ops[-1].results[0]).named("gap")]
 
     model = build([(1, 32, 7, 7)], body)
-    scheduled = model.transform("fold-batch-norm,convert-nn-to-nest,lower-batch-norm,fuse-epilogue,"
-                                "default-schedule,pack-activations")
-    conv = next(op for op in scheduled.module.walk() if isinstance(op, nest.ComputeOp) and op.layer_name == "conv")
+    conv = scheduled_nests(model)["conv"]
     assert list(conv.result.type.get_shape()) == ([1, 32, 7, 7] if residual else [1, 2, 7, 7, 16])
     y = F.conv2d(torch.from_numpy(x), torch.from_numpy(wt), torch.from_numpy(bias), padding=1)
     y = (y + torch.from_numpy(x) if residual else y).relu()
