@@ -38,6 +38,7 @@ from xdsl.rewriter import Rewriter
 from nasir.dialects import nest
 from nasir.dialects.nest import used_dims
 from nasir.dialects.nn import shape_of
+from nasir.lowering.default_schedule import stride_of
 from nasir.lowering.pack_weights import layout_exprs
 
 
@@ -73,8 +74,6 @@ def packable_block(value: SSAValue) -> int | None:
     would read NCHW lane by lane once its tile is no longer transposed); every use is the main
     input (not an epilogue operand, which a transposed tile reads along its rows) of a nest
     whose lanes walk the same channels in the same blocks."""
-    from nasir.lowering.default_schedule import stride_of
-
     producer = value.owner
     if not isinstance(producer, nest.ComputeOp) or not value.uses:
         return None
