@@ -779,15 +779,17 @@ class NestEmitter:
             self._bind(self.vec, Lin(None, 0, 1))
 
     def lane_steps(self) -> int:
-        """How many leading epilogue steps read nothing but vectors along the lanes (a bias or a
-        folded batch norm indexed by the output channel; ReLU and clip read nothing): a
-        transposed tile runs them on its accumulators, one vector op per point instead of one per
-        row of the transpose. A residual add reads the output's shape: it and the steps after it
-        run on the rows."""
-        names = [n for n, _ in self.spec.dims]
-        lanes = self._origins(self.vec)
+        """How many leading epilogue steps read every operand as one vector or one value per tile
+        point (a bias or a folded batch norm indexed by the output channel, a residual operand
+        that pack-activations stored channel-blocked; ReLU and clip read nothing): a transposed
+        tile runs them on its accumulators, one vector op per point instead of one per row of the
+        transpose. A residual add from an NCHW tensor reads across the lanes: it and the steps
+        after it run on the rows."""
+        (origin,) = self._origins(self.vec)
+        lane = [n for n, _ in self.spec.dims].index(origin)
         for count, (_, refs, _) in enumerate(self.spec.steps):
-            if any({names[d] for d in nest.map_dims(self.spec.maps[k])} - lanes for k in refs):
+            if any(lane_stride(self.spec.maps[k], self.spec.in_shapes[k], lane, self.width) not in (0, 1)
+                   for k in refs):
                 return count
         return len(self.spec.steps)
 
@@ -803,6 +805,20 @@ class NestEmitter:
     def _finish(self, v: SSAValue, dims: list[Lin], conds: list[tuple[Lin, int]], done: int = 0) -> None:
         """The epilogue steps from `done` on, then the store."""
         self.write(self._steps(v, dims, conds, self.spec.steps[done:]), dims, conds)
+
+
+def lane_stride(amap: AffineMap, shape: Shape, lane: int, width: int) -> int | None:
+    """Elements between the buffer positions that `amap` gives lanes 0..width-1 of dim `lane` (the
+    others at 0), None when they are not evenly spaced: through floordiv/mod, a channel-blocked
+    layout's block reads with stride 1."""
+    def offset(j: int) -> int:
+        point = [0] * amap.num_dims
+        point[lane] = j
+        return sum(i * math.prod(shape[a + 1:]) for a, i in enumerate(amap.eval(point, [])))
+
+    base = offset(0)
+    steps = {offset(j) - base - j * (offset(1) - base) for j in range(width)}
+    return offset(1) - base if steps == {0} else None
 
 
 def static_bounds(conds: list[tuple[Lin, int]], width: int) -> tuple[list[tuple[Lin, int]], bool]:

@@ -496,3 +496,98 @@ def test_conv_into_global_pool_packs_unless_its_epilogue_reads_nchw(residual):
     y = F.conv2d(torch.from_numpy(x), torch.from_numpy(wt), torch.from_numpy(bias), padding=1)
     y = (y + torch.from_numpy(x) if residual else y).relu()
     np.testing.assert_allclose(run(model, x), y.mean((2, 3), keepdim=True).numpy(), rtol=1e-4, atol=1e-4)
+
+
+DEPTHWISE_CHAINS = [  # (channels, image, depthwise stride, depthwise kernel)
+    (32, 29, 1, 3),  # stem 15 -> pool 8: 8-point rows, two channel blocks
+    (48, 23, 1, 3),  # three blocks, 6-point rows (tiles of 6)
+    (16, 27, 2, 3),  # a stride-2 depthwise conv: 7 -> 4, one block
+    (32, 41, 1, 5),  # a 5x5 window on 11-point rows (tiles of 11)
+]
+
+
+def depthwise_chain(c, h, stride, k, threads=1):
+    """stem conv -> ReLU -> max pool -> depthwise conv -> ReLU -> depthwise conv + pool output ->
+    ReLU -> dense 3x3 conv, nasir's and torch's results and the scheduled nests (a ResNet stage
+    after `depthwise`; the residual add only when the shapes allow it)."""
+    # weights scaled by 1/sqrt(fan-in): values stay near 1 through the five layers
+    w0, b0, x = rand(c, 3, 7, 7) / 12, rand(c), rand(1, 3, h, h)
+    wa, ba, wb, bb = rand(c, 1, k, k) / k, rand(c), rand(c, 1, k, k) / k, rand(c)
+    wd = rand(8, c, 3, 3) / (3 * c ** 0.5)
+    residual = stride == 1
+
+    def body(a, W):
+        stem = nn.Conv2DOp.new(a[0], W("w0", w0), W("b0", b0), strides=(2, 2), pads=(3,) * 4).named("stem")
+        relu0 = nn.ReluOp.new(stem.results[0])
+        pool = nn.MaxPoolOp.new(relu0.results[0], (3, 3), strides=(2, 2), pads=(1,) * 4).named("pool")
+        dwa = nn.Conv2DOp.new(pool.results[0], W("wa", wa), W("ba", ba), strides=(stride,) * 2,
+                              pads=(k // 2,) * 4, groups=c).named("dwa")
+        relua = nn.ReluOp.new(dwa.results[0])
+        dwb = nn.Conv2DOp.new(relua.results[0], W("wb", wb), W("bb", bb), pads=(k // 2,) * 4, groups=c).named("dwb")
+        ops = [stem, relu0, pool, dwa, relua, dwb]
+        if residual:
+            ops.append(nn.AddOp.new(dwb.results[0], pool.results[0]))
+        ops.append(nn.ReluOp.new(ops[-1].results[0]))
+        return ops + [nn.Conv2DOp.new(ops[-1].results[0], W("wd", wd), pads=(1,) * 4).named("dense")]
+
+    model = build([(1, 3, h, h)], body)
+    t = {name: torch.from_numpy(v) for name, v in dict(w0=w0, b0=b0, x=x, wa=wa, ba=ba, wb=wb, bb=bb, wd=wd).items()}
+    y = F.max_pool2d(F.conv2d(t["x"], t["w0"], t["b0"], 2, 3).relu(), 3, 2, 1)
+    z = F.conv2d(F.conv2d(y, t["wa"], t["ba"], stride, k // 2, groups=c).relu(), t["wb"], t["bb"], 1, k // 2, groups=c)
+    want = F.conv2d((z + y if residual else z).relu(), t["wd"], padding=1).numpy()
+    return run(model, x, threads=threads), want, scheduled_nests(model)
+
+
+@pytest.mark.parametrize("case", DEPTHWISE_CHAINS)
+def test_depthwise_convs_run_on_channel_blocks(case):
+    """Depthwise convs whose input pack-activations stores NCHW16c run lanes over channels: the
+    pool's output and the first depthwise conv's are channel-blocked, the second conv writes NCHW
+    for the dense conv that reads it along its rows (a transposed tile) and adds the blocked pool
+    output before transposing. Odd images, 1-3 channel blocks, stride 2, a 5x5 window; torch's
+    numbers."""
+    got, want, nests = depthwise_chain(*case)
+    c, *_ = case
+    shapes = {name: list(op.result.type.get_shape()) for name, op in nests.items()}
+    for name in ("pool", "dwa"):
+        assert shapes[name][1:2] + shapes[name][4:] == [c // 16, 16], shapes
+    assert len(shapes["dwb"]) == 4, shapes
+    assert nests["dwa"].get_schedule().vector == nests["dwb"].get_schedule().vector == "g.i"
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_depthwise_chain_on_two_threads():
+    got, want, _ = depthwise_chain(*DEPTHWISE_CHAINS[0], threads=2)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_depthwise_conv_on_an_nchw_input_keeps_lanes_along_rows():
+    """The function's input is NCHW: a depthwise conv reading it falls back to lanes along the
+    output row (over channels it would gather), and so does its consumer, whose input its
+    spatial writer cannot block."""
+    wa, wb, x = rand(32, 1, 3, 3), rand(32, 1, 3, 3), rand(1, 32, 9, 9)
+
+    def body(a, W):
+        dwa = nn.Conv2DOp.new(a[0], W("wa", wa), pads=(1,) * 4, groups=32).named("dwa")
+        return [dwa, nn.Conv2DOp.new(dwa.results[0], W("wb", wb), pads=(1,) * 4, groups=32).named("dwb")]
+
+    model = build([(1, 32, 9, 9)], body)
+    nests = scheduled_nests(model)
+    assert [nests[n].get_schedule().vector for n in ("dwa", "dwb")] == ["ow", "ow"]
+    want = F.conv2d(F.conv2d(torch.from_numpy(x), torch.from_numpy(wa), padding=1, groups=32),
+                    torch.from_numpy(wb), padding=1, groups=32)
+    np.testing.assert_allclose(run(model, x), want.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_lane_stride_through_channel_blocks():
+    """Buffer elements between consecutive lanes of dim 1 (channels) of a [1, 32, 5, 7] tensor:
+    NCHW 35, NCHW16c 1 (its block), a per-channel bias 1, a value that does not vary 0."""
+    from xdsl.ir.affine import AffineMap
+
+    from nasir.lowering.nest_to_loops import lane_stride
+    from nasir.lowering.pack_activations import blocked
+
+    nchw = AffineMap.from_callable(lambda n, c, h, w: (n, c, h, w))
+    assert lane_stride(nchw, (1, 32, 5, 7), 1, 16) == 35
+    assert lane_stride(blocked(nchw, 16), (1, 2, 5, 7, 16), 1, 16) == 1
+    assert lane_stride(AffineMap.from_callable(lambda n, c, h, w: (c,)), (32,), 1, 16) == 1
+    assert lane_stride(AffineMap.from_callable(lambda n, c, h, w: (h,)), (5,), 1, 16) == 0
