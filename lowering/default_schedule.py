@@ -14,7 +14,10 @@ FMA, masked edge vectors, epilogue of transposed tiles):
   (`channel_pool_schedule`, `depthwise_channel_schedule`), so that each tap reads 16 channels
   with one load (ResNet's and DenseNet's stem pools, MobileNetV2's depthwise convs after its
   channel-family 1x1 convs). The pass gives them these first and falls back, until no input is
-  left NCHW, for those whose input `packed_tensors` does not block;
+  left NCHW, for those whose input `packed_tensors` does not block. Such a max pool whose
+  producer it alone reads, with outer loops over that producer's channel blocks and rows (a
+  stem), tiles a block of channel vectors and is marked FUSE_ROWS: its kernel computes the
+  producer's rows as it needs them;
 - spatial (`spatial_vector_schedule`), everything else:
 
 - the vector loop is a parallel dim that is contiguous in the output (stride 1), split by the
@@ -47,7 +50,7 @@ import math
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ModuleOp, UnitAttr
 from xdsl.ir.affine import AffineBinaryOpExpr, AffineBinaryOpKind, AffineConstantExpr, AffineDimExpr, AffineExpr
 from xdsl.passes import ModulePass
 
@@ -539,7 +542,12 @@ def nest_shape(op: nest.ComputeOp) -> NestShape:
                      {k: axes for k, axes in weights.items() if axes})
 
 
-def channel_pool_schedule(n, width: int) -> Schedule | None:
+FUSE_ROWS = "nasir.fuse_rows"
+"""Unit attribute of a max pool whose kernel also computes its input, which only it reads, row by
+row as it needs them (convert-nest-to-loops' `emit_row_fused`)."""
+
+
+def channel_pool_schedule(n, width: int, blocks: int = 0) -> Schedule | None:
     """Lanes over channels for a max pool whose input pack-activations stores channel-blocked (its
     producer has lanes over the same channels): a register tile of points along the output row
     (the largest divisor of the row up to `width`), each a vector of `width` channels read with
@@ -550,21 +558,51 @@ def channel_pool_schedule(n, width: int) -> Schedule | None:
                        order = ["n", "c.o", "oh", "ow.o", "kh", "kw", "ow.i", "c.i"],
                        unroll = {ow.i = 14, kw = 3, kh = 3}, parallel = "c.o"}
 
-    None unless the pool writes NCHW with a multiple of `width` channels."""
+    With `blocks`, the channels come in that many blocks as the outer loop `c.o.o` (those of the
+    producer whose rows a fused kernel computes, see FUSE_ROWS), the tile taking the vectors of a
+    block times fewer points (`width` accumulators in all).
+
+    None unless the pool writes NCHW with a multiple of `width` channels (and of `blocks` vectors)."""
     names = [name for name, _ in n.dims]
     results = n.out_map.results
     if n.combiner != "max" or len(results) != 4 or not all(isinstance(e, AffineDimExpr) for e in results[1:]):
         return None
     channel, row = names[results[1].position], names[results[3].position]
     extents = dict(n.dims)
-    if extents[channel] % width:
+    vectors = extents[channel] // width
+    if extents[channel] % width or (blocks and vectors % blocks):
         return None
+    per_block = vectors // blocks if blocks else 1
     sched = Schedule(splits=[(channel, width)], vector=f"{channel}.i")
     loops = [f"{name}.o" if name == channel else name for name in names[: n.npar]]
-    points = next((p for p in range(width, 1, -1) if extents[row] % p == 0), width)
+    most = width // per_block
+    points = next((p for p in range(most, 1, -1) if extents[row] % p == 0), most)
     tile = _tile_loop(sched, loops, row, extents[row], points)
+    if blocks:
+        tile += _tile_loop(sched, loops, f"{channel}.o", vectors, per_block)
     _unroll_inner_reductions(sched, n)
     return _finish(sched, n, loops, tile)
+
+
+def fused_row_blocks(pool: nest.ComputeOp) -> int:
+    """The channel blocks of the producer whose rows `pool`'s kernel can compute (FUSE_ROWS), 0 if
+    none: the producer is a nest that only `pool` reads, with lanes over its channels and outer
+    loops over its output rows and over blocks of its channels (ResNet's stem: 2 blocks of 32)."""
+    producer = pool.inputs[0].owner
+    if not isinstance(producer, nest.ComputeOp) or len(list(producer.result.uses)) != 1 or producer.schedule is None:
+        return 0
+    sched = producer.get_schedule()
+    names = [name for name, _ in producer.domain.dims]
+    results = producer.output_map.results
+    if len(results) != 4 or not isinstance(results[1], AffineDimExpr) or not isinstance(results[2], AffineDimExpr):
+        return 0
+    channel, row = names[results[1].position], names[results[2].position]
+    reductions = names[producer.domain.num_parallel.data:]
+    outer = sched.order[: next((i for i, l in enumerate(sched.order) if l in reductions), len(sched.order))]
+    block = next((l for l in outer if l.split(".")[0] == channel), None)
+    if row not in outer or block is None or sched.vector != f"{channel}.i":
+        return 0
+    return dict(sched.loops(producer.domain))[block]
 
 
 def depthwise_channel(n) -> str | None:
@@ -653,3 +691,11 @@ class DefaultSchedulePass(ModulePass):
                 break
             for nest_op in unpacked:
                 nest_op.properties["schedule"] = blocked_input.pop(nest_op).to_attr()
+        # a channel-lane max pool whose producer it alone reads computes that producer's rows in
+        # its own kernel, block by block of the producer's channels, as it needs them
+        for pool in blocked_input:
+            blocks = fused_row_blocks(pool) if pool.kind == "max" else 0
+            fused = channel_pool_schedule(nest_shape(pool), width, blocks) if blocks > 1 else None
+            if fused is not None:
+                pool.properties["schedule"] = fused.to_attr()
+                pool.attributes[FUSE_ROWS] = UnitAttr()

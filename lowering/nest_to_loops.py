@@ -67,7 +67,7 @@ from nasir.dialects.nest import Schedule, expr_bounds, expr_range
 from nasir.dialects.nn import shape_of
 from nasir.errors import LoweringError
 from nasir.lowering.bufferize import IN_PLACE
-from nasir.lowering.default_schedule import linear_coefficient, schedule_for, stride_of
+from nasir.lowering.default_schedule import FUSE_ROWS, linear_coefficient, schedule_for, stride_of
 from nasir.lowering.loop_builder import Lin, LoopBuilder
 from nasir.model import main_func, sanitize
 from nasir.summary import macs
@@ -224,6 +224,8 @@ class NestEmitter:
                                 f"pack transform for them")
         self.ivs: dict[str, Lin] = {}
         self.ranges: dict[str, tuple[int, int]] = {}
+        self.preset: dict[str, Lin] = {}
+        self.threads = True
 
     # Loop structure ---------------------------------------------------------------------------
     def _derivation(self):
@@ -534,7 +536,11 @@ class NestEmitter:
             b.for_lanes(self.width, lane)
 
     # The nest ---------------------------------------------------------------------------------
-    def emit(self) -> None:
+    def emit(self, preset: dict[str, Lin] | None = None, threads: bool = True) -> None:
+        """The nest's loops. `preset`: outer loops the caller binds instead (the loops a fused
+        kernel shares, see `emit_row_fused`); `threads=False` runs every loop on the caller's
+        thread."""
+        self.preset, self.threads = preset or {}, threads
         self.box = self.interior_box()
         self._outer(0)
 
@@ -563,13 +569,16 @@ class NestEmitter:
             return self._point_block()
         name = self.outer[i]
         extent = self.extent[name]
+        if name in self.preset:
+            self._bind(name, self.preset[name])
+            return self._outer(i + 1)
 
         def body(iv, carried):
             self._bind(name, b.lin(iv))
             self._outer(i + 1)
             return carried
 
-        if name == sched.parallel and extent > 1:
+        if name == sched.parallel and extent > 1 and self.threads:
             b.parallel(extent, lambda iv: body(iv, []))
         else:
             b.loop(extent, sched.unroll.get(name, 1), [], body)
@@ -807,6 +816,65 @@ class NestEmitter:
         self.write(self._steps(v, dims, conds, self.spec.steps[done:]), dims, conds)
 
 
+def shared_loops(emitter: NestEmitter) -> tuple[str, str]:
+    """The outer loops of a nest that a row-fused kernel binds: the outermost loop over blocks of
+    the output's channels (axis 1) and the loop over its rows (axis 2, unsplit)."""
+    names = [n for n, _ in emitter.spec.dims]
+    results = emitter.spec.out_map.results
+    (channel,) = {names[d] for d in nest.used_dims(results[1])}
+    row = names[results[2].position] if isinstance(results[2], AffineDimExpr) else None
+    block = next((l for l in emitter.outer if emitter._origins(l) == {channel}), None)
+    if block is None or row not in emitter.outer:
+        raise LoweringError(f"nest '{emitter.spec.name}': no outer loops over channel blocks and rows to fuse")
+    return block, row
+
+
+def emit_row_fused(b: LoopBuilder, producer: Spec, consumer: Spec, args: list[SSAValue]) -> None:
+    """The consumer (a max pool) and the producer of its input in one kernel: threads take blocks of
+    channels, and for each output row of the consumer the producer first computes the input rows
+    it reaches that are not yet there, so the consumer reads them from L1/L2 instead of from
+    wherever the whole tensor went (ResNet-34's stem writes 3.2 MB):
+
+        parallel for cb in channel blocks:
+          for pr in consumer rows:
+            for sr in (hi(pr - 1), hi(pr)]:  producer row sr, channels of cb
+            consumer row pr, channels of cb        // hi(pr) = min(s * pr + reach, rows - 1)
+
+    `args`: the producer's operands and result, then the consumer's result."""
+    made = NestEmitter(b, producer, args[:-1])
+    use = NestEmitter(b, consumer, args[-2:])
+    (made_block, made_row), (use_block, use_row) = shared_loops(made), shared_loops(use)
+    blocks = made.extent[made_block]
+    if use.extent[use_block] != blocks:
+        raise LoweringError(f"nest '{consumer.name}': {use.extent[use_block]} channel blocks, its producer "
+                            f"'{producer.name}' {blocks}: cannot fuse their rows")
+    names = [n for n, _ in consumer.dims]
+    form = nest.linear_form(consumer.maps[0].results[2])
+    stride = form[0].get(names.index(use_row), 0)
+    reach = form[1] + sum(c * (consumer.dims[d][1] - 1) for d, c in form[0].items() if c > 0 and d >= consumer.npar)
+    rows = producer.out_shape[2]
+
+    def last_row(pr: SSAValue) -> SSAValue:
+        at = b.addi(b.muli(pr, b.idx(stride)), b.idx(reach))
+        return b.add(arith.MinSIOp(at, b.idx(rows - 1)))
+
+    def block_rows(cb: SSAValue) -> None:
+        def row(pr, carried):
+            first = b.add(arith.SelectOp(b.add(arith.CmpiOp(pr, b.idx(0), "eq")), b.idx(0),
+                                         b.addi(last_row(b.add(arith.SubiOp(pr, b.idx(1)))), b.idx(1))))
+            b.for_(first, b.addi(last_row(pr), b.idx(1)), 1, [], lambda sr, c: (
+                made.emit({made_block: b.lin(cb), made_row: b.lin(sr)}, threads=False), c)[1])
+            use.emit({use_block: b.lin(cb), use_row: b.lin(pr)}, threads=False)
+            return carried
+
+        b.loop(consumer.out_shape[2], 1, [], row)
+
+    if blocks > 1:
+        b.parallel(blocks, block_rows)
+    else:
+        block_rows(b.idx(0))
+
+
 def lane_stride(amap: AffineMap, shape: Shape, lane: int, width: int) -> int | None:
     """Elements between the buffer positions that `amap` gives lanes 0..width-1 of dim `lane` (the
     others at 0), None when they are not evenly spaced: through floordiv/mod, a channel-blocked
@@ -983,9 +1051,16 @@ class ConvertNestToLoopsPass(ModulePass):
         taken: set[str] = {"main"}
         shared: dict[tuple, str] = {}
         kernels: list[func.FuncOp] = []
-        for mat in list(fn.body.block.ops):
-            if not isinstance(mat, bufferization.MaterializeInDestinationOp):
-                continue
+        groups = [mat for mat in fn.body.block.ops if isinstance(mat, bufferization.MaterializeInDestinationOp)]
+        # producers whose rows a consumer's kernel computes (FUSE_ROWS): held until that consumer
+        fused_inputs = {mat.source.owner.operands[0].owner.memref for mat in groups
+                        if FUSE_ROWS in mat.source.owner.attributes}
+        for ref in fused_inputs:
+            readers = [use.operation for use in ref.uses if isinstance(use.operation, bufferization.ToTensorOp)]
+            if len(readers) != 1 or len(list(readers[0].tensor.uses)) != 1:
+                raise LoweringError(f"{FUSE_ROWS}: the fused pool must be the only reader of its input")
+        held: dict[SSAValue, tuple] = {}
+        for mat in groups:
             compute = mat.source.owner
             refs = []
             for v in compute.operands:
@@ -997,20 +1072,35 @@ class ConvertNestToLoopsPass(ModulePass):
                 fn.body.block.insert_ops_before(copies, mat)
                 _erase_group(mat, compute)
                 continue
-            arg_types = [r.type for r in refs]
-            key = kernel_key(compute, arg_types)
-            name = shared.get(key)
             layer = getattr(compute, "layer_name", "") or compute.name.split(".")[1]
+            if mat.dest in fused_inputs:
+                held[mat.dest] = (nest_spec(compute), refs, kernel_key(compute, [r.type for r in refs]), layer,
+                                  macs(compute))
+                _erase_group(mat, compute)
+                continue
+            key = kernel_key(compute, [r.type for r in refs])
+            count = macs(compute)
+            if FUSE_ROWS in compute.attributes:
+                if refs[0] not in held:
+                    raise LoweringError(f"nest '{layer}': {FUSE_ROWS} needs its input written by a nest")
+                spec, producer_refs, producer_key, producer_layer, producer_macs = held.pop(refs[0])
+                refs = producer_refs + refs[-1:]
+                key, layer, count = (producer_key, key), f"{producer_layer}+{layer}", producer_macs + count
+                kernel = lambda name, types, c=compute, p=spec: make_kernel(  # noqa: E731
+                    name, types, lambda b, args: emit_row_fused(b, p, nest_spec(c), args))
+            else:
+                kernel = lambda name, types, c=compute: kernel_for(name, c, types)  # noqa: E731
+            name = shared.get(key)
             if name is None:
                 name, n = sanitize(layer) or "kernel", 1
                 while name in taken:
                     name, n = f"{sanitize(layer)}_{n}", n + 1
                 taken.add(name)
                 shared[key] = name
-                kernels.append(kernel_for(name, compute, arg_types))
+                kernels.append(kernel(name, [r.type for r in refs]))
             call = func.CallOp(name, refs, [])
             call.attributes["nasir.layer"] = StringAttr(layer)
-            call.attributes["nasir.macs"] = IntegerAttr(macs(compute), i64)
+            call.attributes["nasir.macs"] = IntegerAttr(count, i64)
             fn.body.block.insert_op_before(call, mat)
             _erase_group(mat, compute)
         for k in kernels:

@@ -454,6 +454,35 @@ def test_channel_blocked_pool_on_two_threads():
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+ROW_FUSED_POOLS = [  # as STEM_POOLS, with channel blocks for the fused kernel's threads to take
+    (3, 128, 23, 7, 2, 3, 3, 2, 1, False),  # a 7x7 stride-2 stem (8 blocks of 16): 12 -> 6
+    (5, 64, 17, 3, 1, 1, 3, 1, 1, False),  # 2 blocks of 32, 17-point rows (a tail), stride-1 pool
+    (4, 64, 17, 3, 2, 1, 3, 2, 0, True),  # ceil mode: the last window reaches past the rows
+    (3, 96, 25, 5, 2, 2, 2, 2, 0, False),  # 6 blocks, 2x2 pool
+]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case", ROW_FUSED_POOLS)
+def test_max_pool_kernel_computes_its_producers_rows(case, threads):
+    """A max pool that alone reads a conv with outer loops over channel blocks and rows runs in
+    one kernel with it (FUSE_ROWS): threads take channel blocks, the conv's rows are computed
+    as the pool's rows need them; @main makes one call. torch's numbers."""
+    from nasir.lowering.default_schedule import FUSE_ROWS
+    from nasir.lowering.pipeline import LLVM_PIPELINE
+
+    got, want, _ = stem_and_pool(*case, threads=threads)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    c, o, h, k, stride, pad, pk, ps, pp, ceil = case
+    model = build([(1, c, h, h)], lambda a, W: [
+        conv := nn.Conv2DOp.new(a[0], W("w", rand(o, c, k, k)), strides=(stride,) * 2, pads=(pad,) * 4).named("conv"),
+        nn.MaxPoolOp.new(conv.results[0], (pk, pk), strides=(ps, ps), pads=(pp,) * 4, ceil_mode=ceil).named("pool")])
+    assert FUSE_ROWS in scheduled_nests(model)["pool"].attributes
+    lowered = model.transform(LLVM_PIPELINE.split(",convert-loops-to-llvm")[0])
+    calls = [op for op in lowered.module.walk() if isinstance(op, func.CallOp)]
+    assert [call.attributes["nasir.layer"].data for call in calls] == ["conv+pool"]
+
+
 def test_tensor_with_a_broadcast_reader_stays_nchw():
     """A conv output that a second conv also reads (by broadcasts over its input channels) is
     not packed, and the max pool beside it keeps lanes along its rows."""
@@ -496,6 +525,23 @@ def test_conv_into_global_pool_packs_unless_its_epilogue_reads_nchw(residual):
     y = F.conv2d(torch.from_numpy(x), torch.from_numpy(wt), torch.from_numpy(bias), padding=1)
     y = (y + torch.from_numpy(x) if residual else y).relu()
     np.testing.assert_allclose(run(model, x), y.mean((2, 3), keepdim=True).numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_fused_rows_need_a_producing_nest():
+    """`nasir.fuse_rows` on a max pool of the function's input (set by hand: default-schedule sets
+    it only where a nest writes the input for the pool alone) is refused with a LoweringError."""
+    from xdsl.dialects.builtin import UnitAttr
+
+    from nasir.errors import LoweringError
+    from nasir.lowering.default_schedule import FUSE_ROWS
+    from nasir.passes import run_pipeline
+
+    model = build([(1, 16, 9, 9)], lambda a, W: [nn.MaxPoolOp.new(a[0], (3, 3), strides=(2, 2)).named("pool")])
+    run_pipeline(model.module, "convert-nn-to-nest,default-schedule")
+    [pool] = [op for op in model.module.walk() if isinstance(op, nest.ComputeOp)]
+    pool.attributes[FUSE_ROWS] = UnitAttr()
+    with pytest.raises(LoweringError, match="pool.*needs its input written by a nest"):
+        run_pipeline(model.module, "nest-bufferize,convert-nest-to-loops")
 
 
 DEPTHWISE_CHAINS = [  # (channels, image, depthwise stride, depthwise kernel)

@@ -1,0 +1,22 @@
+// RUN: nasir-opt %s -p default-schedule | filecheck %s
+
+// ResNet's stem (64 output channels in two blocks of 32: tiles of two channel vectors by 8
+// points) read only by its max pool: default-schedule gives the pool lanes over channels with the
+// same two blocks as its outer channel loop (`c.o.o`, tiles of two vectors by 8 points) and marks
+// it `nasir.fuse_rows`: convert-nest-to-loops then computes the stem's rows inside the pool's
+// kernel as it needs them.
+
+builtin.module {
+  func.func @main(%x: tensor<1x3x224x224xf32>) -> tensor<1x64x56x56xf32> {
+    %w = nn.weight {name = "w"} : tensor<64x3x7x7xf32>
+    %s = nest.compute %x, %w {name = "stem", domain = #nest.domain<[n = 1, co = 64, oh = 112, ow = 112], [ci = 3, kh = 7, kw = 7]>, maps = [affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d0, d4, (((d2 * 2) + d5) + -3), (((d3 * 2) + d6) + -3))>, affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d1, d4, d5, d6)>], out_map = affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d0, d1, d2, d3)>, combiner = "mac", epilogue = []} : (tensor<1x3x224x224xf32>, tensor<64x3x7x7xf32>) -> tensor<1x64x112x112xf32>
+    %p = nest.compute %s {name = "pool", domain = #nest.domain<[n = 1, c = 64, oh = 56, ow = 56], [kh = 3, kw = 3]>, maps = [affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1, (((d2 * 2) + d4) + -1), (((d3 * 2) + d5) + -1))>], out_map = affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1, d2, d3)>, combiner = "max", epilogue = []} : (tensor<1x64x112x112xf32>) -> tensor<1x64x56x56xf32>
+    func.return %p : tensor<1x64x56x56xf32>
+  }
+}
+
+// CHECK: nest.compute %x, %w {name = "stem"
+// CHECK-SAME: order = ["n", "oh", "co.o.o", "ow.o"
+// CHECK: nest.compute %s {nasir.fuse_rows, name = "pool"
+// CHECK-SAME: splits = [["c", 16 : i64], ["ow", 8 : i64], ["c.o", 2 : i64]]
+// CHECK-SAME: order = ["n", "c.o.o", "oh", "ow.o", "kh", "kw", "ow.i", "c.o.i", "c.i"]
