@@ -68,3 +68,23 @@ def test_variant_realisation_is_the_formula(result):
     assert close(base["nasir_realisation"], 1.0)
     for r in (base, g4):
         assert r["max_abs_err_vs_ort"] < 1e-3
+
+
+def test_each_candidate_starts_after_idle():
+    """A candidate's calls start `settle_s` after the previous candidate's last call (the idle that
+    lets another runtime's spinning worker threads stop), and every fn is timed `repeat` times."""
+    import time
+
+    calls: list[tuple[str, float, float]] = []
+
+    def fn(name):
+        def call():
+            start = time.perf_counter()
+            calls.append((name, start, time.perf_counter()))
+        return call
+
+    ms = benchmarks.median_ms({"a": fn("a"), "b": fn("b")}, repeat=3, warmup=0, settle_s=0.02)
+    assert set(ms) == {"a", "b"} and len(calls) == 12
+    for prev, cur in zip(calls, calls[1:]):
+        if prev[0] != cur[0]:
+            assert cur[1] - prev[2] >= 0.02
