@@ -23,7 +23,8 @@ FMA, masked edge vectors, epilogue of transposed tiles):
 - the vector loop is a parallel dim that is contiguous in the output (stride 1), split by the
   target's vector width (16 floats with AVX-512) when longer, and placed innermost; a weight it
   reads with a stride (a classifier's [n, k]) is packed with a block of lanes innermost
-  (`lane_packs`: 1000 classes -> `OI8o`, vectors of 8);
+  (`lane_packs`: 1000 classes -> `OI8o`, vectors of 8), and where no other dim makes a
+  register tile, the vector loop's blocks do (125 blocks of 8 classes split by 5);
 - the other parallel dims come first in domain order, then the reduction dims;
 - for contractions (`mac`) a register tile, fully unrolled inside the reduction loops: a parallel
   dim that input 0 does not read (conv's `co`) split by 8, 4 or 2 (divisors whose input-1 rows fit
@@ -223,10 +224,15 @@ def spatial_vector_schedule(n, width: int) -> Schedule:
                     if name in loops and pos not in read0 and pos in read1), None)
         row = next(((name, e) for pos, (name, e) in enumerate(par)
                     if name in loops and e > 1 and pos in read0 and pos not in read1), None)
+        factors = (8, 4, 2)
+        if col is None and f"{vec[0]}.o" in loops and [d for d, _ in par].index(vec[0]) not in read0:
+            # the vector loop's blocks (a classifier's 1000 classes in 125 vectors of 8): each
+            # broadcast input feeds several independent accumulators instead of one FMA chain
+            col, factors = (f"{vec[0]}.o", -(-vec[1] // width)), range(8, 1, -1)
         if col is not None:
             # bytes of input 1 one output channel reads (conv: ci * kh * kw floats)
             row_bytes = 4 * math.prod(e for _, e in n.dims[n.npar:])
-            cols = [f for f in (8, 4, 2) if col[1] % f == 0 and f * row_bytes <= TILE_INPUT1_BYTES] or \
+            cols = [f for f in factors if col[1] % f == 0 and f * row_bytes <= TILE_INPUT1_BYTES] or \
                 [f for f in (2,) if col[1] % f == 0]
             # a strided vector read (stride-2 conv) costs a shuffle per row: without a window (1x1
             # conv) the rows share no input, so no row tile
