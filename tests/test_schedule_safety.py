@@ -1,8 +1,9 @@
 """Every schedule the default scheduler can pick stays in bounds and keeps the numbers (issue 5).
 
 Odd sizes (7x7, 13x13, 1x1 images, channel counts the vector width does not divide, stride 2 on
-odd inputs, tails of register tiles, inputs too big for L2 so that channel blocks run inside the
-image rows, the 3x1 and 1x3 windows `fold` leaves) under both schedule families: lanes over the output width
+odd inputs, tails of register tiles, rows whose last tile runs on narrower vectors, inputs too
+big for L2 so that channel blocks run inside the image rows, the 3x1 and 1x3 windows `fold`
+leaves) under both schedule families: lanes over the output width
 (`spatial_vector_schedule`) and lanes over output channels from packed weights
 (`channel_vector_schedule`, every register tile shape it can choose and the one it chose, tails
 included, and a tile of WIDTH/2 + 1 points whose transpose pads rows to WIDTH lanes). The conv
@@ -44,6 +45,9 @@ CONVS = [  # (c, o, h, w, k, stride, pad, groups); k and pad: one size, or (alon
     # inputs over L2_INPUT_BYTES: channel blocks inside the rows, 1x1 tiles without a window
     (41, 2 * WIDTH, 57, 57, 3, 1, 1, 1),
     (150, 2 * WIDTH, 31, 31, 1, 1, 0, 1),
+    # rows ending in at most half a vector: the last tile on narrower vectors (tail_width)
+    (6, 8, 9, 3 * WIDTH // 2, 3, 1, 1, 2),
+    (4, 6, 9, 2 * WIDTH + 5, 3, 2, 1, 2),  # stride 2: WIDTH + 3 outputs a row
     # fold{dim=kw} / fold{dim=kh}: a window along one axis only, padded along it
     (6, 2 * WIDTH, 13, 11, (3, 1), 1, (1, 0), 1),
     (2 * WIDTH, 2 * WIDTH, 9, 13, (1, 3), 2, (0, 1), 2),
