@@ -224,8 +224,8 @@ def spatial_vector_schedule(n, width: int) -> Schedule:
                     if name in loops and pos not in read0 and pos in read1), None)
         row = next(((name, e) for pos, (name, e) in enumerate(par)
                     if name in loops and e > 1 and pos in read0 and pos not in read1), None)
-        factors = (8, 4, 2)
-        if col is None and f"{vec[0]}.o" in loops and [d for d, _ in par].index(vec[0]) not in read0:
+        factors, vec_pos = (8, 4, 2), [name for name, _ in par].index(vec[0])
+        if col is None and f"{vec[0]}.o" in loops and vec_pos not in read0:
             # the vector loop's blocks (a classifier's 1000 classes in 125 vectors of 8): each
             # broadcast input feeds several independent accumulators instead of one FMA chain
             col, factors = (f"{vec[0]}.o", -(-vec[1] // width)), range(8, 1, -1)
@@ -236,7 +236,6 @@ def spatial_vector_schedule(n, width: int) -> Schedule:
                 [f for f in (2,) if col[1] % f == 0]
             # a strided vector read (stride-2 conv) costs a shuffle per row: without a window (1x1
             # conv) the rows share no input, so no row tile
-            vec_pos = [name for name, _ in par].index(vec[0])
             strided = stride_of(n.maps[0], n.in_shapes[0], vec_pos) != 1
             rows = (7, 4, 2) if not strided or len(n.dims) - n.npar > 1 else ()
             pairs = [(c, r) for c in cols for r in rows

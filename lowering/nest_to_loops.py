@@ -599,6 +599,16 @@ class NestEmitter:
         """
         self._versions(self.box)
 
+    @contextmanager
+    def _within(self, name: str, lo: int, hi: int) -> Iterator[None]:
+        """Emit code for the iterations lo..hi of outer loop `name` (a constant when lo == hi)."""
+        with self._restoring([name]):
+            if lo == hi:
+                self._bind(name, Lin(None, lo))
+            else:
+                self.ranges[name] = (lo, hi)
+            yield
+
     def _versions(self, box: list[tuple[str, tuple[int, int], list[tuple[int, int]]]]) -> None:
         b = self.b
         if not box:
@@ -607,11 +617,7 @@ class NestEmitter:
 
         def version(lo: int, hi: int, inner: list) -> Callable[[], None]:
             def emit():
-                with self._restoring([name]):
-                    if lo == hi:
-                        self._bind(name, Lin(None, lo))
-                    else:
-                        self.ranges[name] = (lo, hi)
+                with self._within(name, lo, hi):
                     self._versions(inner)
             return emit
 
@@ -658,13 +664,12 @@ class NestEmitter:
 
         def version(first: int, final: int, width: int) -> Callable[[], None]:
             def emit():
-                with self._restoring([loop]):
-                    saved, self.width = self.width, width
-                    self.ranges[loop] = (first, final)
-                    try:
+                saved, self.width = self.width, width
+                try:
+                    with self._within(loop, first, final):
                         self._guarded_tile_of_width()
-                    finally:
-                        self.width = saved
+                finally:
+                    self.width = saved
             return emit
 
         if lo == last:
