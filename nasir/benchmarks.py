@@ -14,7 +14,9 @@ A script, not a test: it measures, in one process and run,
        realisation = (t_base / t_variant) / (MACs_base / MACs_variant)
 
    for nasir and, for comparison, for ONNX Runtime running `Model.to_onnx` exports of the base and
-   the variant (1.0: the MAC reduction became the same time reduction). The base is the model as
+   the variant (1.0: the MAC reduction became the same time reduction). `--variants` also takes
+   the other transforms' variants (`MORE_VARIANTS`: fold, shift, index-split, unshare, bottleneck
+   of ci or oh). The base is the model as
    `nasir.compile` gets it (nn level); the variant "nest" (base through `convert-nn-to-nest` only)
    separates what the transform costs from what lowering an already-converted model costs
    (`nasir_realisation_vs_nest`).
@@ -43,6 +45,10 @@ BLOCK_CONV1 = "layer[0-9]_.*_conv1_Conv"
 PREFIX = "convert-nn-to-nest"
 """The transforms work on nests; "nest" is the untransformed model through this prefix alone."""
 
+HALVED_BLOCK_CONVS = "layer[1-3]_.*_conv[12]_Conv"
+"""The block convs whose rows split in two at both datasets (layer4's are 7x7 on imagenet)."""
+HALVED_BLOCK_CONV1 = "layer[1-3]_.*_conv1_Conv"
+
 VARIANTS: dict[str, str] = {
     "base": "",
     "nest": PREFIX,
@@ -50,6 +56,21 @@ VARIANTS: dict[str, str] = {
     "depthwise": f'{PREFIX},depthwise{{layers="{BLOCK_CONVS}"}}',
     "bottleneck2": f'{PREFIX},bottleneck{{dim=co factor=2 layers="{BLOCK_CONV1}"}}',
 }
+"""The variants `make bench` measures by default: issue 5's realisation targets."""
+
+MORE_VARIANTS: dict[str, str] = {
+    "fold-kh": f'{PREFIX},fold{{dim=kh layers="{BLOCK_CONVS}"}}',
+    "fold-kw": f'{PREFIX},fold{{dim=kw layers="{BLOCK_CONVS}"}}',
+    "shift-oh": f'{PREFIX},shift{{dim=oh offset=1 layers="{BLOCK_CONVS}"}}',
+    "split-co2": f'{PREFIX},index-split{{dim=co parts=2 layers="{BLOCK_CONVS}"}}',
+    "unshare-oh2": f'{PREFIX},unshare{{dim=oh parts=2 layers="{HALVED_BLOCK_CONVS}"}}',
+    "bottleneck-ci2": f'{PREFIX},bottleneck{{dim=ci factor=2 layers="{BLOCK_CONV1}"}}',
+    "bottleneck-oh2": f'{PREFIX},bottleneck{{dim=oh factor=2 layers="{HALVED_BLOCK_CONV1}"}}',
+}
+"""Variants of the other architecture transforms, measured on request (`--variants base fold-kh
+...`; `nasir profile --variant`): shift, index-split and unshare keep the MACs, so their
+realisation is the base's time over theirs."""
+ALL_VARIANTS = {**VARIANTS, **MORE_VARIANTS}
 
 
 SETTLE_S = 0.03
@@ -165,11 +186,11 @@ def bench_variants(model_name: str, dataset: str, variants: list[str], repeat: i
     with tempfile.TemporaryDirectory() as tmp:
         for name in ["base", *(v for v in variants if v != "base")]:
             on_compile(name)
-            model = original.transform(VARIANTS[name]) if VARIANTS[name] else original
+            model = original.transform(ALL_VARIANTS[name]) if ALL_VARIANTS[name] else original
             exe = compile_llvm(model, threads=threads)
             runs[f"nasir {name}"] = lambda exe=exe: exe(x)
             runs[f"ort {name}"] = _ort_run(ort_session(model.to_onnx(Path(tmp) / f"{name}.onnx"), threads), x)
-            rows.append({"model": model_name, "dataset": dataset, "variant": name, "pipeline": VARIANTS[name],
+            rows.append({"model": model_name, "dataset": dataset, "variant": name, "pipeline": ALL_VARIANTS[name],
                          "threads": threads, "macs": model.summary().total_macs,
                          "nasir_compile_s": exe.compile_seconds,
                          "max_abs_err_vs_ort": float(np.abs(exe(x) - runs[f"ort {name}"]()).max())})
@@ -328,8 +349,9 @@ def main(argv: list[str] | None = None) -> dict:
                         help="default: both (quick: cifar10, plus ResNet-34 imagenet)")
     parser.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     parser.add_argument("--repeat", type=int, default=None, help="timed runs per median (default 10; quick 3)")
-    parser.add_argument("--variants", nargs="*", choices=list(VARIANTS), default=list(VARIANTS),
-                        help="ResNet variants (none: skip the realisation table)")
+    parser.add_argument("--variants", nargs="*", choices=list(ALL_VARIANTS), default=list(VARIANTS),
+                        help=f"ResNet variants (default: {' '.join(VARIANTS)}; also: {' '.join(MORE_VARIANTS)}; "
+                             "none: skip the realisation table)")
     parser.add_argument("--variant-model", default="resnet34", choices=["resnet18", "resnet34"])
     parser.add_argument("--variant-datasets", nargs="+", choices=["cifar10", "imagenet"], default=None,
                         help="default: both (quick: imagenet)")

@@ -88,3 +88,31 @@ def test_each_candidate_starts_after_idle():
     for prev, cur in zip(calls, calls[1:]):
         if prev[0] != cur[0]:
             assert cur[1] - prev[2] >= 0.02
+
+
+KEPT_MACS = {"fold-kh": 1 / 3, "fold-kw": 1 / 3, "shift-oh": 1, "split-co2": 1, "unshare-oh2": 1,
+             "bottleneck-ci2": 1 / 2, "bottleneck-oh2": 1 / 2}
+"""Fraction of each chosen layer's MACs a variant of `MORE_VARIANTS` keeps: a folded 3x3 window keeps
+one of its three rows or columns; shift, index-split and unshare move or cut the same work; a
+bottleneck of 2 halves the input channels or output rows a conv computes with."""
+
+
+@pytest.mark.parametrize("model_name, dataset", [("resnet18", "cifar10"), ("resnet34", "imagenet")])
+def test_more_variants_apply_to_the_variant_models(model_name, dataset):
+    """Every opt-in variant is legal on both variant models at its dataset's sizes (unshare and
+    bottleneck of oh skip layer4, whose 7 rows do not halve on imagenet), and its MACs are the
+    base's less the share it removes from the layers its pipeline names."""
+    import re
+
+    import nasir.zoo as zoo
+
+    assert set(KEPT_MACS) == set(benchmarks.MORE_VARIANTS)
+    assert set(benchmarks.VARIANTS) <= set(benchmarks.ALL_VARIANTS)
+    base = zoo.load(model_name, dataset)
+    rows = base.summary().rows
+    for name, pipeline in benchmarks.MORE_VARIANTS.items():
+        pattern = re.compile(re.search(r'layers="([^"]+)"', pipeline).group(1))
+        chosen = sum(r.macs for r in rows if pattern.fullmatch(r.name))
+        assert chosen > 0, name
+        expected = base.summary().total_macs - chosen * (1 - KEPT_MACS[name])
+        assert base.transform(pipeline).summary().total_macs == pytest.approx(expected, rel=1e-12), name

@@ -101,10 +101,9 @@ class UnfoldPass(ArchPass):
 class FoldPass(ArchPass):
     """`fold{dim=kh|kw layers=REGEX init=kaiming|inherit seed=0}`: keep the centre tap of a window.
 
-    Speed on the llvm backend: folding kh (3x3 -> 1x3) keeps nearly all of its MAC reduction;
-    folding kw (3x3 -> 3x1) loses part of it on wide images, whose 3x1 convs run slower per MAC
-    (ResNet-34's block convs at 224x224: 0.96-0.98 of the MAC ratio for kh, 0.82-0.86 for kw; both
-    1.00 at 32x32; issue 5).
+    Speed on the llvm backend: ResNet-34 with its block convs folded keeps 0.96 (kh, 3x3 -> 1x3)
+    and 0.95 (kw, 3x3 -> 3x1) of its MAC reduction at 224x224, 0.93 and 0.87 at 32x32 (Zen 4;
+    `make bench ARGS="--models --variants base fold-kh fold-kw"`; issue 5).
     """
 
     name = "fold"

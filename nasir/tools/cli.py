@@ -25,7 +25,7 @@ from rich.table import Table
 import nasir
 from nasir import zoo
 from nasir.api import TARGETS
-from nasir.benchmarks import VARIANTS
+from nasir.benchmarks import ALL_VARIANTS
 from nasir.errors import FrontendError, NasirError
 from nasir.tools.console import fail, show, step
 from nasir.tools.reference import compare, onnxruntime_outputs, seeded_inputs
@@ -123,7 +123,7 @@ def cmd_check(args) -> int:
 def cmd_profile(args) -> int:
     with tempfile.TemporaryDirectory(prefix="nasir-") as tmp:
         model = load(model_file(args.model, args.dataset, tmp))
-    pipeline = VARIANTS[args.variant] if args.variant else args.pipeline
+    pipeline = ALL_VARIANTS[args.variant] if args.variant else args.pipeline
     if pipeline:
         with step(progress, f"transforming: {pipeline}"):
             model = model.transform(pipeline)
@@ -173,7 +173,7 @@ def parser() -> argparse.ArgumentParser:
     model_args(c)
     transform = c.add_mutually_exclusive_group()
     transform.add_argument("--pipeline", help="transform the model first (nasir-opt -p spelling)")
-    transform.add_argument("--variant", choices=sorted(VARIANTS), help="a ResNet variant of `make bench`")
+    transform.add_argument("--variant", choices=sorted(ALL_VARIANTS), help="a ResNet variant of `make bench`")
     c.add_argument("--threads", type=int, default=1, help="threads (default 1)")
     c.add_argument("--repeat", type=int, default=20, help="timed runs (default 20)")
     c.add_argument("--sort", choices=("order", "time"), default="order", help="rows in call order or slowest first")
