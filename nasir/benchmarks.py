@@ -16,10 +16,9 @@ A script, not a test: it measures, in one process and run,
    for nasir and, for comparison, for ONNX Runtime running `Model.to_onnx` exports of the base and
    the variant (1.0: the MAC reduction became the same time reduction). `--variants` also takes
    the other transforms' variants (`MORE_VARIANTS`: fold, shift, index-split, unshare, bottleneck
-   of ci or oh). The base is the model as
-   `nasir.compile` gets it (nn level); the variant "nest" (base through `convert-nn-to-nest` only)
-   separates what the transform costs from what lowering an already-converted model costs
-   (`nasir_realisation_vs_nest`).
+   of ci or oh). The base is the model as `nasir.compile` gets it (nn level); the variant "nest"
+   (base through `convert-nn-to-nest` only) separates what the transform costs from what lowering
+   an already-converted model costs (`nasir_realisation_vs_nest`).
 
 Writes `OUT/bench.json` (every number) and `OUT/bench.png`, and prints rich tables:
 
@@ -48,6 +47,7 @@ PREFIX = "convert-nn-to-nest"
 HALVED_BLOCK_CONVS = "layer[1-3]_.*_conv[12]_Conv"
 """The block convs whose rows split in two at both datasets (layer4's are 7x7 on imagenet)."""
 HALVED_BLOCK_CONV1 = "layer[1-3]_.*_conv1_Conv"
+"""The first conv of each of those blocks (see BLOCK_CONV1)."""
 
 VARIANTS: dict[str, str] = {
     "base": "",
