@@ -145,10 +145,12 @@ class LoopBuilder:
         return list(op.results)
 
     def loop(self, extent: int, unroll: int, carried: list[SSAValue],
-             body: Callable[[SSAValue, list[SSAValue]], list[SSAValue]]) -> list[SSAValue]:
-        """`for i in range(extent)`, unrolled `unroll` times (fully when unroll >= extent)."""
+             body: Callable[[SSAValue, list[SSAValue]], list[SSAValue]],
+             order: Sequence[int] | None = None) -> list[SSAValue]:
+        """`for i in range(extent)`, unrolled `unroll` times (fully when unroll >= extent, then its
+        iterations in `order` if given: a permutation of range(extent))."""
         if extent == 1 or unroll >= extent:
-            for j in range(extent):
+            for j in order or range(extent):
                 carried = body(self.idx(j), carried)
             return carried
         if unroll <= 1:

@@ -15,7 +15,9 @@ A kernel follows the nest's schedule (data, see `nest.Schedule`):
   carried through the reduction loops as `scf.for` iter_args;
 - `unroll` replicates loop bodies; split tails (factor not dividing the extent) are guarded:
   outer ones by `scf.if`, inner ones by lane masks; a spatial vector loop's last tile that holds
-  at most half a vector runs on narrower vectors (`NestEmitter.tail_width`);
+  at most half a vector runs on narrower vectors (`NestEmitter.tail_width`); the taps of a
+  window unrolled along a strided tile row come by input phase (`NestEmitter.tap_order`: a
+  stride-2 7x7 conv's kw = 0, 2, 4, 6, 1, 3, 5);
 - input reads that may fall outside the input (padding) are masked: masked vector loads (or
   clamped scalar loads + select) yield the combiner's identity, and `avg` counts in-bounds reads.
 
@@ -443,6 +445,26 @@ class NestEmitter:
                                          buf, [j]))
         return b.vload(buf, [b.idx(0)], w, m, identity), m
 
+    def tap_order(self, name: str) -> list[int] | None:
+        """The order in which to emit the iterations of reduction loop `name` when it is fully
+        unrolled and slides along a strided row of the register tile in input 0 (conv's kw in a
+        stride-2 conv): grouped by the input phase they read, `tap * dilation mod stride`. The
+        tile's points broadcast the inputs one phase shares, and those die before the next phase
+        loads its own: ResNet's 7x7 stride-2 stem emits kw = 0, 2, 4, 6, 1, 3, 5, so its 2 x 8
+        tile keeps 11 broadcasts live instead of 21 and does not spill. None: in order."""
+        spec = self.spec
+        names = [d for d, _ in spec.dims]
+        if name not in names or spec.schedule.unroll.get(name, 1) < self.extent[name] or not spec.maps:
+            return None
+        rows = [names.index(loop.split(".")[0]) for loop in self.tile]
+        for expr in spec.maps[0].results:
+            dilation = linear_coefficient(expr, names.index(name))
+            strides = [linear_coefficient(expr, row) for row in rows]
+            stride = max((abs(c) for c in strides if c), default=0)
+            if dilation and stride > 1 and None not in strides:
+                return sorted(range(self.extent[name]), key=lambda tap: ((tap * dilation) % stride, tap))
+        return None
+
     def prefetch_loop(self) -> str | None:
         """The loop of a `mac` tile that prefetches (see `prefetch_ahead`): the innermost
         reduction loop left as a loop (a conv's input channels), when it runs more than
@@ -786,7 +808,8 @@ class NestEmitter:
                     self.prefetch_ahead(name, points, set_point)
                 return red(i + 1, c)
 
-            return b.loop(self.extent[name], spec.schedule.unroll.get(name, 1), carried, body)
+            return b.loop(self.extent[name], spec.schedule.unroll.get(name, 1), carried, body,
+                          self.tap_order(name))
 
         accs = red(0, init)
         row = self.transposed_row() if kind in ("mac", "max") else None

@@ -60,6 +60,10 @@ CONVS = [  # (c, o, h, w, k, stride, pad, dilation, groups)
     (4, 4, 9, 9, 3, 2, 0, 1, 1),
     (5, 8, 7, 7, 3, 1, 1, 1, 1),  # register tile of 7 rows x 2 channels, kh and kw unrolled
     (4, 16, 12, 20, 3, 1, 1, 1, 1),  # 2 rows x 8 channels, ow = 20 leaves a masked vector tail
+    # strided windows along a channel-lane tile, their taps emitted by input phase
+    (3, 32, 23, 29, 7, 2, 3, 1, 1),  # a stem: kw = 0, 2, 4, 6, then 1, 3, 5
+    (4, 16, 16, 19, 5, 3, 2, 1, 1),  # three phases: kw = 0, 3, then 1, 4, then 2
+    (4, 16, 17, 17, 3, 2, 2, 2, 1),  # dilation 2 at stride 2: one phase, in order
 ]
 
 
