@@ -332,11 +332,13 @@ def spatial_efficiency(n, sched: Schedule, width: int) -> float:
 @dataclass
 class Window:
     """The unrolled reduction dim that slides along a tile's row in input 0 (conv's kw): its
-    `taps`, the row's `stride` and the taps' `dilation` in the input axis they share."""
+    `taps`, the row's `stride` and the taps' `dilation` in the input axis they share, and its
+    position `dim` in the domain."""
 
     taps: int
     stride: int
     dilation: int
+    dim: int
 
 
 def row_window(n, row: int) -> Window | None:
@@ -349,7 +351,7 @@ def row_window(n, row: int) -> Window | None:
         for pos in range(len(n.dims) - 1, n.npar - 1, -1):
             dilation = linear_coefficient(expr, pos)
             if dilation and n.dims[pos][1] > 1:
-                return Window(n.dims[pos][1], stride, dilation)
+                return Window(n.dims[pos][1], stride, dilation, pos)
     return None
 
 

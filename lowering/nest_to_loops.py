@@ -70,7 +70,7 @@ from nasir.dialects.nest import Schedule, expr_bounds, expr_range
 from nasir.dialects.nn import shape_of
 from nasir.errors import LoweringError
 from nasir.lowering.bufferize import IN_PLACE
-from nasir.lowering.default_schedule import FUSE_ROWS, linear_coefficient, schedule_for, stride_of
+from nasir.lowering.default_schedule import FUSE_ROWS, linear_coefficient, row_window, schedule_for, stride_of
 from nasir.lowering.loop_builder import Lin, LoopBuilder
 from nasir.model import main_func, sanitize
 from nasir.summary import macs
@@ -446,23 +446,21 @@ class NestEmitter:
         return b.vload(buf, [b.idx(0)], w, m, identity), m
 
     def tap_order(self, name: str) -> list[int] | None:
-        """The order in which to emit the iterations of reduction loop `name` when it is fully
-        unrolled and slides along a strided row of the register tile in input 0 (conv's kw in a
-        stride-2 conv): grouped by the input phase they read, `tap * dilation mod stride`. The
-        tile's points broadcast the inputs one phase shares, and those die before the next phase
-        loads its own: ResNet's 7x7 stride-2 stem emits kw = 0, 2, 4, 6, 1, 3, 5, so its 2 x 8
-        tile keeps 11 broadcasts live instead of 21 and does not spill. None: in order."""
-        spec = self.spec
-        names = [d for d, _ in spec.dims]
-        if name not in names or spec.schedule.unroll.get(name, 1) < self.extent[name] or not spec.maps:
+        """The order in which to emit the iterations of reduction loop `name` when it is the
+        window (`row_window`) along a strided row of the register tile (conv's kw in a stride-2
+        conv), for `LoopBuilder.loop` to use when it unrolls the loop whole: grouped by the input
+        phase they read, `tap * dilation mod stride`. The tile's points broadcast the inputs one
+        phase shares, and those die before the next phase loads its own: ResNet's 7x7 stride-2
+        stem emits kw = 0, 2, 4, 6, 1, 3, 5, so its 2 x 8 tile keeps 11 broadcasts live instead of
+        21 and does not spill. None: in order."""
+        names = [d for d, _ in self.spec.dims]
+        if name not in names or not self.spec.maps:
             return None
-        rows = [names.index(loop.split(".")[0]) for loop in self.tile]
-        for expr in spec.maps[0].results:
-            dilation = linear_coefficient(expr, names.index(name))
-            strides = [linear_coefficient(expr, row) for row in rows]
-            stride = max((abs(c) for c in strides if c), default=0)
-            if dilation and stride > 1 and None not in strides:
-                return sorted(range(self.extent[name]), key=lambda tap: ((tap * dilation) % stride, tap))
+        for loop in self.tile:
+            window = row_window(self.spec, names.index(loop.split(".")[0]))
+            if window is not None and names[window.dim] == name and abs(window.stride) > 1:
+                stride = abs(window.stride)
+                return sorted(range(window.taps), key=lambda tap: ((tap * window.dilation) % stride, tap))
         return None
 
     def prefetch_loop(self) -> str | None:
