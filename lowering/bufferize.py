@@ -24,6 +24,8 @@ that it reads memrefs and writes into its destination:
     }
 
 `nn.reshape` of a value in the weights or the arena is a view at the same offset (no copy).
+An op with `nasir.scratch_bytes` (a Winograd conv's transformed input and weights) gets that many
+arena bytes of its own, `nasir.scratch_offset`, live as long as its result.
 A nest whose epilogue reads an arena value at its own output index (a residual add) and is that
 value's last reader writes its result over it (`in_place_operand`; the nest gets
 `nasir.in_place = <operand>`, and convert-nest-to-loops drops `noalias` on the pair): one buffer
@@ -68,6 +70,13 @@ COMPUTE_OPS = (nest.ComputeOp, nn.ConcatOp, nn.ReshapeOp, nn.SoftmaxOp, nn.LRNOp
 
 IN_PLACE = "nasir.in_place"
 """Attribute of a bufferized nest that writes its result over operand <value> (same bytes)."""
+
+SCRATCH = "nasir.scratch_bytes"
+"""Attribute of a compute op whose kernel needs that many bytes of its own while it runs (a
+Winograd conv's transformed input and weights); this pass places them in the arena."""
+
+SCRATCH_AT = "nasir.scratch_offset"
+"""Attribute of a bufferized op with SCRATCH: the arena offset of its scratch bytes."""
 
 
 def memref_of(shape) -> MemRefType:
@@ -132,9 +141,11 @@ def in_place_operand(op: Operation, owns_bytes: Callable[[SSAValue], bool]) -> i
 
 
 def plan(body: list[Operation], returned: list[SSAValue]
-         ) -> tuple[dict[SSAValue, int], int, set[SSAValue], dict[Operation, int]]:
+         ) -> tuple[dict[SSAValue, int], int, set[SSAValue], dict[Operation, int], dict[Operation, int]]:
     """Arena offsets of intermediates (values not returned), the peak bytes, the reshape views,
-    and the ops that write their result over an operand (`in_place_operand`).
+    the ops that write their result over an operand (`in_place_operand`), and the offsets of the
+    ops' scratch (`SCRATCH`: bytes that live as long as the op's result, since a fused reader's
+    kernel may be the one that runs the op).
 
     A reshape of an arena value (not returned) is a view: it shares its source's bytes, and the
     bytes live until the last use of any value in the group.
@@ -156,7 +167,15 @@ def plan(body: list[Operation], returned: list[SSAValue]
             if v in root:
                 last[root[v]] = i
     viewed = {root[v] for v in views}
-    arena, offsets, in_place = Arena(), {}, {}
+    arena, offsets, in_place, scratch = Arena(), {}, {}, {}
+    held: dict[SSAValue, Operation] = {}  # result -> its op, whose scratch lives as long as it
+
+    def release(r: SSAValue) -> None:
+        arena.release(offsets[r], nbytes(shape_of(r)))
+        if r in held:
+            op = held.pop(r)
+            arena.release(scratch[op], op.attributes[SCRATCH].value.data)
+
     for i, op in enumerate(body):
         over = None
         if op.results and root.get(op.results[0]) is op.results[0]:
@@ -166,19 +185,26 @@ def plan(body: list[Operation], returned: list[SSAValue]
         for r in op.results:
             if root.get(r) is r:
                 offsets[r] = offsets[over] if over is not None else arena.alloc(nbytes(shape_of(r)))
+        if SCRATCH in op.attributes:  # held as long as the result: a fused reader's kernel runs the op
+            scratch[op] = arena.alloc(op.attributes[SCRATCH].value.data)
+            if op.results[0] in root:
+                held[op.results[0]] = op
         for r in {root[v] for v in op.operands if v in root}:
             if last[r] == i and r is not over:
-                arena.release(offsets[r], nbytes(shape_of(r)))
+                release(r)
         for r in op.results:  # computed but never read
             if root.get(r) is r and r not in last:
-                arena.release(offsets[r], nbytes(shape_of(r)))
+                release(r)
+        if op in scratch and op.results[0] not in root:  # a returned result: the op alone uses it
+            arena.release(scratch[op], op.attributes[SCRATCH].value.data)
     for v in views:
         offsets[v] = offsets[root[v]]
-    return offsets, arena.peak, views, in_place
+    return offsets, arena.peak, views, in_place, scratch
 
 
 class NestBufferizePass(ModulePass):
-    """Rewrite @main over memrefs: (inputs, outputs, weights, workspace) with a static memory plan."""
+    """Rewrite @main over memrefs: (inputs, outputs, weights, workspace) with a static memory plan;
+    an op that asks for scratch (`nasir.scratch_bytes`) gets arena bytes at `nasir.scratch_offset`."""
 
     name = "nest-bufferize"
 
@@ -203,7 +229,7 @@ class NestBufferizePass(ModulePass):
             if isinstance(o, nn.WeightOp) and o.key not in weight_offsets:
                 weight_offsets[o.key] = wbytes
                 wbytes += aligned(nbytes(shape_of(o.result)))
-        offsets, peak, views, in_place = plan(body, returned)
+        offsets, peak, views, in_place, scratch = plan(body, returned)
 
         in_types = [memref_of(shape_of(t)) for t in fn.function_type.inputs.data]
         out_types = [memref_of(shape_of(t)) for t in fn.function_type.outputs.data]
@@ -250,6 +276,8 @@ class NestBufferizePass(ModulePass):
                 new.operands[i] = t
             if o in in_place:
                 new.attributes[IN_PLACE] = IntegerAttr(in_place[o], i64)
+            if o in scratch:
+                new.attributes[SCRATCH_AT] = IntegerAttr(scratch[o], i64)
             ops.append(new)
             ops.append(bufferization.MaterializeInDestinationOp(
                 operands=[new.results[0], dest], result_types=[[]], properties={"writable": UnitAttr()}))

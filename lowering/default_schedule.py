@@ -51,13 +51,15 @@ import math
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp, UnitAttr
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, UnitAttr, i64
 from xdsl.ir.affine import AffineBinaryOpExpr, AffineBinaryOpKind, AffineConstantExpr, AffineDimExpr, AffineExpr
 from xdsl.passes import ModulePass
 
 from nasir.dialects import nest, nn
 from nasir.dialects.nest import Schedule
 from nasir.dialects.nn import shape_of
+from nasir.lowering.bufferize import SCRATCH
+from nasir.lowering.winograd import WINOGRAD, WinogradPlan, winograd_plan
 from nasir.transforms.schedule import operand_axes
 
 
@@ -541,6 +543,16 @@ def channel_vector_schedule(n, plan: ChannelPlan, width: int) -> Schedule:
     return _finish(sched, n, loops, tile)
 
 
+def winograd_schedule(n, plan: WinogradPlan) -> Schedule:
+    """A conv that runs as 1-D Winograd (`WINOGRAD`): lanes over output channels, a register
+    tile of two Winograd tiles along ow (E x 2 accumulators, the stem's 26) and one channel
+    vector, so that the transformed weights of a channel block (the stem's 17.5 KiB) stay in L1
+    while the block runs along a row; the channel blocks go inside the rows when the input does
+    not stay in L2 (the stem's), as other channel-vector schedules do."""
+    return channel_vector_schedule(n, ChannelPlan("co", plan.extents["co"], 1, "ow", plan.extents["ow"],
+                                                  2 * plan.m, 1.0), plan.width)
+
+
 def nest_shape(op: nest.ComputeOp) -> NestShape:
     dom = op.domain
     weights = {k: operand_axes(op, k) for k, v in enumerate(op.inputs) if isinstance(v.owner, nn.WeightOp)}
@@ -668,7 +680,9 @@ def depthwise_channel_schedule(n, width: int) -> Schedule | None:
 
 
 class DefaultSchedulePass(ModulePass):
-    """Set a vectorised, thread-parallel schedule on every nest.compute that has none."""
+    """Set a vectorised, thread-parallel schedule on every nest.compute that has none; a conv with a
+    wide strided row window (a 7x7 stride-2 stem) gets `winograd_schedule` and is marked to run as
+    1-D Winograd (`nasir.winograd`, with the `nasir.scratch_bytes` its kernel needs)."""
 
     name = "default-schedule"
 
@@ -684,6 +698,12 @@ class DefaultSchedulePass(ModulePass):
         for nest_op in op.walk():
             if isinstance(nest_op, nest.ComputeOp) and nest_op.schedule is None:
                 shape = nest_shape(nest_op)
+                winograd = winograd_plan(shape, width) if 1 in shape.weight_layouts else None
+                if winograd is not None:
+                    nest_op.properties["schedule"] = winograd_schedule(shape, winograd).to_attr()
+                    nest_op.attributes[WINOGRAD] = IntegerAttr(winograd.m, i64)
+                    nest_op.attributes[SCRATCH] = IntegerAttr(winograd.scratch_bytes, i64)
+                    continue
                 spatial = schedule_for(shape, width)
                 channel = channel_pool_schedule(shape, width) or depthwise_channel_schedule(shape, width)
                 nest_op.properties["schedule"] = (channel or spatial).to_attr()
@@ -706,3 +726,4 @@ class DefaultSchedulePass(ModulePass):
             if fused is not None:
                 pool.properties["schedule"] = fused.to_attr()
                 pool.attributes[FUSE_ROWS] = UnitAttr()
+

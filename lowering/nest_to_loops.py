@@ -59,6 +59,7 @@ from xdsl.dialects.builtin import (
     VectorType,
     f32,
     i1,
+    i8,
     i64,
 )
 from xdsl.ir import Block, Operation, Region, SSAValue
@@ -69,9 +70,10 @@ from nasir.dialects import nest, nn
 from nasir.dialects.nest import Schedule, expr_bounds, expr_range
 from nasir.dialects.nn import shape_of
 from nasir.errors import LoweringError
-from nasir.lowering.bufferize import IN_PLACE
+from nasir.lowering.bufferize import IN_PLACE, SCRATCH, SCRATCH_AT
 from nasir.lowering.default_schedule import FUSE_ROWS, linear_coefficient, row_window, schedule_for, stride_of
 from nasir.lowering.loop_builder import Lin, LoopBuilder
+from nasir.lowering.winograd import WINOGRAD
 from nasir.model import main_func, sanitize
 from nasir.summary import macs
 
@@ -113,6 +115,7 @@ class Spec:
     out_shape: Shape
     args: list[int] = field(default_factory=list)  # kernel argument of each input
     pad: float = 0.0
+    winograd: bool = False  # a conv run as 1-D Winograd (WINOGRAD); its scratch is the last argument
 
     @property
     def domain(self) -> nest.DomainAttr:
@@ -125,7 +128,7 @@ def nest_spec(op: nest.ComputeOp) -> Spec:
     dom = op.domain
     return Spec(op.layer_name, dom.dims, dom.num_parallel.data, op.access_maps, op.output_map, op.kind,
                 op.steps, op.get_schedule(), [shape_of(v) for v in op.inputs], shape_of(op.result),
-                list(range(len(op.inputs))))
+                list(range(len(op.inputs))), winograd=WINOGRAD in op.attributes)
 
 
 def _elementwise(name: str, shape: Shape, reads: list[AffineMap], in_shapes, out_map: AffineMap | None = None,
@@ -557,6 +560,10 @@ class NestEmitter:
             b.for_lanes(self.width, lane)
 
     # The nest ---------------------------------------------------------------------------------
+    def prepare(self) -> None:
+        """Work the kernel does once before the nest's loops (and before a fused kernel's): none
+        here; a Winograd conv transforms its input and weights (`WinogradEmitter`)."""
+
     def emit(self, preset: dict[str, Lin] | None = None, threads: bool = True) -> None:
         """The nest's loops. `preset`: outer loops the caller binds instead (the loops a fused
         kernel shares, see `emit_row_fused`); `threads=False` runs every loop on the caller's
@@ -750,9 +757,7 @@ class NestEmitter:
         counting = kind == "avg" and (may_leave or any(self.is_red[self._first_loop(n)] for n, _ in guards))
         ones = b.lanes_buffer(self.width, b.const(1.0, ty)) if counting and self.width else None
 
-        def set_point(p):
-            for n, j in zip(self.tile, p):
-                self._bind(n, Lin(None, j))
+        set_point = self._set_point
 
         def cond_list():
             return [(self.value(n), e) for n, e in guards]
@@ -810,18 +815,32 @@ class NestEmitter:
                           self.tap_order(name))
 
         accs = red(0, init)
-        row = self.transposed_row() if kind in ("mac", "max") else None
-        if row is not None:
-            return self._finish_transposed(row, points, accs, set_point, cond_list)
-        for t, p in enumerate(points):
-            set_point(p)
-            dims = self._dims()
-            v = accs[t]
-            if kind == "avg":
+        values = accs[:len(points)]
+        if kind == "avg":
+            for t in range(len(points)):
                 count = accs[len(points) + t] if counting else b.const(
                     float(math.prod(e for _, e in spec.dims[spec.npar:])), ty)
-                v = b.binary("div", v, count)
-            self._finish(v, dims, cond_list())
+                values[t] = b.binary("div", values[t], count)
+        self._store_tile(points, values, guards, transpose=kind in ("mac", "max"))
+
+    def _set_point(self, p: tuple[int, ...]) -> None:
+        """Bind the register-tile loops to the tile point `p`."""
+        for n, j in zip(self.tile, p):
+            self._bind(n, Lin(None, j))
+
+    def _store_tile(self, points: list[tuple[int, ...]], values: list[SSAValue], guards: list[tuple[str, int]],
+                    transpose: bool = True) -> None:
+        """Epilogue and stores of a finished register tile, one value per point: transposed first
+        when its lanes are strided in the output (`transposed_row`)."""
+        def cond_list():
+            return [(self.value(n), e) for n, e in guards]
+
+        row = self.transposed_row() if transpose else None
+        if row is not None:
+            return self._finish_transposed(row, points, values, self._set_point, cond_list)
+        for p, v in zip(points, values):
+            self._set_point(p)
+            self._finish(v, self._dims(), cond_list())
 
     def transposed_row(self) -> str | None:
         """The register-tile loop to store along when the vector lanes are strided in the output
@@ -893,6 +912,16 @@ class NestEmitter:
         self.write(self._steps(v, dims, conds, self.spec.steps[done:]), dims, conds)
 
 
+def emitter_for(b: LoopBuilder, spec: Spec, refs: list[SSAValue]) -> NestEmitter:
+    """The emitter of `spec` over kernel arguments `refs`: a Winograd conv's (`refs` end with its
+    scratch) or the plain one."""
+    if spec.winograd:
+        from nasir.lowering.winograd_emitter import WinogradEmitter  # it builds on NestEmitter
+
+        return WinogradEmitter(b, spec, refs[:-1], refs[-1])
+    return NestEmitter(b, spec, refs)
+
+
 def shared_loops(emitter: NestEmitter) -> tuple[str, str]:
     """The outer loops of a nest that a row-fused kernel binds: the outermost loop over blocks of
     the output's channels (axis 1) and the loop over its rows (axis 2, unsplit)."""
@@ -906,7 +935,8 @@ def shared_loops(emitter: NestEmitter) -> tuple[str, str]:
     return block, row
 
 
-def emit_row_fused(b: LoopBuilder, producer: Spec, consumer: Spec, args: list[SSAValue]) -> None:
+def emit_row_fused(b: LoopBuilder, producer: Spec, consumer: Spec, made_args: list[SSAValue],
+                   use_args: list[SSAValue]) -> None:
     """The consumer (a max pool) and the producer of its input in one kernel: threads take blocks of
     channels, and for each output row of the consumer the producer first computes the input rows
     it reaches that are not yet there, so the consumer reads them from L1/L2 instead of from
@@ -917,9 +947,10 @@ def emit_row_fused(b: LoopBuilder, producer: Spec, consumer: Spec, args: list[SS
             for sr in (hi(pr - 1), hi(pr)]:  producer row sr, channels of cb
             consumer row pr, channels of cb        // hi(pr) = min(s * pr + reach, rows - 1)
 
-    `args`: the producer's operands and result, then the consumer's result."""
-    made = NestEmitter(b, producer, args[:-1])
-    use = NestEmitter(b, consumer, args[-2:])
+    `made_args`: the producer's kernel arguments (operands, result, a Winograd conv's scratch);
+    `use_args`: the consumer's but its input, the producer's result (epilogue operands, result)."""
+    made = emitter_for(b, producer, made_args)
+    use = NestEmitter(b, consumer, [made.out, *use_args])
     (made_block, made_row), (use_block, use_row) = shared_loops(made), shared_loops(use)
     blocks = made.extent[made_block]
     if use.extent[use_block] != blocks:
@@ -946,6 +977,7 @@ def emit_row_fused(b: LoopBuilder, producer: Spec, consumer: Spec, args: list[SS
 
         b.loop(consumer.out_shape[2], 1, [], row)
 
+    made.prepare()
     if blocks > 1:
         b.parallel(blocks, block_rows)
     else:
@@ -1062,7 +1094,9 @@ def kernel_for(name: str, op: Operation, arg_types: list[MemRefType]) -> func.Fu
 
     def emit(b, args):
         for spec in specs:
-            NestEmitter(b, spec, args).emit()
+            emitter = emitter_for(b, spec, args)
+            emitter.prepare()
+            emitter.emit()
 
     over = op.attributes.get(IN_PLACE)
     aliased = frozenset() if over is None else frozenset({over.value.data, len(arg_types) - 1})
@@ -1096,6 +1130,16 @@ def concat_copies(op: Operation, refs: list[SSAValue]) -> list[Operation] | None
     return ops
 
 
+def scratch_view(op: Operation, workspace: SSAValue, before: Operation) -> SSAValue:
+    """The workspace bytes nest-bufferize reserved for `op`'s kernel (`SCRATCH_AT`), as a view
+    inserted before `before`."""
+    at = arith.ConstantOp(IntegerAttr(op.attributes[SCRATCH_AT].value.data, IndexType()))
+    size = op.attributes[SCRATCH].value.data
+    view = memref.ViewOp(workspace, at, [], MemRefType(i8, [size]))
+    before.parent_block().insert_ops_before([at, view], before)
+    return view.result
+
+
 def _erase_group(mat: bufferization.MaterializeInDestinationOp, compute: Operation) -> None:
     """Drop a lowered `to_tensor -> op -> materialize_in_destination` group."""
     tensors = [v.owner for v in compute.operands]
@@ -1111,7 +1155,7 @@ def kernel_key(op: Operation, arg_types: list[MemRefType]) -> tuple:
     properties and attributes but the layer name, memref types), e.g. the identical convs of the
     blocks of one ResNet stage."""
     def attrs(d):
-        return tuple(sorted((k, str(v)) for k, v in d.items() if k != "name"))
+        return tuple(sorted((k, str(v)) for k, v in d.items() if k not in ("name", SCRATCH_AT)))
 
     return op.name, attrs(op.properties), attrs(op.attributes), tuple(str(t) for t in arg_types)
 
@@ -1144,6 +1188,8 @@ class ConvertNestToLoopsPass(ModulePass):
                 assert isinstance(v.owner, bufferization.ToTensorOp)
                 refs.append(v.owner.memref)
             refs.append(mat.dest)
+            if SCRATCH_AT in compute.attributes:
+                refs.append(scratch_view(compute, fn.body.block.args[-1], mat))
             copies = concat_copies(compute, refs)
             if copies is not None:
                 fn.body.block.insert_ops_before(copies, mat)
@@ -1161,10 +1207,13 @@ class ConvertNestToLoopsPass(ModulePass):
                 if refs[0] not in held:
                     raise LoweringError(f"nest '{layer}': {FUSE_ROWS} needs its input written by a nest")
                 spec, producer_refs, producer_key, producer_layer, producer_macs = held.pop(refs[0])
-                refs = producer_refs + refs[-1:]
+                refs = producer_refs + refs[1:]  # the pool's other operands (an epilogue's) and result
                 key, layer, count = (producer_key, key), f"{producer_layer}+{layer}", producer_macs + count
-                kernel = lambda name, types, c=compute, p=spec: make_kernel(  # noqa: E731
-                    name, types, lambda b, args: emit_row_fused(b, p, nest_spec(c), args))
+                over = compute.attributes.get(IN_PLACE)
+                aliased = frozenset() if over is None else frozenset(
+                    {len(producer_refs) + over.value.data - 1, len(refs) - 1})
+                kernel = lambda name, types, c=compute, p=spec, n=len(producer_refs), a=aliased: make_kernel(  # noqa: E731
+                    name, types, lambda b, args: emit_row_fused(b, p, nest_spec(c), args[:n], args[n:]), a)
             else:
                 kernel = lambda name, types, c=compute: kernel_for(name, c, types)  # noqa: E731
             name = shared.get(key)

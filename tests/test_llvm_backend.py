@@ -528,6 +528,66 @@ def test_max_pool_kernel_computes_its_producers_rows(case, threads):
     assert [call.attributes["nasir.layer"].data for call in calls] == ["conv+pool"]
 
 
+WINOGRAD_CONVS = [  # (c, o, h, w, k, stride, pad, row dilation): convs that run as 1-D Winograd
+    (3, 64, 224, 224, 7, 2, 3, 1),  # ResNet's stem: F(4, 4) and F(4, 3), 13 products for 28
+    (3, 32, 29, 31, 7, 2, 3, 1),  # odd image: 15 x 16 outputs, stored NCHW (transposed tiles)
+    (4, 16, 13, 13, 7, 2, 3, 1),  # 7 outputs a row: the second Winograd tile runs past it
+    (3, 48, 20, 21, 8, 2, 3, 1),  # an even window: two phases of 4 taps, F(4, 4) twice
+    (5, 16, 17, 18, 4, 1, 2, 1),  # stride 1: one phase, F(4, 4)
+    (3, 16, 19, 19, 7, 2, 3, 2),  # dilated rows (kh), the row window itself undilated
+]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("c,o,h,w,k,stride,pad,dil", WINOGRAD_CONVS)
+def test_winograd_conv(c, o, h, w, k, stride, pad, dil, threads):
+    """Convs with a wide strided row window take the Winograd kernel (`nasir.winograd`) and give
+    torch's numbers, bias and ReLU included."""
+    from nasir.lowering.winograd import WINOGRAD
+
+    wt, b, x = rand(o, c, k, k), rand(o), rand(1, c, h, w)
+    pads = (dil * (k // 2), pad, dil * (k // 2), pad)
+    model = build([(1, c, h, w)], lambda a, W: [
+        conv := nn.Conv2DOp.new(a[0], W("w", wt), W("b", b), (stride, stride), pads, (dil, 1)).named("conv"),
+        nn.ReluOp.new(conv.results[0]).named("relu")])
+    assert WINOGRAD in scheduled_nests(model)["conv"].attributes
+    want = F.conv2d(torch.tensor(x), torch.tensor(wt), torch.tensor(b), stride, (pads[0], pad), (dil, 1)).relu()
+    np.testing.assert_allclose(run(model, x, threads=threads), want.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("k,stride,groups,batch", [(3, 1, 1, 1), (5, 2, 1, 1), (7, 2, 3, 1), (7, 2, 1, 2)])
+def test_winograd_is_kept_for_wide_strided_windows(k, stride, groups, batch):
+    """A 3x3 stride-1 conv (6 products for 12), a 5x5 stride-2 one (11 for 20), a grouped stem and
+    a batch of 2 run direct."""
+    from nasir.lowering.winograd import WINOGRAD
+
+    model = build([(batch, 6, 32, 32)], lambda a, W: [nn.Conv2DOp.new(
+        a[0], W("w", rand(48, 6 // groups, k, k)), strides=(stride,) * 2, pads=(k // 2,) * 4, groups=groups).named("conv")])
+    assert WINOGRAD not in scheduled_nests(model)["conv"].attributes
+
+
+def test_winograd_scratch_outlives_the_fused_pool():
+    """The stem's scratch lives until its max pool, whose kernel computes the stem's rows: a conv
+    placed between them in @main (whose result the pool's output is added to) keeps its bytes."""
+    from nasir.lowering.default_schedule import FUSE_ROWS
+    from nasir.lowering.winograd import WINOGRAD
+
+    ws, wd, x = rand(32, 3, 7, 7), rand(32, 3, 1, 1), rand(1, 3, 64, 64)
+
+    def body(a, W):
+        stem = nn.Conv2DOp.new(a[0], W("ws", ws), strides=(2, 2), pads=(3,) * 4).named("stem")
+        side = nn.Conv2DOp.new(a[0], W("wd", wd), strides=(4, 4)).named("side")
+        pool = nn.MaxPoolOp.new(stem.results[0], (3, 3), strides=(2, 2), pads=(1,) * 4).named("pool")
+        return [stem, side, pool, nn.AddOp.new(pool.results[0], side.results[0]).named("add")]
+
+    model = build([(1, 3, 64, 64)], body)
+    nests = scheduled_nests(model)
+    assert WINOGRAD in nests["stem"].attributes and FUSE_ROWS in nests["pool"].attributes
+    xt = torch.tensor(x)
+    want = F.max_pool2d(F.conv2d(xt, torch.tensor(ws), None, 2, 3), 3, 2, 1) + F.conv2d(xt, torch.tensor(wd), None, 4)
+    np.testing.assert_allclose(run(model, x), want.numpy(), rtol=1e-4, atol=1e-4)
+
+
 def test_tensor_with_a_broadcast_reader_stays_nchw():
     """A conv output that a second conv also reads (by broadcasts over its input channels) is
     not packed, and the max pool beside it keeps lanes along its rows."""

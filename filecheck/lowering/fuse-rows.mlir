@@ -1,10 +1,10 @@
 // RUN: nasir-opt %s -p default-schedule | filecheck %s
 
-// ResNet's stem (64 output channels in two blocks of 32: tiles of two channel vectors by 8
-// points) read only by its max pool: default-schedule gives the pool lanes over channels with the
-// same two blocks as its outer channel loop (`c.o.o`, tiles of two vectors by 8 points) and marks
-// it `nasir.fuse_rows`: convert-nest-to-loops then computes the stem's rows inside the pool's
-// kernel as it needs them.
+// ResNet's stem read only by its max pool. The stem runs as 1-D Winograd (`nasir.winograd`, with
+// the scratch nest-bufferize is to reserve for it) in blocks of one channel vector inside its rows;
+// default-schedule gives the pool lanes over channels with the same four blocks as its outer
+// channel loop (`c.o`) and marks it `nasir.fuse_rows`: convert-nest-to-loops then computes the
+// stem's rows inside the pool's kernel as it needs them.
 
 builtin.module {
   func.func @main(%x: tensor<1x3x224x224xf32>) -> tensor<1x64x56x56xf32> {
@@ -15,8 +15,8 @@ builtin.module {
   }
 }
 
-// CHECK: nest.compute %x, %w {name = "stem"
-// CHECK-SAME: order = ["n", "oh", "co.o.o", "ow.o"
+// CHECK: nest.compute %x, %w {nasir.winograd = 4 : i64, nasir.scratch_bytes = 1213056 : i64, name = "stem"
+// CHECK-SAME: order = ["n", "oh", "co.o", "ow.o"
 // CHECK: nest.compute %s {nasir.fuse_rows, name = "pool"
-// CHECK-SAME: splits = [["c", 16 : i64], ["ow", 8 : i64], ["c.o", 2 : i64]]
-// CHECK-SAME: order = ["n", "c.o.o", "oh", "ow.o", "kh", "kw", "ow.i", "c.o.i", "c.i"]
+// CHECK-SAME: splits = [["c", 16 : i64], ["ow", 14 : i64]]
+// CHECK-SAME: order = ["n", "c.o", "oh", "ow.o", "kh", "kw", "ow.i", "c.i"]

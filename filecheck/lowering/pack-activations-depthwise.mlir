@@ -21,7 +21,7 @@ builtin.module {
 }
 
 // CHECK: -> tensor<1x2x16x16x16xf32>
-// CHECK: %[[P:.*]] = nest.compute %{{.*}} {name = "pool"
+// CHECK: %[[P:.*]] = nest.compute %{{.*}} {{{.*}}name = "pool"
 // CHECK-SAME: out_map = affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, (d1 floordiv 16), d2, d3, (d1 mod 16))>
 // CHECK-SAME: vector = "c.i"
 // CHECK-SAME: -> tensor<1x2x8x8x16xf32>

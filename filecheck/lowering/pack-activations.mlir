@@ -14,11 +14,11 @@ builtin.module {
   }
 }
 
-// CHECK: %[[S:.*]] = nest.compute %x, %w {name = "stem"
+// CHECK: %[[S:.*]] = nest.compute %x, %w {{{.*}}name = "stem"
 // CHECK-SAME: out_map = affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d0, (d1 floordiv 16), d2, d3, (d1 mod 16))>
 // CHECK-SAME: vector = "co.i"
 // CHECK-SAME: -> tensor<1x2x16x16x16xf32>
-// CHECK: nest.compute %[[S]] {name = "pool"
+// CHECK: nest.compute %[[S]] {{{.*}}name = "pool"
 // CHECK-SAME: maps = [affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, (d1 floordiv 16), (((d2 * 2) + d4) + -1), (((d3 * 2) + d5) + -1), (d1 mod 16))>]
 // CHECK-SAME: out_map = affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1, d2, d3)>
 // CHECK-SAME: splits = [["c", 16 : i64]], order = ["n", "c.o", "oh", "kh", "kw", "ow", "c.i"], vector = "c.i"

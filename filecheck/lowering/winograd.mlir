@@ -1,0 +1,42 @@
+// RUN: nasir-opt %s -p default-schedule | filecheck %s
+// RUN: nasir-opt %s -p default-schedule,pack-activations,pack-weights,nest-bufferize | filecheck %s --check-prefix=BUF
+// RUN: nasir-opt %s -p default-schedule,pack-activations,pack-weights,nest-bufferize,convert-nest-to-loops | filecheck %s --check-prefix=LOOPS
+
+// A 7x7 stride-2 stem runs as 1-D Winograd along its rows: F(4, 4) for the even taps, F(4, 3)
+// for the odd ones, E = 7 + 6 = 13 products per 4 outputs instead of 28. default-schedule marks
+// it (`nasir.winograd` = 4 outputs a tile) with the scratch its kernel needs: the transformed
+// input V[ci][row][tile][e], 3 x 21 rows (2 * 7 + 6 + 1) x 16 tiles (2, padded to a vector) x 13
+// floats, and the transformed weights U[ci][kh][e][co], 3 x 7 x 13 x 16 floats: 4 x 17472 bytes.
+// Its register tile is a row's 8 points (two Winograd tiles) by one channel vector. The 3x3 conv after it
+// (6 products for 12) runs direct. nest-bufferize places the scratch in the arena beside the
+// stem's output; convert-nest-to-loops passes it to the stem's kernel as a view.
+
+builtin.module {
+  func.func @main(%x: tensor<1x3x16x16xf32>) -> tensor<1x16x8x8xf32> {
+    %w = nn.weight {name = "w"} : tensor<16x3x7x7xf32>
+    %v = nn.weight {name = "v"} : tensor<16x16x3x3xf32>
+    %s = nest.compute %x, %w {name = "stem", domain = #nest.domain<[n = 1, co = 16, oh = 8, ow = 8], [ci = 3, kh = 7, kw = 7]>, maps = [affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d0, d4, (((d2 * 2) + d5) + -3), (((d3 * 2) + d6) + -3))>, affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d1, d4, d5, d6)>], out_map = affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d0, d1, d2, d3)>, combiner = "mac", epilogue = []} : (tensor<1x3x16x16xf32>, tensor<16x3x7x7xf32>) -> tensor<1x16x8x8xf32>
+    %c = nest.compute %s, %v {name = "conv", domain = #nest.domain<[n = 1, co = 16, oh = 8, ow = 8], [ci = 16, kh = 3, kw = 3]>, maps = [affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d0, d4, ((d2 + d5) + -1), ((d3 + d6) + -1))>, affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d1, d4, d5, d6)>], out_map = affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d0, d1, d2, d3)>, combiner = "mac", epilogue = []} : (tensor<1x16x8x8xf32>, tensor<16x16x3x3xf32>) -> tensor<1x16x8x8xf32>
+    func.return %c : tensor<1x16x8x8xf32>
+  }
+}
+
+// CHECK:      nest.compute %x, %w {nasir.winograd = 4 : i64, nasir.scratch_bytes = 69888 : i64, name = "stem"
+// CHECK-SAME: splits = [["co", 16 : i64]], order = ["n", "oh", "ci", "kh", "kw", "ow", "co.o", "co.i"]
+// CHECK-SAME: vector = "co.i", unroll = {ow = 8 : i64
+// CHECK:      nest.compute %s, %v {name = "conv"
+
+// BUF:      builtin.module attributes {nasir.workspace_bytes = 73984 : i64
+// BUF:      nest.compute %{{.*}}, %{{.*}} {nasir.winograd = 4 : i64, nasir.scratch_bytes = 69888 : i64, nasir.scratch_offset = 4096 : i64, name = "stem"
+// BUF:      {name = "conv"
+
+// LOOPS:      func.func @main(
+// LOOPS-SAME: %[[WS:[^:]*]]: memref<73984xi8>)
+// LOOPS:      %[[AT:.*]] = arith.constant 4096 : index
+// LOOPS-NEXT: %[[SCRATCH:.*]] = memref.view %[[WS]][%[[AT]]][] : memref<73984xi8> to memref<69888xi8>
+// LOOPS-NEXT: func.call @stem(%{{.*}}, %{{.*}}, %{{.*}}, %[[SCRATCH]])
+// LOOPS:      func.func private @stem(
+// LOOPS-SAME: memref<69888xi8>
+// LOOPS:      memref.view {{.*}} to memref<3x21x16x13xf32>
+// LOOPS:      memref.view {{.*}} to memref<3x7x13x16xf32>
+// LOOPS:      vector.shuffle

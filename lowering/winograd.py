@@ -1,0 +1,233 @@
+"""1-D Winograd along a conv's rows: fewer multiplies for a wide strided window (ResNet's stem).
+
+A conv whose window slides `s` input columns per output column splits into `s` phases: the taps
+`kw = p, p + s, ...` of phase p read only the input columns `s * i + p - pad`, so each phase is a
+plain 1-D correlation of its `r_p` taps with every s-th column. Winograd's F(m, r) computes m
+outputs of such a correlation from `n = m + r - 1` products instead of `m * r` (Lavin & Gray's
+minimal filtering, built here from Vandermonde matrices, see `minimal_filter`):
+
+    y[m t + j] = sum_p sum_e AT_p[j, e] * (G_p g_p)[e] * (BT_p d_p[m t : m t + n_p])[e]
+
+so a row of m outputs over all phases takes `E = sum_p n_p` products per input channel and kernel
+row instead of `m * K`. ResNet's 7x7 stride-2 stem: F(4, 4) for the even taps and F(4, 3) for the
+odd ones, 13 products per 4 outputs instead of 28 (0.46x). The transforms cost little there:
+`BT d` is done once per input row and shared by all output channels, `G g` once per inference
+(a few thousand FMAs), `AT` once per output point after its 21-term reduction.
+
+This module is the analysis and the arithmetic; `default-schedule` asks `winograd_plan` whether a
+conv should run this way and marks it `nasir.winograd = m`, `nest-bufferize` gives it the scratch
+`WinogradPlan.scratch_bytes` and `lowering/winograd_emitter.py` emits its kernel. The nest itself
+still states the convolution: the torch backend and every transform see no difference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from nasir.dialects import nest
+
+WINOGRAD = "nasir.winograd"
+"""Integer attribute of a conv nest that runs as 1-D Winograd: the outputs per tile (m)."""
+
+TILE_OUTPUTS = 4
+"""m: outputs per Winograd tile. With the window's up to 4 taps per phase that is at most 7
+points, where float32 keeps about 6 digits (ResNet's stem: relative error 6e-6)."""
+
+POINTS = [Fraction(0), Fraction(1), Fraction(-1), Fraction(2), Fraction(-2), Fraction(1, 2), Fraction(-1, 2)]
+"""The finite interpolation points, in the order they are taken (small values keep the
+transforms well conditioned); the last point of every filter is infinity."""
+
+MAX_PRODUCT_SHARE = 0.47
+"""A conv runs as Winograd when its products are at most this share of the direct conv's
+(ResNet's stem: 13 / 28 = 0.46). A 3x3 stride-1 conv (6 / 12) stays direct: its input transform
+is not shared by enough output channels once a transform groups it."""
+
+
+def minimal_filter(m: int, r: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(AT, G, BT) of F(m, r), exact rationals as float64: for filter g (r taps) and input d
+    (n = m + r - 1 values), `AT @ ((G @ g) * (BT @ d))` is the correlation
+    `y[j] = sum_k g[k] * d[j + k]` for j < m.
+
+    With V (n x n), Vg (n x r) and Vh (n x m) the Vandermonde matrices of the points (rows
+    `[1, a, a^2, ...]`, `[0, ..., 0, 1]` for infinity), polynomial multiplication is
+    `c = V^-1 ((Vg g) * (Vh h))`; correlation is its transpose in h: AT = Vh^T, G = Vg, BT = V^-T.
+    """
+    n = m + r - 1
+    if n - 1 > len(POINTS):
+        raise ValueError(f"F({m}, {r}) needs {n} points; at most {len(POINTS) + 1} are defined")
+    points = POINTS[: n - 1]
+
+    def vandermonde(cols: int) -> list[list[Fraction]]:
+        rows = [[a ** k for k in range(cols)] for a in points]
+        return rows + [[Fraction(0)] * (cols - 1) + [Fraction(1)]]
+
+    v = vandermonde(n)
+    inverse = _inverse(v)
+    at = np.array([[float(x) for x in col] for col in zip(*vandermonde(m))])
+    g = np.array([[float(x) for x in row] for row in vandermonde(r)])
+    bt = np.array([[float(inverse[j][i]) for j in range(n)] for i in range(n)])
+    return at, g, bt
+
+
+def _inverse(a: list[list[Fraction]]) -> list[list[Fraction]]:
+    """Exact inverse by Gauss-Jordan elimination (the Vandermonde matrices here are at most 8x8)."""
+    n = len(a)
+    rows = [list(row) + [Fraction(int(i == j)) for j in range(n)] for i, row in enumerate(a)]
+    for col in range(n):
+        pivot = next(i for i in range(col, n) if rows[i][col] != 0)
+        rows[col], rows[pivot] = rows[pivot], rows[col]
+        lead = rows[col][col]
+        rows[col] = [x / lead for x in rows[col]]
+        for i in range(n):
+            if i != col and rows[i][col] != 0:
+                f = rows[i][col]
+                rows[i] = [x - f * y for x, y in zip(rows[i], rows[col])]
+    return [row[n:] for row in rows]
+
+
+@dataclass(frozen=True)
+class Phase:
+    """The taps `kw = first, first + stride, ...` (`taps` of them) and where their products sit
+    among the E of a tile (`offset`, `points` = m + taps - 1)."""
+
+    first: int
+    taps: int
+    offset: int
+    points: int
+
+
+@dataclass(frozen=True)
+class WinogradPlan:
+    """How a conv nest `y[n, co, oh, ow] += x[n, ci, sh*oh + dh*kh - ph, s*ow + kw - pw] * w[...]`
+    runs as 1-D Winograd along ow (positions of the dims in the domain, strides, pads, extents)."""
+
+    m: int
+    width: int
+    dims: dict[str, int]
+    stride: int
+    pad: int
+    row_stride: int
+    row_dilation: int
+    row_pad: int
+    phases: tuple[Phase, ...]
+    extents: dict[str, int]
+    in_rows: int
+    in_cols: int
+
+    @property
+    def points(self) -> int:
+        """E: the products of one tile per input channel and kernel row."""
+        return sum(p.points for p in self.phases)
+
+    @property
+    def tiles(self) -> int:
+        """Tiles along an output row (the last may run past it: its extra outputs are dropped)."""
+        return -(-self.extents["ow"] // self.m)
+
+    @property
+    def tile_lanes(self) -> int:
+        """Tiles per row of the transformed input, padded to whole vectors."""
+        return -(-self.tiles // self.width) * self.width
+
+    @property
+    def rows(self) -> int:
+        """Rows of the transformed input: every row the output rows reach, padding included."""
+        e = self.extents
+        return self.row_stride * (e["oh"] - 1) + self.row_dilation * (e["kh"] - 1) + 1
+
+    @property
+    def group(self) -> int:
+        """Input columns between consecutive tiles (s * m): the input is read in that many
+        residue classes, one vector of tiles each."""
+        return self.stride * self.m
+
+    def offsets(self, phase: Phase) -> list[int]:
+        """Input column of point i of `phase` relative to `group * t` (may be negative: padding)."""
+        return [self.stride * i + phase.first - self.pad for i in range(phase.points)]
+
+    @property
+    def input_floats(self) -> int:
+        """The transformed input V[ci][row][e][tile]."""
+        return self.extents["ci"] * self.rows * self.points * self.tile_lanes
+
+    @property
+    def weight_floats(self) -> int:
+        """The transformed weights U[ci][kh][e][co]."""
+        e = self.extents
+        return e["ci"] * e["kh"] * self.points * e["co"]
+
+    @property
+    def scratch_bytes(self) -> int:
+        return 4 * (self.input_floats + self.weight_floats)
+
+    def matrices(self) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+        """AT (m x E) over all phases, G (E x K) from the window's taps, and BT of each phase."""
+        kw = self.extents["kw"]
+        at = np.zeros((self.m, self.points))
+        g = np.zeros((self.points, kw))
+        bts = []
+        for ph in self.phases:
+            a, gp, bt = minimal_filter(self.m, ph.taps)
+            at[:, ph.offset: ph.offset + ph.points] = a
+            for k in range(ph.taps):
+                g[ph.offset: ph.offset + ph.points, ph.first + self.stride * k] = gp[:, k]
+            bts.append(bt)
+        return at, g, bts
+
+
+def winograd_plan(n, width: int) -> WinogradPlan | None:
+    """The plan of a nest (NestShape's fields) if it is a batch-1 conv over an NCHW input whose
+    row window is wide and strided enough (`MAX_PRODUCT_SHARE`), with `width`-lane vectors over
+    whole blocks of output channels; None otherwise."""
+    names = [d for d, _ in n.dims]
+    if width < 1 or n.combiner != "mac" or names != ["n", "co", "oh", "ow", "ci", "kh", "kw"] or len(n.maps) < 2:
+        return None
+    extents = dict(n.dims)
+    if extents["n"] != 1 or extents["co"] % width or len(n.in_shapes[0]) != 4:
+        return None
+    forms = [nest.linear_form(e) for e in n.maps[0].results]
+    pos = {d: i for i, d in enumerate(names)}
+    want = [{pos["n"]: 1}, {pos["ci"]: 1}]
+    if any(f is None for f in forms) or [f[0] for f in forms[:2]] != want or any(f[1] for f in forms[:2]):
+        return None
+    (rows, row_c), (cols, col_c) = forms[2], forms[3]
+    if set(rows) - {pos["oh"], pos["kh"]} or set(cols) - {pos["ow"], pos["kw"]}:
+        return None
+    stride, dilation = cols.get(pos["ow"], 0), cols.get(pos["kw"], 0)
+    if stride < 1 or dilation != 1 or rows.get(pos["oh"], 0) < 1 or rows.get(pos["kh"], 0) < 1:
+        return None
+    m, kw = TILE_OUTPUTS, extents["kw"]
+    if (stride * m) & (stride * m - 1):  # residue classes come from halving the row
+        return None
+    phases, offset = [], 0
+    for p in range(min(stride, kw)):
+        taps = len(range(p, kw, stride))
+        if m + taps - 1 > len(POINTS) + 1:
+            return None
+        phases.append(Phase(p, taps, offset, m + taps - 1))
+        offset += m + taps - 1
+    if offset > MAX_PRODUCT_SHARE * m * kw:
+        return None
+    return WinogradPlan(m, width, pos, stride, -col_c, rows[pos["oh"]], rows[pos["kh"]], -row_c, tuple(phases),
+                       extents, n.in_shapes[0][2], n.in_shapes[0][3])
+
+
+
+def row_tile_loop(plan: WinogradPlan, sched, domain: nest.DomainAttr) -> str | None:
+    """The register-tile loop along ow of a schedule the Winograd kernel can run (lanes over a
+    split of co, a tile of whole Winograd tiles along ow and of channel vectors), else None."""
+    if sched.fusions or sched.vector != "co.i" or ("co", plan.width) not in sched.splits:
+        return None
+    order = [n for n, _ in sched.loops(domain)]
+    extent = dict(sched.loops(domain))
+    reductions = {d for d, _ in domain.reduction}
+    first = next(i for i, n in enumerate(order) if n.split(".")[0] in reductions)
+    tile = [n for n in order[first:] if n.split(".")[0] not in reductions and n != sched.vector]
+    along = [n for n in tile if n.split(".")[0] == "ow"]
+    if len(along) != 1 or along[0] not in ("ow", "ow.i") or extent[along[0]] % plan.m \
+            or any(n.split(".")[0] not in ("ow", "co") for n in tile) or sched.unroll.get(along[0], 1) < extent[along[0]]:
+        return None
+    return along[0]

@@ -1,0 +1,212 @@
+"""The kernel of a conv marked `nasir.winograd` (see lowering/winograd.py): NestEmitter's loops and
+epilogue around a 1-D Winograd register tile.
+
+The kernel first fills its scratch (a slice of the workspace arena that nest-bufferize reserves):
+
+    U[ci][kh][e][co] = sum_kw G[e, kw] * w[co, ci, kh, kw]                     (lanes over co)
+    V[ci][row][t][e] = sum_i BT_p[e, i] * x[ci, row - pad, s*m*t + off_p(i)]   (lanes over tiles t)
+
+The input is read a row at a time as `s * m` residue classes of its columns (`residues`: three
+rounds of even/odd shuffles for 8 classes, one `vpermt2ps` each), kept in a small stack buffer so
+that each of a phase's points is one unaligned load of 16 tiles; the E products of 16 tiles are
+transposed before their stores, so that a tile's E values are adjacent (its broadcasts read one
+or two cache lines, not E: the stem's contraction ran 1.5x the time with V[ci][row][e][t]). Then
+the nest's own outer loops (rows, channel blocks, tiles of the row; a fused max pool's) run this
+tile per vector of output channels, E x (points / m) accumulators (ResNet's stem: 13 x 2):
+
+    for ci: for kh (unrolled): for e: u = U[ci][kh][e][co:co+16]
+                                     for t: acc[e][t] += u * V[ci][sh*oh + kh][t0 + t][e]
+    y[m*t + j] = sum_e AT[j, e] * acc[e][t]      (constants: zeros skipped, ones added)
+
+and hands the outputs to the epilogue and stores of NestEmitter (bias, ReLU, channel-blocked or
+transposed NCHW stores).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from xdsl.dialects import arith, memref
+from xdsl.dialects.builtin import MemRefType, VectorType, f32, i1
+from xdsl.ir import SSAValue
+
+from nasir.errors import LoweringError
+from nasir.lowering.loop_builder import Lin, LoopBuilder
+from nasir.lowering.nest_to_loops import NestEmitter, Spec
+from nasir.lowering.winograd import WinogradPlan, row_tile_loop, winograd_plan
+
+
+def residues(b: LoopBuilder, vectors: list[SSAValue], classes: int, width: int) -> list[SSAValue]:
+    """`classes` vectors from consecutive values split in `width`-lane vectors (classes of them):
+    vector q holds values q, q + classes, q + 2 * classes, ... Each round takes even and odd
+    values of pairs of vectors, so `classes` (a power of two) costs log2(classes) shuffles a vector."""
+    if classes == 1:
+        return vectors
+    pairs = list(zip(vectors[::2], vectors[1::2]))
+    even = [b.shuffle(a, c, [2 * j for j in range(width)]) for a, c in pairs]
+    odd = [b.shuffle(a, c, [2 * j + 1 for j in range(width)]) for a, c in pairs]
+    low, high = residues(b, even, classes // 2, width), residues(b, odd, classes // 2, width)
+    return [v for pair in zip(low, high) for v in pair]
+
+
+def linear_sum(b: LoopBuilder, coefficients, values: list[SSAValue]) -> SSAValue:
+    """sum_k c_k * v_k for constant c_k: zero terms dropped, +-1 as adds and subtracts."""
+    total = None
+    for c, v in zip(coefficients, values):
+        c = float(c)
+        if c == 0.0:
+            continue
+        if total is None:
+            total = v if c == 1.0 else b.binary("mul", v, b.f(c, v))
+        elif c in (1.0, -1.0):
+            total = b.binary("add" if c == 1.0 else "sub", total, v)
+        else:
+            total = b.fma(v, b.f(c, v), total)
+    return total if total is not None else b.f(0.0, values[0])
+
+
+def each_row(b: LoopBuilder, channels: int, rows: int, body) -> None:
+    """`body(ci, row)` for every input channel and row, as two scf loops."""
+    def channel(ci, carried):
+        b.for_(0, rows, 1, [], lambda r, c: (body(ci, r), c)[1])
+        return carried
+
+    b.for_(0, channels, 1, [], channel)
+
+
+class WinogradEmitter(NestEmitter):
+    """A conv nest's kernel with a 1-D Winograd tile; `scratch` is its workspace slice (i8)."""
+
+    def __init__(self, b: LoopBuilder, spec: Spec, refs: list[SSAValue], scratch: SSAValue):
+        super().__init__(b, spec, refs)
+        where = f"nest '{spec.name}'"
+        plan = winograd_plan(spec, self.width or 0)
+        if plan is None:
+            raise LoweringError(f"{where}: nasir.winograd on a nest that is not a batch-1 conv with a wide "
+                                f"strided row window over an NCHW input")
+        along = row_tile_loop(plan, spec.schedule, spec.domain)
+        if along is None:
+            raise LoweringError(f"{where}: nasir.winograd needs lanes over output channels and a register tile "
+                                f"of whole Winograd tiles along ow (a multiple of {plan.m} points)")
+        self.plan: WinogradPlan = plan
+        self.row_tile = along
+        self.scratch = scratch
+        self.V = self.U = None
+
+    def _view(self, offset_floats: int, shape: list[int]) -> SSAValue:
+        b = self.b
+        return b.add(memref.ViewOp(self.scratch, b.idx(4 * offset_floats), [], MemRefType(f32, shape)))
+
+    def prepare(self) -> None:
+        plan = self.plan
+        e = plan.extents
+        self.V = self._view(0, [e["ci"], plan.rows, plan.tile_lanes, plan.points])
+        self.U = self._view(plan.input_floats, [e["ci"], e["kh"], plan.points, e["co"]])
+        at, g, bts = plan.matrices()
+        self.at = at
+        self._transform_weights(g)
+        self._transform_input(bts)
+
+    def _transform_weights(self, g) -> None:
+        """U[ci][kh][e][co] = sum_kw G[e, kw] * w[co, ci, kh, kw], a vector of channels at a time."""
+        b, plan, w = self.b, self.plan, self.width
+        e, pos = plan.extents, plan.dims
+
+        def row(ci, kh):
+            for block in range(e["co"] // w):
+                dims = [Lin(None, 0)] * len(self.spec.dims)
+                dims[pos["co"]] = Lin(None, block * w, 1)
+                dims[pos["ci"]], dims[pos["kh"]] = Lin(ci), Lin(kh)
+                taps = []
+                for kw in range(e["kw"]):
+                    dims[pos["kw"]] = Lin(None, kw)
+                    taps.append(self.read(1, list(dims), [], 0.0)[0])
+                for point in range(plan.points):
+                    b.vstore(linear_sum(b, g[point], taps), self.U, [ci, kh, b.idx(point), b.idx(block * w)], None)
+
+        each_row(b, e["ci"], e["kh"], row)
+
+    def _transform_input(self, bts) -> None:
+        """V[ci][r][e][t] for every row r the output rows reach (padding rows are zeros)."""
+        b, plan, w = self.b, self.plan, self.width
+        e = plan.extents
+        group = plan.group
+        places = {(ph, i): divmod(off, group) for ph in plan.phases for i, off in enumerate(plan.offsets(ph))}
+        lowest = min(d for d, _ in places.values())
+        span = plan.tile_lanes + max(d for d, _ in places.values()) - lowest
+        chunks = -(-span // w)
+        classes = b.add(memref.AllocaOp.get(f32, shape=[group, chunks * w]))
+        x = self.ins[0]
+
+        def row(ci: SSAValue, r: SSAValue) -> None:
+            at = b.addi(r, b.idx(-plan.row_pad)) if plan.row_pad else r
+            inside = b.below(Lin(at), plan.in_rows, None)
+            clamped = b.clamp(at, plan.in_rows)
+            for chunk in range(chunks):
+                first = group * (chunk * w + lowest)
+                columns = []
+                for k in range(group):
+                    start = first + k * w
+                    mask = b.all_of([b.below(Lin(None, start, 1), plan.in_cols, w),
+                                     b.splat(inside, w)])
+                    columns.append(b.vload(x, [b.idx(0), ci, clamped, b.idx(start)], w, mask, 0.0))
+                for q, v in enumerate(residues(b, columns, group, w)):
+                    b.vstore(v, classes, [b.idx(q), b.idx(chunk * w)], None)
+            products = b.const(tuple(int(j < plan.points) for j in range(w)), VectorType(i1, [w]))
+            for lanes in range(plan.tile_lanes // w):
+                points = []
+                for ph, bt in zip(plan.phases, bts):
+                    inputs = []
+                    for i in range(ph.points):
+                        d, q = places[(ph, i)]
+                        inputs.append(b.vload(classes, [b.idx(q), b.idx(lanes * w + d - lowest)], w, None, 0.0))
+                    points += [linear_sum(b, bt[p], inputs) for p in range(ph.points)]
+                for t, v in enumerate(b.transpose(points, w)):
+                    b.vstore(v, self.V, [ci, r, b.idx(lanes * w + t), b.idx(0)], products)
+
+        each_row(b, e["ci"], plan.rows, row)
+
+    # The tile -----------------------------------------------------------------------------------
+    def interior_box(self):
+        """No tile versions: the transformed input is padded, so the tile reads no bounds."""
+        return []
+
+    def _tile(self, guards: list[tuple[str, int]]) -> None:
+        b, plan, w = self.b, self.plan, self.width
+        e = plan.extents
+        pos = plan.dims
+        ty = VectorType(f32, [w])
+        self._bind(self.vec, Lin(None, 0, 1))
+        for name, _ in self.spec.dims[self.spec.npar:]:  # the tile runs its own reduction
+            self.ivs[name], self.ranges[name] = Lin(None, 0), (0, 0)
+        at_row = self.tile.index(self.row_tile)
+        tiles = self.extent[self.row_tile] // plan.m
+        points = list(itertools.product(*[range(self.extent[n]) for n in self.tile]))
+        vectors: dict[tuple, list[tuple[int, ...]]] = {}
+        for p in points:
+            vectors.setdefault(p[:at_row] + p[at_row + 1:], []).append(p)
+        for group in vectors.values():
+            self._set_point(group[0])
+            dims = self._dims()
+            co, ow, oh = dims[pos["co"]], dims[pos["ow"]], dims[pos["oh"]]
+            channels = b.scalar(Lin(co.s, co.k, 0, co.align))
+            first = b.add(arith.FloorDivSIOp(b.scalar(ow), b.idx(plan.m)))
+            zero = b.const(0.0, ty)
+
+            def step(ci, accs, oh=oh, channels=channels, first=first):
+                accs = list(accs)
+                for kh in range(e["kh"]):
+                    r = b.scalar(b.lin_add(b.lin_scale(oh, plan.row_stride), Lin(None, plan.row_dilation * kh)))
+                    for point in range(plan.points):
+                        u = b.vload(self.U, [ci, b.idx(kh), b.idx(point), channels], w, None, 0.0)
+                        for t in range(tiles):
+                            v = b.load(self.V, [ci, r, b.addi(first, b.idx(t)), b.idx(point)])
+                            accs[point * tiles + t] = b.fma(u, b.splat(v, w), accs[point * tiles + t])
+                return accs
+
+            accs = b.loop(e["ci"], 1, [zero] * (plan.points * tiles), step)
+            outputs = {}
+            for p in group:
+                t, j = divmod(p[at_row], plan.m)
+                outputs[p] = linear_sum(b, self.at[j], [accs[point * tiles + t] for point in range(plan.points)])
+            self._store_tile(group, [outputs[p] for p in group], guards)
