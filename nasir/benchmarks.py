@@ -219,7 +219,8 @@ def add_realisation(rows: list[dict]) -> list[dict]:
 def model_table(rows: list[dict], peak: float):
     from rich.table import Table
 
-    table = Table(title=f"zoo, batch 1 (median ms; nasir/ORT < 1: nasir faster; peak {peak:.0f} GFLOP/s/thread)")
+    table = Table(title=f"zoo, batch 1 (median ms; nasir/ORT < 1: nasir faster; peak {peak:.0f} GFLOP/s/thread; "
+                        "GF/s count the model's MACs, a Winograd stem's as a direct conv's)")
     cols = ("model", "dataset", "thr", "compile s", "nasir ms", "ORT ms", "torch ms", "nasir/ORT",
             "nasir GF/s", "ORT GF/s", "% peak", "err")
     for col in cols:
