@@ -726,4 +726,3 @@ class DefaultSchedulePass(ModulePass):
             if fused is not None:
                 pool.properties["schedule"] = fused.to_attr()
                 pool.attributes[FUSE_ROWS] = UnitAttr()
-

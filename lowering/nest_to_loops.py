@@ -485,7 +485,7 @@ class NestEmitter:
             step += coefficient * math.prod(shape[a + 1:])
         return name if 4 * abs(step) >= PREFETCH_MIN_STRIDE else None
 
-    def prefetch_ahead(self, name: str, points: list[tuple[int, ...]], set_point: Callable) -> None:
+    def prefetch_ahead(self, name: str, points: list[tuple[int, ...]]) -> None:
         """Prefetch the cache lines of input 0 that the tile will read PREFETCH_DISTANCE
         iterations of loop `name` ahead, over its points and the unrolled reduction loops inside
         `name`: one line address per 16 floats of each run of reads (a 3x3 conv's 14 points read
@@ -504,7 +504,7 @@ class NestEmitter:
                 for n, v in zip(inner, taps):
                     self.ivs[n] = Lin(None, v)
                 for p in points:
-                    set_point(p)
+                    self._set_point(p)
                     idx = [self.eval(e, self._dims()) for e in spec.maps[0].results]
                     for lane in sorted({0, (self.width or 1) - 1} if any(l.c for l in idx) else {0}):
                         at = [Lin(l.s, l.k + l.c * lane) for l in idx]
@@ -757,17 +757,12 @@ class NestEmitter:
         counting = kind == "avg" and (may_leave or any(self.is_red[self._first_loop(n)] for n, _ in guards))
         ones = b.lanes_buffer(self.width, b.const(1.0, ty)) if counting and self.width else None
 
-        set_point = self._set_point
-
-        def cond_list():
-            return [(self.value(n), e) for n, e in guards]
-
         if kind == "copy":
             for p in points:
-                set_point(p)
+                self._set_point(p)
                 dims = self._dims()
-                v, _ = self.read(0, dims, cond_list(), spec.pad)
-                self._finish(v, dims, cond_list())
+                v, _ = self.read(0, dims, self._conds(guards), spec.pad)
+                self._finish(v, dims, self._conds(guards))
             return
         zero = b.const(0.0, ty)
         init = [b.const(IDENTITY[kind], ty) for _ in points] + ([b.const(0.0, ty)] * len(points) if counting else [])
@@ -775,9 +770,9 @@ class NestEmitter:
         def update(carried):
             accs = list(carried)
             for t, p in enumerate(points):
-                set_point(p)
+                self._set_point(p)
                 dims = self._dims()
-                conds = cond_list()
+                conds = self._conds(guards)
                 if kind == "mac":
                     x, _ = self.read(0, dims, conds, 0.0)
                     y, _ = self.read(1, dims, conds, 0.0)
@@ -808,7 +803,7 @@ class NestEmitter:
             def body(iv, c):
                 self._bind(name, b.lin(iv))
                 if name == ahead:
-                    self.prefetch_ahead(name, points, set_point)
+                    self.prefetch_ahead(name, points)
                 return red(i + 1, c)
 
             return b.loop(self.extent[name], spec.schedule.unroll.get(name, 1), carried, body,
@@ -828,19 +823,20 @@ class NestEmitter:
         for n, j in zip(self.tile, p):
             self._bind(n, Lin(None, j))
 
+    def _conds(self, guards: list[tuple[str, int]]) -> list[tuple[Lin, int]]:
+        """The split-tail guards `guards` as conditions `0 <= value < extent` at the current point."""
+        return [(self.value(n), e) for n, e in guards]
+
     def _store_tile(self, points: list[tuple[int, ...]], values: list[SSAValue], guards: list[tuple[str, int]],
                     transpose: bool = True) -> None:
         """Epilogue and stores of a finished register tile, one value per point: transposed first
         when its lanes are strided in the output (`transposed_row`)."""
-        def cond_list():
-            return [(self.value(n), e) for n, e in guards]
-
         row = self.transposed_row() if transpose else None
         if row is not None:
-            return self._finish_transposed(row, points, values, self._set_point, cond_list)
+            return self._finish_transposed(row, points, values, guards)
         for p, v in zip(points, values):
             self._set_point(p)
-            self._finish(v, self._dims(), cond_list())
+            self._finish(v, self._dims(), self._conds(guards))
 
     def transposed_row(self) -> str | None:
         """The register-tile loop to store along when the vector lanes are strided in the output
@@ -855,7 +851,7 @@ class NestEmitter:
         return next((t for t in self.tile if 1 < self.extent[t] <= self.width
                      and [strides[d] for d in self._origins(t)] == [1]), None)
 
-    def _finish_transposed(self, row: str, points, accs, set_point, cond_list) -> None:
+    def _finish_transposed(self, row: str, points, accs, guards: list[tuple[str, int]]) -> None:
         """Epilogue and stores of a tile whose lanes are strided in the output: the accumulators
         of the `row` points are transposed in registers (log2 rounds of shuffles), so that each
         lane's values along `row` are one contiguous vector, and the epilogue runs on those, the
@@ -866,8 +862,8 @@ class NestEmitter:
         b, width = self.b, self.width
         lead = self.lane_steps()
         for t, p in enumerate(points if lead else ()):
-            set_point(p)
-            accs[t] = self._steps(accs[t], self._dims(), cond_list(), self.spec.steps[:lead])
+            self._set_point(p)
+            accs[t] = self._steps(accs[t], self._dims(), self._conds(guards), self.spec.steps[:lead])
         pos = self.tile.index(row)
         groups: dict[tuple, list] = {}
         for t, p in enumerate(points):
@@ -875,12 +871,12 @@ class NestEmitter:
         r = self.extent[row]
         for p, values in groups.items():
             rows = b.transpose(values, width)
-            set_point(p[:pos] + (0,) + p[pos:])
+            self._set_point(p[:pos] + (0,) + p[pos:])
             self._bind(row, Lin(None, 0, 1))
             self.ranges[row] = (0, width - 1)  # lanes past the tile read past it: keep their checks
             for lane, v in enumerate(rows):
                 self._bind(self.vec, Lin(None, lane))
-                self._finish(v, self._dims(), cond_list() + [(self.ivs[row], r)], lead)
+                self._finish(v, self._dims(), self._conds(guards) + [(self.ivs[row], r)], lead)
             self._bind(self.vec, Lin(None, 0, 1))
 
     def lane_steps(self) -> int:
@@ -1098,9 +1094,14 @@ def kernel_for(name: str, op: Operation, arg_types: list[MemRefType]) -> func.Fu
             emitter.prepare()
             emitter.emit()
 
+    return make_kernel(name, arg_types, emit, aliased_arguments(op, 0, len(arg_types)))
+
+
+def aliased_arguments(op: Operation, first: int, count: int) -> frozenset[int]:
+    """The kernel arguments (of `count`; operand k of `op` is argument `first + k`) that share
+    bytes: the operand nest-bufferize let `op` write over (`IN_PLACE`) and the result, last."""
     over = op.attributes.get(IN_PLACE)
-    aliased = frozenset() if over is None else frozenset({over.value.data, len(arg_types) - 1})
-    return make_kernel(name, arg_types, emit, aliased)
+    return frozenset() if over is None else frozenset({first + over.value.data, count - 1})
 
 
 def concat_copies(op: Operation, refs: list[SSAValue]) -> list[Operation] | None:
@@ -1209,9 +1210,8 @@ class ConvertNestToLoopsPass(ModulePass):
                 spec, producer_refs, producer_key, producer_layer, producer_macs = held.pop(refs[0])
                 refs = producer_refs + refs[1:]  # the pool's other operands (an epilogue's) and result
                 key, layer, count = (producer_key, key), f"{producer_layer}+{layer}", producer_macs + count
-                over = compute.attributes.get(IN_PLACE)
-                aliased = frozenset() if over is None else frozenset(
-                    {len(producer_refs) + over.value.data - 1, len(refs) - 1})
+                # the pool's operand k is argument len(producer_refs) + k - 1 (its input is not one)
+                aliased = aliased_arguments(compute, len(producer_refs) - 1, len(refs))
                 kernel = lambda name, types, c=compute, p=spec, n=len(producer_refs), a=aliased: make_kernel(  # noqa: E731
                     name, types, lambda b, args: emit_row_fused(b, p, nest_spec(c), args[:n], args[n:]), a)
             else:

@@ -150,7 +150,7 @@ class WinogradPlan:
 
     @property
     def input_floats(self) -> int:
-        """The transformed input V[ci][row][e][tile]."""
+        """The transformed input V[ci][row][tile][e]."""
         return self.extents["ci"] * self.rows * self.points * self.tile_lanes
 
     @property
@@ -215,14 +215,13 @@ def winograd_plan(n, width: int) -> WinogradPlan | None:
                        extents, n.in_shapes[0][2], n.in_shapes[0][3])
 
 
-
 def row_tile_loop(plan: WinogradPlan, sched, domain: nest.DomainAttr) -> str | None:
     """The register-tile loop along ow of a schedule the Winograd kernel can run (lanes over a
     split of co, a tile of whole Winograd tiles along ow and of channel vectors), else None."""
     if sched.fusions or sched.vector != "co.i" or ("co", plan.width) not in sched.splits:
         return None
-    order = [n for n, _ in sched.loops(domain)]
     extent = dict(sched.loops(domain))
+    order = list(extent)
     reductions = {d for d, _ in domain.reduction}
     first = next(i for i, n in enumerate(order) if n.split(".")[0] in reductions)
     tile = [n for n in order[first:] if n.split(".")[0] not in reductions and n != sched.vector]

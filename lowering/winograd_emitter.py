@@ -127,7 +127,7 @@ class WinogradEmitter(NestEmitter):
         each_row(b, e["ci"], e["kh"], row)
 
     def _transform_input(self, bts) -> None:
-        """V[ci][r][e][t] for every row r the output rows reach (padding rows are zeros)."""
+        """V[ci][r][t][e] for every row r the output rows reach (padding rows are zeros)."""
         b, plan, w = self.b, self.plan, self.width
         e = plan.extents
         group = plan.group
