@@ -3,6 +3,8 @@ PY      ?= python3.11
 VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
+# pytest on every core (pytest-xdist); PYTEST_ARGS="-p no:xdist -x" runs in one process
+PYTEST_ARGS ?= -n auto --dist worksteal
 
 .PHONY: test demo bench lit pytest clean
 

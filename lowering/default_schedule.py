@@ -21,15 +21,15 @@ FMA, masked edge vectors, epilogue of transposed tiles):
 - spatial (`spatial_vector_schedule`), everything else:
 
 - the vector loop is a parallel dim that is contiguous in the output (stride 1), split by the
-  target's vector width (16 floats with AVX-512) when longer, and placed innermost; a weight it
+  target's vector width (`CPUTarget.lanes`: 16 floats with AVX-512, 8 with AVX2) when longer, and placed innermost; a weight it
   reads with a stride (a classifier's [n, k]) is packed with a block of lanes innermost
   (`lane_packs`: 1000 classes -> `OI8o`, vectors of 8), and where no other dim makes a
   register tile, the vector loop's blocks do (125 blocks of 8 classes split by 5);
 - the other parallel dims come first in domain order, then the reduction dims;
 - for contractions (`mac`) a register tile, fully unrolled inside the reduction loops: a parallel
   dim that input 0 does not read (conv's `co`) split by 8, 4 or 2 (divisors whose input-1 rows fit
-  TILE_INPUT1_BYTES), times a parallel dim that input 1 does not read (conv's `oh`) split by 7, 4
-  or 2 (not for strided 1x1 convs), at most MAX_ACCUMULATORS vectors: each vector of input 0
+  `tile_input1_bytes`), times a parallel dim that input 1 does not read (conv's `oh`) split by 7, 4
+  or 2 (not for strided 1x1 convs), at most `max_accumulators` vectors: each vector of input 0
   feeds several accumulators and each broadcast weight several rows. The most accumulators win;
   among those, where the rows share input rows (conv's kh) the fewest loads per FMA, else the
   widest channel block;
@@ -59,6 +59,7 @@ from nasir.dialects import nest, nn
 from nasir.dialects.nest import Schedule
 from nasir.dialects.nn import shape_of
 from nasir.lowering.bufferize import SCRATCH
+from nasir.lowering.llvm_target import CPUTarget, target_of
 from nasir.lowering.winograd import WINOGRAD, WinogradPlan, winograd_plan
 from nasir.transforms.schedule import operand_axes
 
@@ -108,10 +109,18 @@ class NestShape:
     """Inputs that are weights (packable at compile time), with their axis letters ("OIHW")."""
 
 
-TILE_INPUT1_BYTES = 96 * 1024
-"""Input-1 bytes (weights) the output channels of one register tile may read (they stay in cache)."""
-MAX_ACCUMULATORS = 16
-"""Vector accumulators of a register tile (AVX-512 has 32 registers; loads and addresses need some)."""
+def tile_input1_bytes(target: CPUTarget) -> int:
+    """Input-1 bytes (weights) the output channels of one spatial register tile may read (they stay
+    in cache): three L1s (96 KiB on Zen 4)."""
+    return 3 * target.l1_bytes
+
+
+def max_accumulators(target: CPUTarget) -> int:
+    """Vector accumulators of a spatial register tile: half the vector registers (16 of AVX-512's
+    32), the rest for its input vectors, broadcasts and addresses."""
+    return target.registers // 2
+
+
 MAX_UNROLLED_BODY = 256
 """Combiner steps (FMAs) the fully unrolled inner reduction loops of a register tile may hold."""
 
@@ -131,32 +140,29 @@ def _tile_loop(sched: Schedule, loops: list[str], name: str, extent: int, factor
     return [f"{name}.i"]
 
 
-def schedule_for(n, width: int | None = None) -> Schedule:
-    """The default schedule of a nest (anything with NestShape's fields): vectorised over output
-    channels with packed weights where `channel_score` estimates that to be faster than
-    `spatial_score`, otherwise over the contiguous output dim (`spatial_vector_schedule`)."""
-    if width is None:
-        from nasir.lowering.llvm_target import host_target
-
-        width = host_target().vector_width
-    spatial = spatial_vector_schedule(n, width)
-    channel = channel_vector_plan(n, width)
-    if channel is not None and channel_score(channel) > spatial_score(n, spatial, width):
-        return channel_vector_schedule(n, channel, width)
+def schedule_for(n, target: CPUTarget) -> Schedule:
+    """The default schedule of a nest (anything with NestShape's fields) on `target`: vectorised
+    over output channels with packed weights where `channel_score` estimates that to be faster
+    than `spatial_score`, otherwise over the contiguous output dim (`spatial_vector_schedule`)."""
+    spatial = spatial_vector_schedule(n, target)
+    channel = channel_vector_plan(n, target)
+    if channel is not None and channel_score(channel, target) > spatial_score(n, spatial, target):
+        return channel_vector_schedule(n, channel, target)
     return spatial
 
 
-def channel_score(plan: "ChannelPlan") -> float:
+def channel_score(plan: "ChannelPlan", target: CPUTarget) -> float:
     """Estimated fraction of the FMA rate a channel schedule keeps: its lanes and epilogue
     (`ChannelPlan.efficiency`) and its loads per FMA. (The L2 term of `channel_tile_score` only
     ranks the tiles of one nest.)"""
-    return plan.efficiency * load_bound(channel_loads_per_fma(plan.r_col, plan.r_row, plan.window))
+    return plan.efficiency * load_bound(channel_loads_per_fma(plan.r_col, plan.r_row, plan.window), target)
 
 
-def spatial_score(n, sched: Schedule, width: int) -> float:
+def spatial_score(n, sched: Schedule, target: CPUTarget) -> float:
     """Estimated fraction of the FMA rate a spatial schedule keeps: its useful lanes, its loads per
     FMA, and the vectors of a row that read padding or end in a tail (they need masks, computed
     per tile: EDGE_COST each)."""
+    width = target.lanes
     score = spatial_efficiency(n, sched, width)
     if sched.vector is None or getattr(n, "combiner", "mac") != "mac" or len(n.maps) < 2:
         return score
@@ -170,7 +176,7 @@ def spatial_score(n, sched: Schedule, width: int) -> float:
             lo, hi = nest.expr_range(expr, extents)
             left, right = left or lo < 0, right or hi >= n.in_shapes[0][axis]
     score *= 1 - EDGE_COST * min(left + right, vectors) / vectors
-    return score * load_bound(spatial_loads_per_fma(n, sched))
+    return score * load_bound(spatial_loads_per_fma(n, sched), target)
 
 
 EDGE_COST = 0.4
@@ -178,9 +184,10 @@ EDGE_COST = 0.4
 row in a tail (channel 1x14 tiles beat spatial 8x2 ones on 14- and 28-wide rows, lose on 56)."""
 
 
-def load_bound(loads_per_fma: float) -> float:
-    """Fraction of the FMA rate a register tile with `loads_per_fma` keeps (see LOADS_PER_FMA)."""
-    return min(1.0, LOADS_PER_FMA / loads_per_fma)
+def load_bound(loads_per_fma: float, target: CPUTarget) -> float:
+    """Fraction of the FMA rate a register tile with `loads_per_fma` keeps (see
+    `CPUTarget.loads_per_fma`)."""
+    return min(1.0, target.loads_per_fma / loads_per_fma)
 
 
 def spatial_loads_per_fma(n, sched: Schedule) -> float:
@@ -198,8 +205,9 @@ def spatial_loads_per_fma(n, sched: Schedule) -> float:
     return 1 / rows + 1 / cols
 
 
-def spatial_vector_schedule(n, width: int) -> Schedule:
+def spatial_vector_schedule(n, target: CPUTarget) -> Schedule:
     """Vector lanes over the output dim that is contiguous (conv's ow), register tile co x oh."""
+    width = target.lanes
     par = n.dims[: n.npar]
     vec = None
     for pos, (name, extent) in enumerate(par):
@@ -234,14 +242,14 @@ def spatial_vector_schedule(n, width: int) -> Schedule:
         if col is not None:
             # bytes of input 1 one output channel reads (conv: ci * kh * kw floats)
             row_bytes = 4 * math.prod(e for _, e in n.dims[n.npar:])
-            cols = [f for f in factors if col[1] % f == 0 and f * row_bytes <= TILE_INPUT1_BYTES] or \
+            cols = [f for f in factors if col[1] % f == 0 and f * row_bytes <= tile_input1_bytes(target)] or \
                 [f for f in (2,) if col[1] % f == 0]
             # a strided vector read (stride-2 conv) costs a shuffle per row: without a window (1x1
             # conv) the rows share no input, so no row tile
             strided = stride_of(n.maps[0], n.in_shapes[0], vec_pos) != 1
             rows = (7, 4, 2) if not strided or len(n.dims) - n.npar > 1 else ()
             pairs = [(c, r) for c in cols for r in rows
-                     if row is not None and row[1] % r == 0 and c * r <= MAX_ACCUMULATORS]
+                     if row is not None and row[1] % r == 0 and c * r <= max_accumulators(target)]
             window = None if row is None else row_window(n, [name for name, _ in par].index(row[0]))
             if pairs and window is not None and window.taps > 1:
                 # rows that share input rows (conv's kh): the most accumulators, then the fewest
@@ -372,11 +380,14 @@ class ChannelPlan:
     window: Window | None = None
 
 
-VECTOR_REGISTERS = 30
-"""Vector registers a channel-vector register tile may hold (AVX-512 has 32): its accumulators,
-its weight vectors and, where its points share a window (conv's kw), their broadcast inputs, which
-LLVM keeps live across the weight vectors. A tile of 31 spills (3 x 7 on DenseNet's 48-channel 3x3
-conv: 1.8x the time of 3 x 4)."""
+def channel_tile_registers(target: CPUTarget) -> int:
+    """Vector registers a channel-vector register tile may hold, all but two (30 of AVX-512's 32):
+    its accumulators, its weight vectors and, where its points share a window (conv's kw), their
+    broadcast inputs, which LLVM keeps live across the weight vectors. A tile of 31 spills (3 x 7
+    on DenseNet's 48-channel 3x3 conv: 1.8x the time of 3 x 4)."""
+    return target.registers - 2
+
+
 PLAN_TIE = 0.01
 """Channel plans whose scores are within this fraction of the best count as equal; of those with
 no more channel vectors than the best, the one with the most accumulators wins: more independent
@@ -384,40 +395,32 @@ FMAs per reduction step hide the loads that come from L2 (DenseNet's 1x1 convs w
 channels on 56x56: 2 x 14 ran 0.76-0.81x the time of 2 x 8; its 192 -> 48 3x3 conv on 56x56:
 1 x 14 0.81x of 1 x 8). More channel vectors did not: a 128-channel 3x3 conv on 28x28 ran 1.10x
 the time in 4 x 4 as in 1 x 14."""
-CHANNEL_TILE_WEIGHT_BYTES = 1024 * 1024
-"""Packed weight bytes one channel block may stream per register tile (they stay in L2)."""
-
-
-LOADS_PER_FMA = 0.65
-"""Vector loads and broadcasts per FMA that run beside the FMAs at full rate (AVX-512 here, LLVM
-cpu `cascadelake`: a 2 x 7 channel tile, 0.64, runs as fast as a 4 x 4 one, 0.5, ResNet-34's
-layers measured)."""
 EPILOGUE_WEIGHT = 3.0
 """FMA slots one epilogue step per row of a transposed channel tile takes (bias or folded batch
 norm, ReLU, residual add and the store of a row of r_row lanes)."""
 
 
-L1_WEIGHT_BYTES = 32 * 1024
-"""Packed weight bytes of a channel tile that stay in L1 (32 KiB per core here) beside its inputs."""
 L2_WEIGHT_VECTORS_PER_FMA = 0.25
 """Weight vectors per FMA that L2 feeds at full FMA rate: a tile of r_row points loads 1/r_row
 (DenseNet's 48-channel 3x3 conv on 14x14: 3 x 2 tiles take 1.5x the time of 1 x 14)."""
-L2_INPUT_BYTES = 512 * 1024
-"""Input bytes that stay in L2 (1 MiB per core here) while a conv's channel blocks re-read them."""
-L3_BYTES_PER_FMA = 4.0
-"""Bytes per vector FMA that L3 feeds at full FMA rate (about 20 GB/s per core on this machine)."""
 
 
-def input_stream_bound(n, col_vectors: int, r_col: int, width: int) -> float:
+def l2_input_bytes(target: CPUTarget) -> int:
+    """Input bytes that stay in L2 while a conv's channel blocks re-read them: half of it (512 KiB
+    of Zen 4's 1 MiB)."""
+    return target.l2_bytes // 2
+
+
+def input_stream_bound(n, col_vectors: int, r_col: int, target: CPUTarget) -> float:
     """Fraction of the FMA rate left by re-reading input 0 once per block of r_col channel vectors
     when the bytes it reads (`read_fraction`) do not stay in L2: a strided 1x1 conv does few FMAs
     per input byte. (ResNeXt-29's 256 -> 512 shortcut reads half of its 1 MiB input, the odd rows
     untouched: 2 x 8 tiles, 0.986x the model's time of 4 x 4.)"""
     in_bytes = input_bytes_read(n)
-    if in_bytes <= L2_INPUT_BYTES:
+    if in_bytes <= l2_input_bytes(target):
         return 1.0
-    vector_fmas = math.prod(e for _, e in n.dims) / width
-    return min(1.0, L3_BYTES_PER_FMA * vector_fmas / (in_bytes * col_vectors / r_col))
+    vector_fmas = math.prod(e for _, e in n.dims) / target.lanes
+    return min(1.0, target.l3_bytes_per_fma * vector_fmas / (in_bytes * col_vectors / r_col))
 
 
 def input_bytes_read(n) -> float:
@@ -459,21 +462,25 @@ def epilogue_cost(r_row: int, width: int) -> float:
     return EPILOGUE_WEIGHT * (width / r_row + (r_row - 1).bit_length() + 1)
 
 
-def channel_tile_score(r_col: int, r_row: int, used: float, red: int, width: int,
+def channel_tile_score(r_col: int, r_row: int, used: float, red: int, target: CPUTarget,
                        window: Window | None = None) -> float:
     """Estimated fraction of the FMA rate a channel tile of r_col vectors x r_row points keeps:
-    its loads per FMA beyond LOADS_PER_FMA slow it, its epilogue adds `epilogue_cost` to `red`
-    FMAs per accumulator, and a tail tile (its points need guards) is discounted steeply."""
-    loads = load_bound(channel_loads_per_fma(r_col, r_row, window))
+    its loads per FMA beyond the target's `loads_per_fma` slow it, its epilogue adds
+    `epilogue_cost` to `red` FMAs per accumulator, and a tail tile (its points need guards) is
+    discounted steeply. Its packed weights stream from L2 when they do not fit L1 beside its inputs."""
+    width = target.lanes
+    loads = load_bound(channel_loads_per_fma(r_col, r_row, window), target)
     score = used ** 8 * loads * red / (red + epilogue_cost(r_row, width))
-    if r_col * width * red * 4 > L1_WEIGHT_BYTES:  # weight vectors stream from L2
+    if r_col * width * red * 4 > target.l1_bytes:  # weight vectors stream from L2
         score *= min(1.0, L2_WEIGHT_VECTORS_PER_FMA * r_row)
     return score
 
 
-def channel_vector_plan(n, width: int) -> ChannelPlan | None:
+def channel_vector_plan(n, target: CPUTarget) -> ChannelPlan | None:
     """The channel-vector plan of a contraction whose input 1 is a weight with output channels on
-    its first axis (conv, gemm), None when the nest has no such shape."""
+    its first axis (conv, gemm), None when the nest has no such shape. Its channel block's packed
+    weights stream from L2 (at most its size of them)."""
+    width = target.lanes
     if getattr(n, "combiner", "mac") != "mac" or len(n.maps) < 2 or not n.dims[n.npar:]:
         return None
     axes = getattr(n, "weight_layouts", {}).get(1)
@@ -496,15 +503,15 @@ def channel_vector_plan(n, width: int) -> ChannelPlan | None:
     window = row_window(n, [d for d, _ in par].index(row[0]))
     plans = []
     for r_col in (4, 3, 2, 1):
-        if (col[1] // width) % r_col or (r_col > 1 and r_col * width * red * 4 > CHANNEL_TILE_WEIGHT_BYTES):
+        if (col[1] // width) % r_col or (r_col > 1 and r_col * width * red * 4 > target.l2_bytes):
             continue
-        streaming = input_stream_bound(n, col[1] // width, r_col, width)
+        streaming = input_stream_bound(n, col[1] // width, r_col, target)
         # each point's broadcast stays live beside the weight vectors where the points share a
         # window (conv's kw); without one (1x1 conv) it feeds r_col FMAs and dies
         live_per_point = r_col + 1 if window is not None else r_col
-        for r_row in range(1, min(row[1], (VECTOR_REGISTERS - r_col) // live_per_point) + 1):
+        for r_row in range(1, min(row[1], (channel_tile_registers(target) - r_col) // live_per_point) + 1):
             used = row[1] / (-(-row[1] // r_row) * r_row)
-            score = channel_tile_score(r_col, r_row, used, red, width, window) * streaming
+            score = channel_tile_score(r_col, r_row, used, red, target, window) * streaming
             plans.append((score, r_col, r_row, used))
     best = max(plans, key=lambda plan: plan[0])
     best = max((p for p in plans if p[0] >= best[0] * (1 - PLAN_TIE) and p[1] <= best[1]),
@@ -515,10 +522,10 @@ def channel_vector_plan(n, width: int) -> ChannelPlan | None:
     return ChannelPlan(col[0], col[1], r_col, row[0], row[1], r_row, efficiency, window)
 
 
-def channel_vector_schedule(n, plan: ChannelPlan, width: int) -> Schedule:
+def channel_vector_schedule(n, plan: ChannelPlan, target: CPUTarget) -> Schedule:
     """Lanes over output channels read from weights packed `OIHW16o` (one contiguous vector per
     weight element), each input element broadcast to `r_col` vectors of `r_row` tile points.
-    Channel blocks come first unless the input does not stay in L2 (`L2_INPUT_BYTES`): then they
+    Channel blocks come first unless the input does not stay in L2 (`l2_input_bytes`): then they
     go inside the image rows (`oh`), each row's inputs re-read from L2 by every block:
 
         domain = #nest.domain<[n = 1, co = 512, oh = 7, ow = 7], [ci = 512, kh = 3, kw = 3]>
@@ -526,6 +533,7 @@ def channel_vector_schedule(n, plan: ChannelPlan, width: int) -> Schedule:
                        order = ["n", "co.o.o", "oh", "ci", "kh", "kw", "ow", "co.o.i", "co.i"],
                        unroll = {ow = 7, co.o.i = 2, kw = 3, kh = 3}, parallel = "co.o.o"}
     """
+    width = target.lanes
     sched = Schedule(splits=[(plan.col, width)], vector=f"{plan.col}.i",
                      pack={1: n.weight_layouts[1] + f"{width}o"})
     loops = [f"{name}.o" if name == plan.col else name for name, _ in n.dims[: n.npar]]
@@ -534,7 +542,7 @@ def channel_vector_schedule(n, plan: ChannelPlan, width: int) -> Schedule:
     tile += _tile_loop(sched, loops, f"{plan.col}.o", plan.col_extent // width, plan.r_col)
     _unroll_inner_reductions(sched, n)
     blocks = next((l for l in loops if l.startswith(f"{plan.col}.o")), None)
-    if blocks is not None and input_bytes_read(n) > L2_INPUT_BYTES:
+    if blocks is not None and input_bytes_read(n) > l2_input_bytes(target):
         # the input does not stay in L2: the channel blocks take turns on each row of the image,
         # whose inputs stay there (DenseNet-161 0.95x the time, ResNet-34 0.99x)
         loops.remove(blocks)
@@ -543,14 +551,16 @@ def channel_vector_schedule(n, plan: ChannelPlan, width: int) -> Schedule:
     return _finish(sched, n, loops, tile)
 
 
-def winograd_schedule(n, plan: WinogradPlan) -> Schedule:
+def winograd_schedule(n, plan: WinogradPlan, target: CPUTarget) -> Schedule:
     """A conv that runs as 1-D Winograd (`WINOGRAD`): lanes over output channels, a register
-    tile of two Winograd tiles along ow (E x 2 accumulators, the stem's 26) and one channel
-    vector, so that the transformed weights of a channel block (the stem's 17.5 KiB) stay in L1
-    while the block runs along a row; the channel blocks go inside the rows when the input does
+    tile of one channel vector by two Winograd tiles along ow where their E x 2 accumulators fit
+    the registers beside a weight vector and a broadcast (the stem's 26 of AVX-512's 32), else one
+    (AVX2's 16), so that the transformed weights of a channel block (the stem's 17.5 KiB) stay in
+    L1 while the block runs along a row; the channel blocks go inside the rows when the input does
     not stay in L2 (the stem's), as other channel-vector schedules do."""
+    tiles = 2 if 2 * plan.points + 2 <= target.registers else 1
     return channel_vector_schedule(n, ChannelPlan("co", plan.extents["co"], 1, "ow", plan.extents["ow"],
-                                                  2 * plan.m, 1.0), plan.width)
+                                                  tiles * plan.m, 1.0), target)
 
 
 def nest_shape(op: nest.ComputeOp) -> NestShape:
@@ -566,7 +576,7 @@ FUSE_ROWS = "nasir.fuse_rows"
 row as it needs them (convert-nest-to-loops' `emit_row_fused`)."""
 
 
-def channel_pool_schedule(n, width: int, blocks: int = 0) -> Schedule | None:
+def channel_pool_schedule(n, target: CPUTarget, blocks: int = 0) -> Schedule | None:
     """Lanes over channels for a max pool whose input pack-activations stores channel-blocked (its
     producer has lanes over the same channels): a register tile of points along the output row
     (the largest divisor of the row up to `width`), each a vector of `width` channels read with
@@ -582,6 +592,7 @@ def channel_pool_schedule(n, width: int, blocks: int = 0) -> Schedule | None:
     block times fewer points (`width` accumulators in all).
 
     None unless the pool writes NCHW with a multiple of `width` channels (and of `blocks` vectors)."""
+    width = target.lanes
     names = [name for name, _ in n.dims]
     results = n.out_map.results
     if n.combiner != "max" or len(results) != 4 or not all(isinstance(e, AffineDimExpr) for e in results[1:]):
@@ -645,10 +656,17 @@ def depthwise_channel(n) -> str | None:
 
 DEPTHWISE_POINTS = 14
 """Most points along the row a depthwise tile holds (each an accumulator beside its window's
-weight vectors: 14 + 9 for 3x3)."""
+weight vectors: 14 + 9 for 3x3 of AVX-512's 32 registers; see `depthwise_points`)."""
 
 
-def depthwise_channel_schedule(n, width: int) -> Schedule | None:
+def depthwise_points(taps: int, target: CPUTarget) -> int:
+    """Most accumulators of a depthwise tile beside the weight vectors of its window's `taps`, of
+    which LLVM keeps at most half the registers live (it reloads the others from L1): 14 on
+    AVX-512, 7 for a 3x3 window with AVX2's 16 registers."""
+    return max(1, min(DEPTHWISE_POINTS, target.registers - 1 - min(taps, target.registers // 2)))
+
+
+def depthwise_channel_schedule(n, target: CPUTarget) -> Schedule | None:
     """Lanes over channels for a depthwise conv whose input pack-activations stores channel-blocked
     (NCHW16c): each tap of a point is one aligned input load and one FMA with a weight vector
     packed `OIHW16o`, a register tile of points along the output row (the largest divisor of the
@@ -662,6 +680,7 @@ def depthwise_channel_schedule(n, width: int) -> Schedule | None:
 
     None unless the nest is a depthwise conv (`depthwise_channel`) over a multiple of `width`
     channels, NCHW, with a weight packable by output channel."""
+    width = target.lanes
     channel = depthwise_channel(n)
     axes = getattr(n, "weight_layouts", {}).get(1)
     if channel is None or axes is None or axes[0] != "O" or dict(n.dims)[channel] % width:
@@ -673,24 +692,26 @@ def depthwise_channel_schedule(n, width: int) -> Schedule | None:
     row_name, row_extent = n.dims[row.position]
     sched = Schedule(splits=[(channel, width)], vector=f"{channel}.i", pack={1: f"{axes}{width}o"})
     loops = [f"{name}.o" if name == channel else name for name in names[: n.npar]]
-    points = next(p for p in range(min(DEPTHWISE_POINTS, row_extent), 0, -1) if row_extent % p == 0)
+    taps = math.prod(e for _, e in n.dims[n.npar:])
+    points = next(p for p in range(min(depthwise_points(taps, target), row_extent), 0, -1) if row_extent % p == 0)
     tile = _tile_loop(sched, loops, row_name, row_extent, points)
     _unroll_inner_reductions(sched, n)
     return _finish(sched, n, loops, tile)
 
 
 class DefaultSchedulePass(ModulePass):
-    """Set a vectorised, thread-parallel schedule on every nest.compute that has none; a conv with a
-    wide strided row window (a 7x7 stride-2 stem) gets `winograd_schedule` and is marked to run as
-    1-D Winograd (`nasir.winograd`, with the `nasir.scratch_bytes` its kernel needs)."""
+    """Set a vectorised, thread-parallel schedule on every nest.compute that has none, for the
+    module's target CPU (`nasir.target`, else NASIR_CPU, else the host; `nasir-opt --cpu`): its
+    vector lanes, registers and caches; a conv with a wide strided row window (a 7x7 stride-2
+    stem) gets `winograd_schedule` and is marked to run as 1-D Winograd (`nasir.winograd`, with
+    the `nasir.scratch_bytes` its kernel needs)."""
 
     name = "default-schedule"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        from nasir.lowering.llvm_target import host_target
         from nasir.lowering.pack_activations import packed_tensors
 
-        width = host_target().vector_width
+        target = target_of(op)
         # nests that run lanes over channels only if their input is stored channel-blocked (a max
         # pool after a stem, a depthwise conv): their channel schedule, and the spatial one to fall
         # back to
@@ -698,14 +719,14 @@ class DefaultSchedulePass(ModulePass):
         for nest_op in op.walk():
             if isinstance(nest_op, nest.ComputeOp) and nest_op.schedule is None:
                 shape = nest_shape(nest_op)
-                winograd = winograd_plan(shape, width) if 1 in shape.weight_layouts else None
+                winograd = winograd_plan(shape, target.lanes) if 1 in shape.weight_layouts else None
                 if winograd is not None:
-                    nest_op.properties["schedule"] = winograd_schedule(shape, winograd).to_attr()
+                    nest_op.properties["schedule"] = winograd_schedule(shape, winograd, target).to_attr()
                     nest_op.attributes[WINOGRAD] = IntegerAttr(winograd.m, i64)
                     nest_op.attributes[SCRATCH] = IntegerAttr(winograd.scratch_bytes, i64)
                     continue
-                spatial = schedule_for(shape, width)
-                channel = channel_pool_schedule(shape, width) or depthwise_channel_schedule(shape, width)
+                spatial = schedule_for(shape, target)
+                channel = channel_pool_schedule(shape, target) or depthwise_channel_schedule(shape, target)
                 nest_op.properties["schedule"] = (channel or spatial).to_attr()
                 if channel is not None:
                     blocked_input[nest_op] = spatial
@@ -722,7 +743,7 @@ class DefaultSchedulePass(ModulePass):
         # its own kernel, block by block of the producer's channels, as it needs them
         for pool in blocked_input:
             blocks = fused_row_blocks(pool) if pool.kind == "max" else 0
-            fused = channel_pool_schedule(nest_shape(pool), width, blocks) if blocks > 1 else None
+            fused = channel_pool_schedule(nest_shape(pool), target, blocks) if blocks > 1 else None
             if fused is not None:
                 pool.properties["schedule"] = fused.to_attr()
                 pool.attributes[FUSE_ROWS] = UnitAttr()

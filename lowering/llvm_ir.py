@@ -1,9 +1,9 @@
-"""LLVM IR from the llvm dialect: xDSL's llvmlite converter, extended, plus O3 for the host.
+"""LLVM IR from the llvm dialect: xDSL's llvmlite converter, extended, plus O3 for the target CPU.
 
 The last step of the llvm backend before machine code: a module after convert-loops-to-llvm is
-converted with `xdsl.backend.llvm.convert.convert_module` (triple and data layout of the host
-target), parsed by LLVM and optimised with the new pass manager at O3 with loop and SLP
-vectorisation for the host CPU.
+converted with `xdsl.backend.llvm.convert.convert_module` (triple and data layout of the module's
+target, `nasir.target`), parsed by LLVM and optimised with the new pass manager at O3 for that CPU (LLVM's own loop and SLP
+vectorisers off: the code is explicitly vectorised).
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from xdsl.dialects import llvm
 from xdsl.dialects.builtin import ModuleOp
 
 from nasir.errors import LoweringError
-from nasir.lowering.llvm_target import HostTarget, host_target
+from nasir.lowering.llvm_target import CPUTarget, target_of
 
 
-def to_llvm_ir(module: ModuleOp, target: HostTarget | None = None) -> str:
-    """LLVM IR text (unoptimised) of a module at the llvm dialect level."""
+def to_llvm_ir(module: ModuleOp) -> str:
+    """LLVM IR text (unoptimised) of a module at the llvm dialect level, for its target."""
     from xdsl.backend.llvm.convert import convert_module
 
-    target = target or host_target()
+    target = target_of(module)
     try:
         ir_module = convert_module(module, fallback_target_triple=target.triple,
                                    data_layout=str(target.target_machine().target_data))
@@ -44,11 +44,10 @@ def _print_opaque(ir_module) -> str:
         types.ir_layer_typed_pointers_enabled = saved
 
 
-def optimize(ir_text: str, target: HostTarget | None = None):
-    """Parse and optimise LLVM IR at O3 for the host; returns the llvmlite ModuleRef."""
+def optimize(ir_text: str, target: CPUTarget):
+    """Parse and optimise LLVM IR at O3 for `target`; returns the llvmlite ModuleRef."""
     import llvmlite.binding as llvm
 
-    target = target or host_target()
     mod = llvm.parse_assembly(ir_text)
     mod.verify()
     tm = target.target_machine()

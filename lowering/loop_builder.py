@@ -329,6 +329,7 @@ class LoopBuilder:
 
             round 1: [a0 a1 .. a15] [b0 b1 .. b15] -> [a0 b0 a1 b1 .. a7 b7] [a8 b8 .. a15 b15]
         """
+        assert len(vectors) <= width, "transpose: more vectors than lanes (see transpose_chunks)"
         points = 1 << (len(vectors) - 1).bit_length()
         level = [[v] for v in vectors] + [[vectors[-1]]] * (points - len(vectors))
         half, group = width // 2, 1
@@ -343,6 +344,13 @@ class LoopBuilder:
             rows.append(chunk if at == 0 else
                         self.shuffle(chunk, chunk, [at + j % points for j in range(width)]))
         return rows
+
+    def transpose_chunks(self, vectors: list[SSAValue], width: int) -> list[list[SSAValue]]:
+        """The transpose of any number of `width`-lane vectors: `rows[l][j]` holds values
+        `j * width ..` of row l (`rows[l][j][i] = vectors[j * width + i][l]`), each block of `width`
+        vectors transposed on its own (a Winograd tile's 13 points with 8 lanes: two chunks)."""
+        blocks = [self.transpose(vectors[i: i + width], width) for i in range(0, len(vectors), width)]
+        return [list(chunks) for chunks in zip(*blocks)]
 
     def splat(self, value: SSAValue, width: int) -> SSAValue:
         return self.add(vector.BroadcastOp(value, VectorType(value.type, [width])))

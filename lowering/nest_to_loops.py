@@ -72,6 +72,7 @@ from nasir.dialects.nn import shape_of
 from nasir.errors import LoweringError
 from nasir.lowering.bufferize import IN_PLACE, SCRATCH, SCRATCH_AT
 from nasir.lowering.default_schedule import FUSE_ROWS, linear_coefficient, row_window, schedule_for, stride_of
+from nasir.lowering.llvm_target import CPUTarget, target_of
 from nasir.lowering.loop_builder import Lin, LoopBuilder
 from nasir.lowering.winograd import WINOGRAD
 from nasir.model import main_func, sanitize
@@ -87,7 +88,6 @@ PREFETCH_MIN_STRIDE = 2048
 """Bytes a loop iteration must move its input by for the tile to prefetch it: shorter strides (a
 window's rows, a 14x14 channel plane) the hardware's stride prefetcher follows, and prefetching
 the 7x7 stem's rows (896 bytes apart) made it 1.36x slower."""
-FLOATS_PER_LINE = 16
 EDGE_SHARE = 1 / 8
 """The share of an outer loop's iterations its edge runs must make to get tile versions of their
 own (see `NestEmitter.interior`): the first and last of a row's 7 tiles do, the first and last of 56
@@ -131,17 +131,19 @@ def nest_spec(op: nest.ComputeOp) -> Spec:
                 list(range(len(op.inputs))), winograd=WINOGRAD in op.attributes)
 
 
-def _elementwise(name: str, shape: Shape, reads: list[AffineMap], in_shapes, out_map: AffineMap | None = None,
-                 steps=(), pad=0.0, args=None, combiner="copy", red=(), out_shape: Shape | None = None) -> Spec:
-    """A nest over `shape`, writing the output (of `out_shape`, default `shape`) through `out_map`."""
+def _elementwise(target: CPUTarget, name: str, shape: Shape, reads: list[AffineMap], in_shapes,
+                 out_map: AffineMap | None = None, steps=(), pad=0.0, args=None, combiner="copy", red=(),
+                 out_shape: Shape | None = None) -> Spec:
+    """A nest over `shape`, writing the output (of `out_shape`, default `shape`) through `out_map`,
+    with its default schedule for `target`."""
     dims = list(zip([f"i{k}" for k in range(len(shape))], shape)) + list(red)
     spec = Spec(name, dims, len(shape), reads, out_map or AffineMap.identity(len(shape)), combiner, list(steps),
                 Schedule(), list(in_shapes), out_shape or shape, args or list(range(len(reads))), pad)
-    spec.schedule = schedule_for(spec)
+    spec.schedule = schedule_for(spec, target)
     return spec
 
 
-def nn_specs(op: Operation) -> list[Spec]:
+def nn_specs(op: Operation, target: CPUTarget) -> list[Spec]:
     """Internal nests of an nn op the nest level keeps (softmax excepted)."""
     name = op.layer_name or op.name.split(".")[1]
     shapes = [shape_of(v) for v in op.operands]
@@ -152,22 +154,23 @@ def nn_specs(op: Operation) -> list[Spec]:
         axis, specs, offset = op.axis.value.data, [], 0
         for k, s in enumerate(shapes):
             omap = AffineMap(rank, 0, tuple(e + offset if a == axis else e for a, e in enumerate(d)))
-            specs.append(_elementwise(f"{name}.{k}", s, [AffineMap.identity(rank)], [s], omap, args=[k], out_shape=out))
+            specs.append(_elementwise(target, f"{name}.{k}", s, [AffineMap.identity(rank)], [s], omap, args=[k],
+                                      out_shape=out))
             offset += s[axis]
         return specs
     if isinstance(op, nn.PadOp):
         pads = list(op.pads.get_values())
         reads = AffineMap(rank, 0, tuple(e - pads[a] for a, e in enumerate(d)))
-        return [_elementwise(name, out, [reads], shapes, pad=op.value.value.data)]
+        return [_elementwise(target, name, out, [reads], shapes, pad=op.value.value.data)]
     if isinstance(op, nn.ReshapeOp):
         strides = [math.prod(out[a + 1:]) for a in range(rank)]
         flat = sum((e * st for e, st in zip(d, strides)), AffineExpr.constant(0))
         src = shapes[0]
         reads = AffineMap(rank, 0, tuple((flat // math.prod(src[a + 1:])) % src[a] for a in range(len(src))))
-        return [_elementwise(name, out, [reads], shapes)]
+        return [_elementwise(target, name, out, [reads], shapes)]
     if isinstance(op, nn.BatchNormOp):
         per_c = AffineMap(rank, 0, (d[1],))
-        return [_elementwise(name, out, [AffineMap.identity(rank)] + [per_c] * 4, shapes,
+        return [_elementwise(target, name, out, [AffineMap.identity(rank)] + [per_c] * 4, shapes,
                              steps=[("batch_norm", [1, 2, 3, 4], [op.epsilon.value.data])])]
     if isinstance(op, nn.LRNOp):
         size = op.size.value.data
@@ -175,7 +178,7 @@ def nn_specs(op: Operation) -> list[Spec]:
         window = AffineMap(rank + 1, 0, (d[0], d[1] + k - (size - 1) // 2, *d[2:]))
         center = AffineMap(rank + 1, 0, tuple(d))
         step = ("lrn", [2], [op.alpha.value.data / size, op.beta.value.data, op.bias.value.data])
-        return [_elementwise(name, out, [window, window, center], [shapes[0]] * 3,
+        return [_elementwise(target, name, out, [window, window, center], [shapes[0]] * 3,
                              AffineMap(rank + 1, 0, tuple(d)), [step], args=[0, 0, 0], combiner="mac",
                              red=[("k", size)])]
     raise LoweringError(f"convert-nest-to-loops: op '{op.name}' (layer '{name}') is not supported")
@@ -184,10 +187,10 @@ def nn_specs(op: Operation) -> list[Spec]:
 # --- kernel emission ---------------------------------------------------------------------------
 
 class NestEmitter:
-    """Emits the loops of one Spec into a kernel whose arguments are `refs`."""
+    """Emits the loops of one Spec for `target` into a kernel whose arguments are `refs`."""
 
-    def __init__(self, b: LoopBuilder, spec: Spec, refs: list[SSAValue]):
-        self.b, self.spec, self.refs = b, spec, refs
+    def __init__(self, b: LoopBuilder, spec: Spec, refs: list[SSAValue], target: CPUTarget):
+        self.b, self.spec, self.refs, self.target = b, spec, refs, target
         self.ins = [refs[a] for a in spec.args]
         self.out = refs[-1]
         sched = spec.schedule
@@ -488,7 +491,7 @@ class NestEmitter:
     def prefetch_ahead(self, name: str, points: list[tuple[int, ...]]) -> None:
         """Prefetch the cache lines of input 0 that the tile will read PREFETCH_DISTANCE
         iterations of loop `name` ahead, over its points and the unrolled reduction loops inside
-        `name`: one line address per 16 floats of each run of reads (a 3x3 conv's 14 points read
+        `name`: one line address per cache line (16 floats) of each run of reads (a 3x3 conv's 14 points read
         3 rows of 16 columns: 3 to 6 prefetches per input channel). Each iteration reads a new
         channel plane, a stride the hardware prefetchers do not follow: without them ResNet's
         1x1 stride-2 convs ran 1.4x the time, 3x3 convs 1.06x."""
@@ -510,11 +513,12 @@ class NestEmitter:
                         at = [Lin(l.s, l.k + l.c * lane) for l in idx]
                         flat = sum(l.k * st for l, st in zip(at, strides))
                         reads.setdefault(tuple(id(l.s) for l in at), {})[flat] = at
+        line = self.target.cache_line // 4
         for run in reads.values():
             last = None
             offsets = sorted(run)
             for flat in offsets:
-                if last is None or flat - last >= FLOATS_PER_LINE or flat == offsets[-1]:
+                if last is None or flat - last >= line or flat == offsets[-1]:
                     b.prefetch(self.ins[0], [b.scalar(l) for l in run[flat]])
                     last = flat
 
@@ -908,14 +912,14 @@ class NestEmitter:
         self.write(self._steps(v, dims, conds, self.spec.steps[done:]), dims, conds)
 
 
-def emitter_for(b: LoopBuilder, spec: Spec, refs: list[SSAValue]) -> NestEmitter:
+def emitter_for(b: LoopBuilder, spec: Spec, refs: list[SSAValue], target: CPUTarget) -> NestEmitter:
     """The emitter of `spec` over kernel arguments `refs`: a Winograd conv's (`refs` end with its
     scratch) or the plain one."""
     if spec.winograd:
         from nasir.lowering.winograd_emitter import WinogradEmitter  # it builds on NestEmitter
 
-        return WinogradEmitter(b, spec, refs[:-1], refs[-1])
-    return NestEmitter(b, spec, refs)
+        return WinogradEmitter(b, spec, refs[:-1], refs[-1], target)
+    return NestEmitter(b, spec, refs, target)
 
 
 def shared_loops(emitter: NestEmitter) -> tuple[str, str]:
@@ -932,7 +936,7 @@ def shared_loops(emitter: NestEmitter) -> tuple[str, str]:
 
 
 def emit_row_fused(b: LoopBuilder, producer: Spec, consumer: Spec, made_args: list[SSAValue],
-                   use_args: list[SSAValue]) -> None:
+                   use_args: list[SSAValue], target: CPUTarget) -> None:
     """The consumer (a max pool) and the producer of its input in one kernel: threads take blocks of
     channels, and for each output row of the consumer the producer first computes the input rows
     it reaches that are not yet there, so the consumer reads them from L1/L2 instead of from
@@ -945,8 +949,8 @@ def emit_row_fused(b: LoopBuilder, producer: Spec, consumer: Spec, made_args: li
 
     `made_args`: the producer's kernel arguments (operands, result, a Winograd conv's scratch);
     `use_args`: the consumer's but its input, the producer's result (epilogue operands, result)."""
-    made = emitter_for(b, producer, made_args)
-    use = NestEmitter(b, consumer, [made.out, *use_args])
+    made = emitter_for(b, producer, made_args, target)
+    use = NestEmitter(b, consumer, [made.out, *use_args], target)
     (made_block, made_row), (use_block, use_row) = shared_loops(made), shared_loops(use)
     blocks = made.extent[made_block]
     if use.extent[use_block] != blocks:
@@ -1082,15 +1086,15 @@ def make_kernel(name: str, arg_types: list[MemRefType], emit, aliased: frozenset
                                             for k in range(len(arg_types))]))
 
 
-def kernel_for(name: str, op: Operation, arg_types: list[MemRefType]) -> func.FuncOp:
+def kernel_for(name: str, op: Operation, arg_types: list[MemRefType], target: CPUTarget) -> func.FuncOp:
     if isinstance(op, nn.SoftmaxOp):
         return make_kernel(name, arg_types, lambda b, a: softmax_kernel(
             b, shape_of(op.results[0]), op.axis.value.data % len(shape_of(op.results[0])), a[0], a[1]))
-    specs = [nest_spec(op)] if isinstance(op, nest.ComputeOp) else nn_specs(op)
+    specs = [nest_spec(op)] if isinstance(op, nest.ComputeOp) else nn_specs(op, target)
 
     def emit(b, args):
         for spec in specs:
-            emitter = emitter_for(b, spec, args)
+            emitter = emitter_for(b, spec, args, target)
             emitter.prepare()
             emitter.emit()
 
@@ -1170,6 +1174,7 @@ class ConvertNestToLoopsPass(ModulePass):
         fn = main_func(op)
         if fn.function_type.inputs.data and not isinstance(fn.function_type.inputs.data[0], MemRefType):
             raise LoweringError("convert-nest-to-loops: run nest-bufferize first")
+        target = target_of(op)
         taken: set[str] = {"main"}
         shared: dict[tuple, str] = {}
         kernels: list[func.FuncOp] = []
@@ -1213,9 +1218,9 @@ class ConvertNestToLoopsPass(ModulePass):
                 # the pool's operand k is argument len(producer_refs) + k - 1 (its input is not one)
                 aliased = aliased_arguments(compute, len(producer_refs) - 1, len(refs))
                 kernel = lambda name, types, c=compute, p=spec, n=len(producer_refs), a=aliased: make_kernel(  # noqa: E731
-                    name, types, lambda b, args: emit_row_fused(b, p, nest_spec(c), args[:n], args[n:]), a)
+                    name, types, lambda b, args: emit_row_fused(b, p, nest_spec(c), args[:n], args[n:], target), a)
             else:
-                kernel = lambda name, types, c=compute: kernel_for(name, c, types)  # noqa: E731
+                kernel = lambda name, types, c=compute: kernel_for(name, c, types, target)  # noqa: E731
             name = shared.get(key)
             if name is None:
                 name, n = sanitize(layer) or "kernel", 1

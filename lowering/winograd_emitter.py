@@ -8,8 +8,9 @@ The kernel first fills its scratch (a slice of the workspace arena that nest-buf
 
 The input is read a row at a time as `s * m` residue classes of its columns (`residues`: three
 rounds of even/odd shuffles for 8 classes, one `vpermt2ps` each), kept in a small stack buffer so
-that each of a phase's points is one unaligned load of 16 tiles; the E products of 16 tiles are
-transposed before their stores, so that a tile's E values are adjacent (its broadcasts read one
+that each of a phase's points is one unaligned load of a vector of tiles (16 with AVX-512); the E
+products of a vector of tiles are transposed (in blocks of as many products as lanes) before their
+stores, so that a tile's E values are adjacent (its broadcasts read one
 or two cache lines, not E: the stem's contraction ran 1.5x the time with V[ci][row][e][t]). Then
 the nest's own outer loops (rows, channel blocks, tiles of the row; a fused max pool's) run this
 tile per vector of output channels, E x (points / m) accumulators (ResNet's stem: 13 x 2):
@@ -31,6 +32,7 @@ from xdsl.dialects.builtin import MemRefType, VectorType, f32, i1
 from xdsl.ir import SSAValue
 
 from nasir.errors import LoweringError
+from nasir.lowering.llvm_target import CPUTarget
 from nasir.lowering.loop_builder import Lin, LoopBuilder
 from nasir.lowering.nest_to_loops import NestEmitter, Spec
 from nasir.lowering.winograd import WinogradPlan, row_tile_loop, winograd_plan
@@ -77,8 +79,8 @@ def each_row(b: LoopBuilder, channels: int, rows: int, body) -> None:
 class WinogradEmitter(NestEmitter):
     """A conv nest's kernel with a 1-D Winograd tile; `scratch` is its workspace slice (i8)."""
 
-    def __init__(self, b: LoopBuilder, spec: Spec, refs: list[SSAValue], scratch: SSAValue):
-        super().__init__(b, spec, refs)
+    def __init__(self, b: LoopBuilder, spec: Spec, refs: list[SSAValue], scratch: SSAValue, target: CPUTarget):
+        super().__init__(b, spec, refs, target)
         where = f"nest '{spec.name}'"
         plan = winograd_plan(spec, self.width or 0)
         if plan is None:
@@ -152,7 +154,8 @@ class WinogradEmitter(NestEmitter):
                     columns.append(b.vload(x, [b.idx(0), ci, clamped, b.idx(start)], w, mask, 0.0))
                 for q, v in enumerate(residues(b, columns, group, w)):
                     b.vstore(v, classes, [b.idx(q), b.idx(chunk * w)], None)
-            products = b.const(tuple(int(j < plan.points) for j in range(w)), VectorType(i1, [w]))
+            products = [b.const(tuple(int(c + j < plan.points) for j in range(w)), VectorType(i1, [w]))
+                        for c in range(0, plan.points, w)]
             for lanes in range(plan.tile_lanes // w):
                 points = []
                 for ph, bt in zip(plan.phases, bts):
@@ -161,8 +164,9 @@ class WinogradEmitter(NestEmitter):
                         d, q = places[(ph, i)]
                         inputs.append(b.vload(classes, [b.idx(q), b.idx(lanes * w + d - lowest)], w, None, 0.0))
                     points += [linear_sum(b, bt[p], inputs) for p in range(ph.points)]
-                for t, v in enumerate(b.transpose(points, w)):
-                    b.vstore(v, self.V, [ci, r, b.idx(lanes * w + t), b.idx(0)], products)
+                for t, tile in enumerate(b.transpose_chunks(points, w)):
+                    for c, v in enumerate(tile):
+                        b.vstore(v, self.V, [ci, r, b.idx(lanes * w + t), b.idx(c * w)], products[c])
 
         each_row(b, e["ci"], plan.rows, row)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from nasir.errors import FrontendError, NasirError
 from nasir.model import Model, load_text
 
-TARGET_OPTIONS = {"llvm": ("threads", "profile"), "torch": ()}
+TARGET_OPTIONS = {"llvm": ("threads", "profile", "cpu"), "torch": ()}
 """The targets and the keyword options each one's compile takes (`threads` counts where it is not 1)."""
 TARGETS = tuple(TARGET_OPTIONS)
 
@@ -30,6 +30,9 @@ def load(path: str | Path, input_shapes: dict[str, tuple[int, ...]] | list[tuple
 def compile(model: Model, target: str = "llvm", threads: int = 1, **options):
     """Compile `model` for `target` ("llvm": native CPU code, "torch": PyTorch reference). An option
     the target does not take is an error, not ignored:
+
+        compile(model, cpu="znver3")      llvm code for a CPU LLVM knows by name ("host": this one's;
+                                          default: the environment's NASIR_CPU, else the host)
 
         compile(model, target="torch", threads=2)
         -> NasirError: target 'torch' takes no option 'threads' (it takes: none)

@@ -37,6 +37,15 @@ class RuntimeInputError(NasirError):
     """Inputs given to an Executable do not match the compiled signature."""
 
 
+class ForeignCPUError(NasirError):
+    """Code compiled for a CPU whose vectors this machine lacks (AVX-512 code on an AVX2 CPU) was
+    called; `executable` is the code, which can still be saved for that CPU."""
+
+    def __init__(self, message: str, executable):
+        super().__init__(message)
+        self.executable = executable
+
+
 class ZooError(NasirError):
     """An unknown zoo model name or a dataset the model does not support."""
 

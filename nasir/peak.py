@@ -66,7 +66,7 @@ class _PeakKernel:
         from nasir.lowering.llvm_target import host_target
 
         self.width, self.accumulators = width, accumulators
-        self.engine = llvm.create_mcjit_compiler(optimize(fma_kernel_ir(width, accumulators)),
+        self.engine = llvm.create_mcjit_compiler(optimize(fma_kernel_ir(width, accumulators), host_target()),
                                                  host_target().target_machine(jit=True))
         self.engine.finalize_object()
         self.fn = ctypes.CFUNCTYPE(None, ctypes.c_int64, *[ctypes.c_void_p] * 3)(
@@ -97,7 +97,7 @@ def measure_peak_gflops(repeat: int = 50, seconds: float = 0.002, accumulators: 
     """
     from nasir.lowering.llvm_target import host_target
 
-    kernel = _kernel(host_target().vector_width, accumulators)
+    kernel = _kernel(host_target().lanes, accumulators)
     iterations = 1 << 10
     while True:  # calibrate: grow until one run takes about `seconds`
         start = time.perf_counter()

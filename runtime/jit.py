@@ -14,7 +14,7 @@ from functools import cache
 from pathlib import Path
 
 from nasir.errors import LoweringError
-from nasir.lowering.llvm_target import host_target
+from nasir.lowering.llvm_target import CPUTarget
 
 ENTRY = "main"
 THREADS = "nasir_num_threads"
@@ -52,11 +52,11 @@ def _torch_gomp() -> str | None:
 class JITModule:
     """LLVM IR compiled in-process with MCJIT; keeps the engine alive as long as it is used."""
 
-    def __init__(self, optimized_module):
+    def __init__(self, optimized_module, target: CPUTarget):
         import llvmlite.binding as llvm
 
         load_openmp()
-        self.engine = llvm.create_mcjit_compiler(optimized_module, host_target().target_machine(jit=True))
+        self.engine = llvm.create_mcjit_compiler(optimized_module, target.target_machine(jit=True))
         self.engine.finalize_object()
         self.engine.run_static_constructors()
         self.entry_address = self.engine.get_function_address(ENTRY)
@@ -73,11 +73,11 @@ class SharedLibrary:
         self.threads_address = ctypes.addressof(ctypes.c_int.in_dll(self.lib, THREADS))
 
 
-def write_shared_library(optimized_module, path: str | Path) -> Path:
-    """Object code from LLVM, linked with `cc -shared` against libgomp."""
+def write_shared_library(optimized_module, path: str | Path, target: CPUTarget) -> Path:
+    """Object code for `target` from LLVM, linked with `cc -shared` against libgomp."""
     path = Path(path)
     obj = path.with_suffix(".o")
-    obj.write_bytes(host_target().target_machine().emit_object(optimized_module))
+    obj.write_bytes(target.target_machine().emit_object(optimized_module))
     gomp = load_openmp()
     cmd = [os.environ.get("CC", "cc"), "-shared", "-o", str(path), str(obj)]
     cmd += [gomp] if os.path.isabs(gomp) else ["-l:" + gomp]

@@ -4,6 +4,8 @@ Data flow: nn IR --LLVM_PIPELINE--> llvm dialect --llvm_ir--> LLVM IR --O3--> MC
 are packed once into one 64-byte aligned buffer at the offsets nest-bufferize chose; the workspace
 arena is allocated once; each call is one ctypes call of `main(inputs, outputs, weights, workspace)`.
 `save(dir)` writes `model.so` (cc -shared), `weights.npy` and `meta.json`; `load(dir)` runs them.
+Code for a CPU with wider vectors than the host's (`cpu="x86-64-v4"` on an AVX2 machine) is
+compiled and can be saved, but not run here.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from nasir.errors import NasirError
+from nasir.errors import ForeignCPUError, NasirError
+from nasir.lowering.llvm_target import TARGET, CPUTarget, cpu_target, host_target, set_target, target_of
 from nasir.lowering.pipeline import LLVM_PIPELINE
 from nasir.model import Model
 from nasir.passes import gc_paused, run_pipeline
@@ -44,7 +47,8 @@ class LLVMExecutable(Executable):
 
     target = "llvm"
 
-    def __init__(self, native, meta: dict, weights: np.ndarray, optimized_module=None, threads: int = 1):
+    def __init__(self, native, meta: dict, weights: np.ndarray, optimized_module=None, threads: int = 1,
+                 compiled_for: CPUTarget | None = None):
         super().__init__(meta["input_names"], [tuple(s) for s in meta["input_shapes"]], meta["output_names"])
         self.native = native
         self.meta = meta
@@ -53,6 +57,8 @@ class LLVMExecutable(Executable):
         self.workspace = aligned_empty(max(1, meta["workspace_bytes"]))
         self.workspace_bytes = meta["workspace_bytes"]
         self._module = optimized_module
+        self.compiled_for = compiled_for or cpu_target(meta["cpu"])
+        """The CPU this code was compiled for (see `nasir.lowering.llvm_target`)."""
         n_args = len(self.input_shapes) + len(self.output_shapes) + 2
         self._entry = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * n_args)(native.entry_address)
         self.threads = threads
@@ -68,7 +74,16 @@ class LLVMExecutable(Executable):
             raise NasirError(f"threads must be >= 1, got {n}")
         ctypes.c_int.from_address(self.native.threads_address).value = int(n)
 
+    @property
+    def runs_here(self) -> bool:
+        """Whether this machine can run the code (not wider vectors than its own)."""
+        return self.meta["lanes"] <= host_target().lanes
+
     def _run(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        if not self.runs_here:
+            raise ForeignCPUError(f"this code was compiled for {self.meta['cpu']} ({self.meta['lanes']}-lane vectors) "
+                                  f"and cannot run on this CPU ({host_target().cpu}, {host_target().lanes} lanes): "
+                                  f"save() it and run it there, or compile with cpu='host'", self)
         outputs = [np.empty(s, np.float32) for s in self.output_shapes]
         ptrs = [a.ctypes.data for a in arrays] + [o.ctypes.data for o in outputs]
         self._entry(*ptrs, self.weights.ctypes.data, self.workspace.ctypes.data)
@@ -94,14 +109,16 @@ class LLVMExecutable(Executable):
             raise NasirError("this executable was loaded from disk; save the original instead")
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        write_shared_library(self._module, path / "model.so")
+        write_shared_library(self._module, path / "model.so", self.compiled_for)
         np.save(path / "weights.npy", np.asarray(self.weights))
         (path / "meta.json").write_text(json.dumps(self.meta, indent=1))
         return path
 
 
-def lower_to_llvm_dialect(model: Model, profile: bool = False) -> Model:
-    """`model` through LLVM_PIPELINE (`profile`: with per-call tick counters, see `nasir.profile`).
+def lower_to_llvm_dialect(model: Model, profile: bool = False, cpu: str | CPUTarget | None = None) -> Model:
+    """`model` through LLVM_PIPELINE for `cpu` (a name LLVM knows, "host", a description, or None:
+    the module's own `nasir.target`, else the host; see `nasir.lowering.llvm_target`); `profile`:
+    with per-call tick counters, see `nasir.profile`.
     The nest-level result is verified; the loop and llvm levels are not: verifying tens of
     thousands of ops costs as much as building them, and LLVM verifies the IR made from them
     (`nasir.lowering.llvm_ir.optimize`)."""
@@ -110,19 +127,24 @@ def lower_to_llvm_dialect(model: Model, profile: bool = False) -> Model:
         stages[stages.index("convert-loops-to-llvm")] = "convert-loops-to-llvm{profile=true}"
     loops = stages.index("convert-nest-to-loops")
     out = model.clone()
+    if cpu is not None or TARGET not in out.module.attributes:
+        set_target(out.module, cpu)
     run_pipeline(out.module, ",".join(stages[:loops]))
     run_pipeline(out.module, ",".join(stages[loops:]), verify=False)
     return out
 
 
 @gc_paused()
-def compile_llvm(model: Model, threads: int = 1, profile: bool = False) -> LLVMExecutable:
-    """Compile `model` to native code for the host CPU (see the module docstring); `profile`
-    times every kernel call for `LLVMExecutable.profile` (two counter reads and an add a call)."""
+def compile_llvm(model: Model, threads: int = 1, profile: bool = False,
+                 cpu: str | CPUTarget | None = None) -> LLVMExecutable:
+    """Compile `model` to native code for `cpu` (by default the host; see the module docstring and
+    `lower_to_llvm_dialect`); `profile` times every kernel call for `LLVMExecutable.profile` (two
+    counter reads and an add a call)."""
     from nasir.lowering.llvm_ir import optimize, to_llvm_ir
 
     start = time.perf_counter()
-    lowered = lower_to_llvm_dialect(model, profile)
+    lowered = lower_to_llvm_dialect(model, profile, cpu)
+    target = target_of(lowered.module)
     attrs = lowered.module.attributes
     offsets = {k: v.value.data for k, v in attrs["nasir.weight_offsets"].data.items()}
     meta = {
@@ -130,16 +152,17 @@ def compile_llvm(model: Model, threads: int = 1, profile: bool = False) -> LLVME
         "input_shapes": [list(s) for s in model.input_shapes], "output_shapes": [list(s) for s in model.output_shapes],
         "workspace_bytes": attrs["nasir.workspace_bytes"].value.data,
         "weights_bytes": attrs["nasir.weights_bytes"].value.data,
+        "cpu": target.cpu, "lanes": target.lanes,
     }
     if profile:
         meta["profile"] = {"offset": attrs["nasir.profile_offset"].value.data, "calls": [
             {"layer": c.data["layer"].data, "kernel": c.data["kernel"].data, "macs": c.data["macs"].value.data}
             for c in attrs["nasir.profile"].data]}
     weights = pack_weights(lowered.weights, offsets, meta["weights_bytes"])
-    module = optimize(to_llvm_ir(lowered.module))
-    native = JITModule(module)
+    module = optimize(to_llvm_ir(lowered.module), target)
+    native = JITModule(module, target)
     meta["compile_seconds"] = time.perf_counter() - start
-    return LLVMExecutable(native, meta, weights, module, threads)
+    return LLVMExecutable(native, meta, weights, module, threads, target)
 
 
 def load(path: str | Path, threads: int = 1) -> LLVMExecutable:

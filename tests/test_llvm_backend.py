@@ -19,6 +19,7 @@ from nasir.passes import gc_paused
 from nasir.runtime.llvm_executable import compile_llvm
 
 RNG = np.random.default_rng(0)
+pytestmark = pytest.mark.usefixtures("cpu")  # every test at both vector widths (conftest.py)
 
 
 def build(input_shapes, body, weights=None):
@@ -48,6 +49,13 @@ def run(model, *xs, threads=1):
 
 def rand(*shape):
     return RNG.standard_normal(shape).astype(np.float32)
+
+
+def lanes() -> int:
+    """The vector width the test compiles for (conftest's `cpu` fixture)."""
+    from nasir.lowering.llvm_target import resolve_target
+
+    return resolve_target(None).lanes
 
 
 CONVS = [  # (c, o, h, w, k, stride, pad, dilation, groups)
@@ -87,14 +95,13 @@ def test_gemm_weight_read_across_lanes_is_packed(rows, outputs):
     """A classifier's [outputs, k] weight read with lanes over its outputs is packed so that each
     weight vector is one load (1000 classes: blocks of 8 lanes; 10 have no block of 4 or more and
     stay unpacked); the numbers are numpy's."""
-    from nasir.lowering.llvm_target import host_target
     from nasir.lowering.pipeline import LLVM_PIPELINE
 
     a, w, c = rand(rows, 64), rand(outputs, 64), rand(outputs)
     model = build([(rows, 64)], lambda a_, W: [nn.GemmOp.new(a_[0], W("w", w), W("c", c), trans_b=True).named("fc")])
     scheduled = model.transform(LLVM_PIPELINE.split(",pack-weights")[0])
     [fc] = [op for op in scheduled.module.walk() if isinstance(op, nest.ComputeOp)]
-    width = host_target().vector_width
+    width = lanes()
     block = next((b for b in (width, width // 2, width // 4) if b >= 4 and outputs % b == 0), None)
     sched = fc.get_schedule()
     assert sched.pack == ({1: f"OI{block}o"} if block else {})
@@ -359,13 +366,12 @@ def test_last_tile_of_a_row_runs_on_narrower_vectors(c, groups, h, w, k, pad):
     next power of two (8, 4) lanes; 25 = 16 + 9 keeps 16. Padded or not (the 1x1 conv's last tile
     has no version of its own), against torch."""
     from nasir.lowering.llvm_ir import to_llvm_ir
-    from nasir.lowering.llvm_target import host_target
     from nasir.lowering.pipeline import LLVM_PIPELINE
 
     wt, x = rand(c, c // groups, k, k), rand(1, c, h, w)
     model = build([x.shape], lambda a, W: [
         nn.Conv2DOp.new(a[0], W("w", wt), pads=(pad,) * 4, groups=groups).named("conv")])
-    width = host_target().vector_width
+    width = lanes()
     assert scheduled_nests(model)["conv"].get_schedule().vector == "ow.i"
     tail = w % width
     narrow = max(4, 1 << (tail - 1).bit_length()) if tail else width
@@ -388,16 +394,16 @@ def test_average_pool_counts_the_lanes_of_a_narrower_last_tile(width):
 
 def test_llvm_ir_of_a_conv_has_vector_types():
     from nasir.lowering.llvm_ir import optimize, to_llvm_ir
-    from nasir.lowering.llvm_target import host_target
+    from nasir.lowering.llvm_target import resolve_target
     from nasir.lowering.pipeline import LLVM_PIPELINE
 
     wt = rand(32, 16, 3, 3)
     model = build([(1, 16, 20, 20)], lambda a, W: [nn.Conv2DOp.new(a[0], W("w", wt), pads=(1, 1, 1, 1))])
     text = to_llvm_ir(model.transform(LLVM_PIPELINE).module)
-    width = host_target().vector_width
+    width = resolve_target(None).lanes
     assert f"<{width} x float>" in text
     assert "noalias" in text
-    assert f"<{width} x float>" in str(optimize(text))
+    assert f"<{width} x float>" in str(optimize(text, resolve_target(None)))
 
 
 def test_unsupported_schedule_names_the_nest():
@@ -489,7 +495,7 @@ def test_conv_into_max_pool_stores_channel_blocks(case):
     got, want, nests = stem_and_pool(*case)
     c, o, *_ = case
     conv_shape, conv_lanes = nests["conv"]
-    assert conv_lanes == "co.i" and conv_shape[1:2] + conv_shape[4:] == [o // 16, 16], nests
+    assert conv_lanes == "co.i" and conv_shape[1:2] + conv_shape[4:] == [o // lanes(), lanes()], nests
     assert nests["pool"][1] == "c.i" and len(nests["pool"][0]) == 4, nests
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
@@ -628,7 +634,7 @@ def test_conv_into_global_pool_packs_unless_its_epilogue_reads_nchw(residual):
 
     model = build([(1, 32, 7, 7)], body)
     conv = scheduled_nests(model)["conv"]
-    assert list(conv.result.type.get_shape()) == ([1, 32, 7, 7] if residual else [1, 2, 7, 7, 16])
+    assert list(conv.result.type.get_shape()) == ([1, 32, 7, 7] if residual else [1, 32 // lanes(), 7, 7, lanes()])
     y = F.conv2d(torch.from_numpy(x), torch.from_numpy(wt), torch.from_numpy(bias), padding=1)
     y = (y + torch.from_numpy(x) if residual else y).relu()
     np.testing.assert_allclose(run(model, x), y.mean((2, 3), keepdim=True).numpy(), rtol=1e-4, atol=1e-4)
@@ -702,7 +708,7 @@ def test_depthwise_convs_run_on_channel_blocks(case):
     c, *_ = case
     shapes = {name: list(op.result.type.get_shape()) for name, op in nests.items()}
     for name in ("pool", "dwa"):
-        assert shapes[name][1:2] + shapes[name][4:] == [c // 16, 16], shapes
+        assert shapes[name][1:2] + shapes[name][4:] == [c // lanes(), lanes()], shapes
     assert len(shapes["dwb"]) == 4, shapes
     assert nests["dwa"].get_schedule().vector == nests["dwb"].get_schedule().vector == "g.i"
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
@@ -725,7 +731,7 @@ def test_depthwise_conv_on_an_nchw_input_keeps_lanes_along_rows():
 
     model = build([(1, 32, 9, 9)], body)
     nests = scheduled_nests(model)
-    assert [nests[n].get_schedule().vector for n in ("dwa", "dwb")] == ["ow", "ow"]
+    assert [nests[n].get_schedule().vector.split(".")[0] for n in ("dwa", "dwb")] == ["ow", "ow"]
     want = F.conv2d(F.conv2d(torch.from_numpy(x), torch.from_numpy(wa), padding=1, groups=32),
                     torch.from_numpy(wb), padding=1, groups=32)
     np.testing.assert_allclose(run(model, x), want.numpy(), rtol=1e-4, atol=1e-4)

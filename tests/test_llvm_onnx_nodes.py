@@ -1,4 +1,5 @@
-"""The onnx package's PyTorch-converted node tests nasir supports, run on the llvm backend."""
+"""The onnx package's PyTorch-converted node tests nasir supports, run on the llvm backend at both
+vector widths (AVX2 and AVX-512, conftest's `cpu`)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ CASES = [(s, n) for s in SUITES for n in sorted(os.listdir(os.path.join(DATA, s)
 
 
 @pytest.mark.parametrize("suite,name", CASES, ids=[n for _, n in CASES])
-def test_node_case_on_llvm(suite: str, name: str):
+def test_node_case_on_llvm(suite: str, name: str, cpu: str):
     case = os.path.join(DATA, suite, name)
     exe = compile_llvm(import_onnx(os.path.join(case, "model.onnx")), threads=2)
     for data_set in sorted(glob.glob(os.path.join(case, "test_data_set_*"))):

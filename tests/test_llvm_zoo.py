@@ -1,4 +1,5 @@
-"""End to end: every zoo model compiled for llvm matches ONNX Runtime, with 1 and 2 threads."""
+"""End to end: every zoo model compiled for llvm matches ONNX Runtime, with 1 and 2 threads, at
+both vector widths (AVX2 and AVX-512, conftest's `cpu`)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ CASES = [pytest.param(name, ds, marks=() if (name, ds) in FAST else pytest.mark.
 
 
 @pytest.mark.parametrize("name,dataset", CASES)
-def test_zoo_model_matches_onnxruntime(name, dataset, tmp_path):
+def test_zoo_model_matches_onnxruntime(name, dataset, cpu, tmp_path):
     path = zoo.export_onnx(name, tmp_path / f"{name}.onnx", dataset=dataset)
     model = nasir.load(path)
     x = np.random.default_rng(0).standard_normal(model.input_shapes[0]).astype(np.float32)

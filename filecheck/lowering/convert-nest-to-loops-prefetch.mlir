@@ -1,11 +1,11 @@
-// RUN: nasir-opt %s -p convert-nn-to-nest,default-schedule,pack-weights,nest-bufferize,convert-nest-to-loops | filecheck %s
-// RUN: nasir-opt %s -p convert-nn-to-nest,default-schedule,pack-weights,nest-bufferize,convert-nest-to-loops,convert-loops-to-llvm | filecheck %s --check-prefix=LLVM
+// RUN: nasir-opt %s --cpu=x86-64-v4 -p convert-nn-to-nest,default-schedule,pack-weights,nest-bufferize,convert-nest-to-loops | filecheck %s
+// RUN: nasir-opt %s --cpu=x86-64-v4 -p convert-nn-to-nest,default-schedule,pack-weights,nest-bufferize,convert-nest-to-loops,convert-loops-to-llvm | filecheck %s --check-prefix=LLVM
 
 // A 1x1 stride-2 conv's channel tile (14 points of row 2 * oh, columns 0, 2, ..., 26) walks its
 // 16 input channels one 28x28 plane (3136 bytes) apart: each iteration prefetches the lines it
 // will read 4 channels ahead, one per 16 floats of the row and the last (columns 0, 16, 26). The
 // 3x3 conv after it walks 14x14 planes (784 bytes apart), a stride the hardware follows: no
-// prefetch.
+// prefetch. The schedules are AVX-512's (16 lanes): the width is pinned.
 
 builtin.module {
   func.func @main(%x: tensor<1x16x28x28xf32>) -> tensor<1x32x14x14xf32> {

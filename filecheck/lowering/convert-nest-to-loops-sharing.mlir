@@ -1,4 +1,5 @@
-// RUN: nasir-opt %s -p convert-nn-to-nest,default-schedule,nest-bufferize,convert-nest-to-loops | filecheck %s
+// RUN: nasir-opt %s --cpu=x86-64-v4 -p convert-nn-to-nest,default-schedule,nest-bufferize,convert-nest-to-loops | filecheck %s
+// RUN: nasir-opt %s --cpu=x86-64-v3 -p convert-nn-to-nest,default-schedule,nest-bufferize,convert-nest-to-loops | filecheck %s
 
 // Two layers with the same nest, schedule and memref types share one kernel (called twice with
 // different buffers, each call naming its own layer); a channel concat into the workspace arena needs no kernel: each input is one

@@ -1,4 +1,5 @@
-// RUN: nasir-opt %s -p convert-nn-to-nest,default-schedule,nest-bufferize,convert-nest-to-loops | filecheck %s
+// RUN: nasir-opt %s --cpu=x86-64-v4 -p convert-nn-to-nest,default-schedule,nest-bufferize,convert-nest-to-loops | filecheck %s
+// RUN: nasir-opt %s --cpu=x86-64-v3 -p convert-nn-to-nest,default-schedule,nest-bufferize,convert-nest-to-loops | filecheck %s --check-prefix=AVX2
 
 // A 3x3 stride-2 max pool with lanes over 16 output columns reads 32 input columns a tap. In the
 // inner tile of a row (output columns 16..31; the tile is a constant there, see
@@ -40,3 +41,9 @@ builtin.module {
 // CHECK:        vector.store %{{.*}}, %[[Y]][%{{.*}}] : memref<1x1x2x32xf32>, vector<16xf32>
 // CHECK-NEXT: } else {
 // CHECK:        vector.maskedload %[[X]]
+
+// AVX2:      func.func private @pool(%[[X:[0-9]+]]: memref<1x1x4x64xf32> {llvm.noalias}, %[[Y:[0-9]+]]: memref<1x1x2x32xf32> {llvm.noalias})
+// AVX2:      %[[W0:[0-9]+]] = vector.load %[[X]][{{.*}}] : memref<1x1x4x64xf32>, vector<16xf32>
+// AVX2-NEXT: vector.shuffle %[[W0]], %[[W0]] [1, 3, 5, 7, 9, 11, 13, 15] : vector<16xf32>, vector<16xf32>
+// AVX2-NOT:  vector.maskedload
+// AVX2:      vector.store %{{.*}}, %[[Y]][%{{.*}}] : memref<1x1x2x32xf32>, vector<8xf32>

@@ -1,10 +1,13 @@
-// RUN: nasir-opt %s -p default-schedule | filecheck %s
+// RUN: nasir-opt %s --cpu=x86-64-v4 -p default-schedule | filecheck %s
+// RUN: nasir-opt %s --cpu=x86-64-v3 -p default-schedule | filecheck %s --check-prefix=AVX2
 
 // The conv keeps a 2-row x 8-channel register tile (oh.i and co fully unrolled inside the reduction
 // loops, kh and kw unrolled too); ow is the vector loop; the 288-wide sigmoid is split by the
 // target's vector width. The 32-channel conv on a 7x7 image would fill 7 of 16 lanes over ow: it is
 // vectorised over output channels instead, from weights packed in blocks of the vector width, with a
-// register tile of every ow x both channel blocks.
+// register tile of every ow x both channel blocks. With AVX2 (8 lanes, 16 registers) the 8 channels
+// of the first conv are one vector, and its 6-point rows one tile; the second conv's tile is its 4
+// channel vectors at one point (a 7-point row would not fit 14 registers beside its broadcasts).
 
 builtin.module {
   func.func @main(%x: tensor<1x4x6x6xf32>, %v: tensor<1x288xf32>, %x7: tensor<1x8x7x7xf32>) -> tensor<1x8x6x6xf32> {
@@ -23,3 +26,10 @@ builtin.module {
 // CHECK-SAME: schedule = {splits = [["i1", [[W:[0-9]+]] : i64]], order = ["i0", "i1.o", "i1.i"], vector = "i1.i", parallel = "i1.o"}
 // CHECK: name = "conv7"
 // CHECK-SAME: schedule = {splits = {{\[}}["co", [[W]] : i64]], order = ["n", "oh", "ci", "kh", "kw", "ow", "co.o", "co.i"], vector = "co.i", unroll = {ow = 7 : i64, co.o = 2 : i64, kw = 3 : i64, kh = 3 : i64}, parallel = "oh", pack = {"1" = "OIHW[[W]]o"}}
+
+// AVX2: name = "conv"
+// AVX2-SAME: schedule = {splits = {{\[}}["co", 8 : i64]], order = ["n", "oh", "ci", "kh", "kw", "ow", "co.o", "co.i"], vector = "co.i", unroll = {ow = 6 : i64, co.o = 1 : i64, kw = 3 : i64, kh = 3 : i64, ci = 4 : i64}, parallel = "oh", pack = {"1" = "OIHW8o"}}
+// AVX2: name = "sig"
+// AVX2-SAME: schedule = {splits = {{\[}}["i1", 8 : i64]]
+// AVX2: name = "conv7"
+// AVX2-SAME: schedule = {splits = {{\[}}["co", 8 : i64]], order = ["n", "oh", "ow", "ci", "kh", "kw", "co.o", "co.i"], vector = "co.i", unroll = {co.o = 4 : i64, kw = 3 : i64, kh = 3 : i64}, parallel = "oh", pack = {"1" = "OIHW8o"}}

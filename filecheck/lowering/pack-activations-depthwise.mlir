@@ -1,4 +1,5 @@
-// RUN: nasir-opt %s -p default-schedule,pack-activations | filecheck %s
+// RUN: nasir-opt %s --cpu=x86-64-v4 -p default-schedule,pack-activations | filecheck %s
+// RUN: nasir-opt %s --cpu=x86-64-v3 -p default-schedule,pack-activations | filecheck %s --check-prefix=AVX2
 
 // A stem, its max pool and two depthwise convs, the second adding the pool's output (a ResNet
 // stage after `depthwise`). default-schedule gives the pool and both depthwise convs lanes over
@@ -36,3 +37,16 @@ builtin.module {
 // CHECK-SAME: out_map = affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d0, (d1 + d2), d3, d4)>
 // CHECK-SAME: vector = "g.i"
 // CHECK-SAME: -> tensor<1x32x8x8xf32>
+
+// AVX2: -> tensor<1x4x16x16x8xf32>
+// AVX2: %[[P:.*]] = nest.compute %{{.*}} {{{.*}}name = "pool"
+// AVX2-SAME: out_map = affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, (d1 floordiv 8), d2, d3, (d1 mod 8))>
+// AVX2-SAME: -> tensor<1x4x8x8x8xf32>
+// AVX2: %[[A:.*]] = nest.compute %[[P]], %{{.*}} {name = "dwa"
+// AVX2-SAME: splits = [["g", 8 : i64], ["ow", 4 : i64]]
+// AVX2-SAME: pack = {"1" = "OIHW8o"}
+// AVX2-SAME: -> tensor<1x4x8x8x8xf32>
+// AVX2: nest.compute %[[A]], %{{.*}}, %[[P]] {name = "dwb"
+// AVX2-SAME: affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d0, ((d1 + d2) floordiv 8), d3, d4, ((d1 + d2) mod 8))>]
+// AVX2-SAME: vector = "g.i"
+// AVX2-SAME: -> tensor<1x32x8x8xf32>

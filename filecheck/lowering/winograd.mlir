@@ -1,6 +1,8 @@
-// RUN: nasir-opt %s -p default-schedule | filecheck %s
-// RUN: nasir-opt %s -p default-schedule,pack-activations,pack-weights,nest-bufferize | filecheck %s --check-prefix=BUF
-// RUN: nasir-opt %s -p default-schedule,pack-activations,pack-weights,nest-bufferize,convert-nest-to-loops | filecheck %s --check-prefix=LOOPS
+// RUN: nasir-opt %s --cpu=x86-64-v4 -p default-schedule | filecheck %s
+// RUN: nasir-opt %s --cpu=x86-64-v4 -p default-schedule,pack-activations,pack-weights,nest-bufferize | filecheck %s --check-prefix=BUF
+// RUN: nasir-opt %s --cpu=x86-64-v4 -p default-schedule,pack-activations,pack-weights,nest-bufferize,convert-nest-to-loops | filecheck %s --check-prefix=LOOPS
+// RUN: nasir-opt %s --cpu=x86-64-v3 -p default-schedule | filecheck %s --check-prefix=AVX2
+// RUN: nasir-opt %s --cpu=x86-64-v3 -p default-schedule,pack-activations,pack-weights,nest-bufferize,convert-nest-to-loops | filecheck %s --check-prefix=AVX2-LOOPS
 
 // A 7x7 stride-2 stem runs as 1-D Winograd along its rows: F(4, 4) for the even taps, F(4, 3)
 // for the odd ones, E = 7 + 6 = 13 products per 4 outputs instead of 28. default-schedule marks
@@ -8,7 +10,9 @@
 // input V[ci][row][tile][e], 3 x 21 rows (2 * 7 + 6 + 1) x 16 tiles (2, padded to a vector) x 13
 // floats, and the transformed weights U[ci][kh][e][co], 3 x 7 x 13 x 16 floats: 4 x 17472 bytes.
 // Its register tile is a row's 8 points (two Winograd tiles) by one channel vector. The 3x3 conv after it
-// (6 products for 12) runs direct. nest-bufferize places the scratch in the arena beside the
+// (6 products for 12) runs direct. With AVX2 (8 lanes, 16 registers) the tile is one Winograd tile
+// (13 accumulators), V has 8 tiles a row: 4 x (3 x 21 x 8 x 13 + 3 x 7 x 13 x 16) = 43680 bytes, and
+// each vector of tiles' 13 products are transposed in two blocks of 8. nest-bufferize places the scratch in the arena beside the
 // stem's output; convert-nest-to-loops passes it to the stem's kernel as a view.
 
 builtin.module {
@@ -26,7 +30,7 @@ builtin.module {
 // CHECK-SAME: vector = "co.i", unroll = {ow = 8 : i64
 // CHECK:      nest.compute %s, %v {name = "conv"
 
-// BUF:      builtin.module attributes {nasir.workspace_bytes = 73984 : i64
+// BUF:      builtin.module attributes {{{.*}}nasir.workspace_bytes = 73984 : i64
 // BUF:      nest.compute %{{.*}}, %{{.*}} {nasir.winograd = 4 : i64, nasir.scratch_bytes = 69888 : i64, nasir.scratch_offset = 4096 : i64, name = "stem"
 // BUF:      {name = "conv"
 
@@ -40,3 +44,14 @@ builtin.module {
 // LOOPS:      memref.view {{.*}} to memref<3x21x16x13xf32>
 // LOOPS:      memref.view {{.*}} to memref<3x7x13x16xf32>
 // LOOPS:      vector.shuffle
+
+// AVX2:      nest.compute %x, %w {nasir.winograd = 4 : i64, nasir.scratch_bytes = 43680 : i64, name = "stem"
+// AVX2-SAME: splits = [["co", 8 : i64], ["ow", 4 : i64]]
+// AVX2-SAME: vector = "co.i", unroll = {ow.i = 4 : i64
+// AVX2:      nest.compute %s, %v {name = "conv"
+
+// AVX2-LOOPS:      func.func private @stem(
+// AVX2-LOOPS-SAME: memref<43680xi8>
+// AVX2-LOOPS:      memref.view {{.*}} to memref<3x21x8x13xf32>
+// AVX2-LOOPS:      memref.view {{.*}} to memref<3x7x13x16xf32>
+// AVX2-LOOPS:      vector.shuffle {{.*}} : vector<8xf32>, vector<8xf32>

@@ -5,6 +5,7 @@
     nasir export resnet18 r18.onnx              # a zoo model as ONNX
     nasir run r18.onnx                          # compile (llvm), run on a seeded input, print a checksum
     nasir check r18.onnx                        # compare with ONNX Runtime: max |diff|, PASS/FAIL
+    nasir check r18.onnx --cpu x86-64-v3        # the same with code for another CPU (AVX2 here)
     nasir profile resnet34 --dataset imagenet --variant group16   # time per layer vs its MACs
 
 A model argument is a file path or a zoo name (then `--dataset` picks its variant). User mistakes
@@ -90,12 +91,17 @@ def read_inputs(model: nasir.Model, files: list[str] | None, seed: int) -> list[
     return arrays
 
 
+def cpu_option(args) -> dict:
+    """`--cpu` as a compile option (llvm only: the torch target takes none)."""
+    return {"cpu": args.cpu} if args.cpu else {}
+
+
 def cmd_run(args) -> int:
     with tempfile.TemporaryDirectory(prefix="nasir-") as tmp:
         model = load(model_file(args.model, args.dataset, tmp))
     inputs = read_inputs(model, args.input, args.seed)
     with step(progress, f"compiling for {args.target}"):
-        exe = nasir.compile(model, target=args.target)
+        exe = nasir.compile(model, target=args.target, **cpu_option(args))
     with step(progress, "running"):
         outputs = exe(*inputs)
     for name, y in zip(model.output_names, outputs if isinstance(outputs, list) else [outputs]):
@@ -112,7 +118,7 @@ def cmd_check(args) -> int:
         model = load(path)
         inputs = seeded_inputs(model, args.seed)
         with step(progress, f"compiling for {args.target}"):
-            exe = nasir.compile(model, target=args.target)
+            exe = nasir.compile(model, target=args.target, **cpu_option(args))
         with step(progress, f"running {args.target} and ONNX Runtime"):
             result = compare(exe(*inputs), onnxruntime_outputs(path, inputs))
     style = "green" if result.ok else "red"
@@ -129,7 +135,7 @@ def cmd_profile(args) -> int:
             model = model.transform(pipeline)
     inputs = seeded_inputs(model, args.seed)
     with step(progress, "compiling for llvm with per-call timers"):
-        exe = nasir.compile(model, threads=args.threads, profile=True)
+        exe = nasir.compile(model, threads=args.threads, profile=True, **cpu_option(args))
     with step(progress, f"running {args.repeat} times"):
         profile = exe.profile(*inputs, repeat=args.repeat)
     rows = profile.by_time() if args.sort == "time" else profile.rows
@@ -154,7 +160,12 @@ def parser() -> argparse.ArgumentParser:
 
     def run_args(c: argparse.ArgumentParser) -> None:
         c.add_argument("--target", choices=TARGETS, default="llvm", help="backend (default llvm)")
+        cpu_arg(c)
         c.add_argument("--seed", type=int, default=0, help="seed of the random input")
+
+    def cpu_arg(c: argparse.ArgumentParser) -> None:
+        c.add_argument("--cpu", help="llvm: the CPU to compile for, an LLVM CPU name (znver3, x86-64-v3, "
+                                     "skylake-avx512, ...) or 'host' (default: NASIR_CPU, else the host)")
 
     command("zoo", cmd_zoo, "list the zoo models and their datasets")
     model_args(command("summary", cmd_summary, "per-layer table: output shapes, MACs, parameters"))
@@ -175,6 +186,7 @@ def parser() -> argparse.ArgumentParser:
     transform.add_argument("--pipeline", help="transform the model first (nasir-opt -p spelling)")
     transform.add_argument("--variant", choices=sorted(ALL_VARIANTS), help="a ResNet variant of `make bench`")
     c.add_argument("--threads", type=int, default=1, help="threads (default 1)")
+    cpu_arg(c)
     c.add_argument("--repeat", type=int, default=20, help="timed runs (default 20)")
     c.add_argument("--sort", choices=("order", "time"), default="order", help="rows in call order or slowest first")
     c.add_argument("--top", type=int, default=0, help="print only the first N rows")

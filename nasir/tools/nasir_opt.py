@@ -5,10 +5,13 @@ It is the command-line face of `Model.transform`: the same pipeline spelling, ru
     nasir-opt model.onnx                             # the nn IR of an ONNX file
     nasir-opt model.onnx -p convert-nn-to-nest       # the nest IR
     nasir-opt model.mlir --weights model.npz -p convert-nn-to-nest --print-weights
+    nasir-opt model.onnx -p "$PIPELINE" -t llvm --cpu znver3   # LLVM IR for an AVX2 CPU
 
 Inputs are `.mlir` (nasir IR; `--weights FILE.npz` supplies the weight store, `dense_resource`
 blobs in the file are taken into it) or `.onnx` (imported by `nasir.frontend.onnx_import`). The store
-rides along with the module (`nasir.model.weights_of`) so passes that need weights find it.
+rides along with the module (`nasir.model.weights_of`) so passes that need weights find it. `--cpu`
+marks the module with the CPU its passes and `-t llvm` compile for (`nasir.target`, see
+`nasir.lowering.llvm_target`); without it a module keeps its own mark, else the host's CPU.
 User mistakes print one `nasir-opt: error: ...` line and exit 1; parse errors keep xDSL's caret
 diagnostics.
 """
@@ -81,6 +84,9 @@ class NasirOptMain(xDSLOptMain):
                                 help="weight store for a .mlir input (as written by Model.save)")
         arg_parser.add_argument("--print-weights", action="store_true",
                                 help="print nn.weight values as dense_resource blobs")
+        arg_parser.add_argument("--cpu", metavar="NAME",
+                                help="compile for this CPU (an LLVM CPU name: znver3, x86-64-v3, skylake-avx512, ..., "
+                                     "or 'host'); default: the module's nasir.target, else NASIR_CPU, else the host")
         arg_parser.add_argument("--capacity-check", metavar="DATA",
                                 help="reject the pipeline's result if its Fisher Potential at initialisation "
                                      "is below the input's (DATA: CIFAR-10 directory, .npz, or 'synthetic')")
@@ -133,6 +139,10 @@ class NasirOptMain(xDSLOptMain):
             raise PassError(f"bad pass pipeline '{self.args.passes}': {e}") from None
 
     def apply_passes(self, prog: ModuleOp):
+        if self.args.cpu is not None:
+            from nasir.lowering.llvm_target import set_target
+
+            set_target(prog, self.args.cpu)
         if self.args.capacity_check is None:
             return super().apply_passes(prog)
         from nasir.model import Model, WeightStore, weights_of
