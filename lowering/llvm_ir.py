@@ -2,8 +2,8 @@
 
 The last step of the llvm backend before machine code: a module after convert-loops-to-llvm is
 converted with `xdsl.backend.llvm.convert.convert_module` (triple and data layout of the module's
-target, `nasir.target`), parsed by LLVM and optimised with the new pass manager at O3 for that CPU (LLVM's own loop and SLP
-vectorisers off: the code is explicitly vectorised).
+target, `nasir.target`), parsed by LLVM and optimised with the new pass manager at O3 for that CPU
+(LLVM's own loop and SLP vectorisers off: the code is explicitly vectorised).
 """
 
 from __future__ import annotations
