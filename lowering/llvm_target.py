@@ -73,11 +73,6 @@ class CPUTarget:
     l3_bytes_per_fma: float = 4.0
     """Bytes per vector FMA that L3 feeds at full FMA rate (about 20 GB/s per core on Zen 4)."""
 
-    @property
-    def accumulators_in_flight(self) -> int:
-        """Independent FMA chains that keep the FMA units busy (latency x issue rate)."""
-        return max(1, round(self.fma_latency * self.fmas_per_cycle))
-
     def with_overrides(self, **fields) -> CPUTarget:
         """This target with some fields replaced (unknown names are an error)."""
         known = {f.name for f in dataclasses.fields(self)}
