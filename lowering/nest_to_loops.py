@@ -442,9 +442,13 @@ class NestEmitter:
                 return whole, m
             narrow = m if m is not None else b.const(1, VectorType(i1, [w]))
             false = b.const(0, narrow.type)
-            wide_mask = b.shuffle(narrow, false, [j // lane_stride if j % lane_stride == 0 else w
-                                                  for j in range(w * lane_stride)])
-            wide = b.vload(ref, at, w * lane_stride, wide_mask, identity)
+            # a power-of-two count of lanes: in a 4-lane tile at stride 3, LLVM's AVX2 code for
+            # the masked load of 12 lanes took lane 9 from memory with its mask off (it widens the
+            # load to 16 lanes and blends halves of it), reading past the input row
+            span = 1 << (w * lane_stride - 1).bit_length()
+            wide_mask = b.shuffle(narrow, false, [j // lane_stride if j % lane_stride == 0 and j < w * lane_stride
+                                                  else w for j in range(span)])
+            wide = b.vload(ref, at, span, wide_mask, identity)
             return b.shuffle(wide, wide, [j * lane_stride for j in range(w)]), m
         buf = b.lanes_buffer(w)
         b.for_lanes(w, lambda j: b.store(b.load(ref, [b.clamp(b.lane(l, j), s) for l, s in zip(idx, shape)]),

@@ -72,6 +72,9 @@ CONVS = [  # (c, o, h, w, k, stride, pad, dilation, groups)
     (3, 32, 23, 29, 7, 2, 3, 1, 1),  # a stem: kw = 0, 2, 4, 6, then 1, 3, 5
     (4, 16, 16, 19, 5, 3, 2, 1, 1),  # three phases: kw = 0, 3, then 1, 4, then 2
     (4, 16, 17, 17, 3, 2, 2, 2, 1),  # dilation 2 at stride 2: one phase, in order
+    # stride 3, dilated, padded: 12-point rows whose last tile runs on 4 lanes, each read of
+    # 3 x 4 columns under a mask (its last point's kw = 1 reads column 32 of 31: padding)
+    (6, 10, 12, 31, 2, 3, 3, 2, 1),
 ]
 
 
