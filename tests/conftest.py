@@ -22,6 +22,8 @@ from nasir.lowering.llvm_target import CPU_ENV, host_target
 WIDTHS = {"avx2": ("x86-64-v3", 8), "avx512": ("x86-64-v4", 16)}
 """Test id -> (LLVM CPU name, float32 lanes)."""
 
+CASES = "differential case"
+"""user_properties key of each case a differential test (test_differential.py) ran; its value the op."""
 COMPILED_ONLY = "compiled only"
 """user_properties key of a test that compiled code this CPU cannot run (seen by xdist's controller)."""
 
@@ -50,6 +52,14 @@ def pytest_pyfunc_call(pyfuncitem):
 
 
 def pytest_terminal_summary(terminalreporter):
+    counts: dict[str, int] = {}
+    for report in terminalreporter.stats.get("passed", []) + terminalreporter.stats.get("failed", []):
+        for key, value in report.user_properties if report.when == "call" else []:
+            if key == CASES:
+                counts[value] = counts.get(value, 0) + 1
+    if counts:
+        terminalreporter.write_line("differential cases run against ONNX Runtime: " +
+                                    ", ".join(f"{op} {n}" for op, n in sorted(counts.items())))
     compiled_only = [r for r in terminalreporter.stats.get("passed", [])
                      if r.when == "call" and any(k == COMPILED_ONLY for k, _ in r.user_properties)]
     if compiled_only:

@@ -456,3 +456,74 @@ def test_zoo_model_matches_onnxruntime(tmp_path, name, dataset):
     x = rand(*zoo.input_shape(name, dataset))
     expected = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {m.input_names[0]: x})
     np.testing.assert_allclose(compile_torch(m)(x), expected[0], rtol=1e-4, atol=1e-4)
+
+
+def caffe2_style_classifier(mask_read: bool = False) -> onnx.ModelProto:
+    """A Caffe2-era classifier (opset 7): weights listed as graph inputs, conv -> relu -> LRN ->
+    max pool -> Dropout (inference, with its mask output) -> Sum of two branches -> Flatten ->
+    Gemm. The mask is an output of the graph when `mask_read`."""
+    nodes = [
+        node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        node("Relu", ["c"], ["r"]),
+        node("LRN", ["r"], ["n"], size=5, alpha=1e-4, beta=0.75),
+        node("MaxPool", ["n"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        node("Dropout", ["p"], ["d", "mask"], name="n18", ratio=0.5),
+        node("Sum", ["d", "p"], ["s"]),
+        node("Flatten", ["s"], ["f"]),
+        node("Gemm", ["f", "fc_w", "fc_b"], ["y"], transB=1),
+    ]
+    inits = {"w": rand(8, 3, 3, 3), "b": rand(8), "fc_w": rand(10, 8 * 4 * 4), "fc_b": rand(10)}
+    model = make_model(nodes, {"x": (1, 3, 8, 8)}, inits, opset=7, weights_as_inputs=True,
+                       outputs=("y", "mask") if mask_read else ("y",))
+    if mask_read:  # opset 7's shape inference leaves the mask's shape out
+        model.graph.output[1].CopyFrom(helper.make_tensor_value_info("mask", TensorProto.FLOAT, (1, 8, 4, 4)))
+    return model
+
+
+def test_caffe2_era_graph_with_an_unread_dropout_mask(tmp_path):
+    """Old exporters name a Dropout's mask output though nothing reads it: the import takes the
+    graph (torch backend against ONNX Runtime)."""
+    m = check(tmp_path, caffe2_style_classifier())
+    assert m.input_names == ["x"]
+
+
+def test_a_read_dropout_mask_is_refused(tmp_path):
+    onnx.save(caffe2_style_classifier(mask_read=True), tmp_path / "m.onnx")
+    with pytest.raises(UnsupportedOpError, match="Dropout node 'n18': a Dropout mask output that is read"):
+        import_onnx(tmp_path / "m.onnx")
+
+
+@pytest.mark.parametrize("opset,keepdims", [(13, 1), (13, 0), (18, 1), (18, 0)])
+def test_reduce_mean_over_the_spatial_axes(tmp_path, opset, keepdims):
+    """What exporters write for a global average pool: `axes` an attribute before opset 18, an
+    input from it on; keepdims=0 drops the two unit axes."""
+    if opset < 18:
+        model = make_model([node("ReduceMean", ["x"], axes=[2, -1], keepdims=keepdims)], {"x": (2, 6, 5, 4)},
+                           opset=opset)
+    else:
+        model = make_model([node("ReduceMean", ["x", "axes"], keepdims=keepdims)], {"x": (2, 6, 5, 4)},
+                           {"axes": np.array([2, 3], np.int64)}, opset=opset)
+    check(tmp_path, model)
+
+
+def test_reduce_mean_over_other_axes_is_refused(tmp_path):
+    onnx.save(make_model([node("ReduceMean", ["x"], name="rm", axes=[1])], {"x": (2, 6, 5, 4)}, opset=13),
+              tmp_path / "m.onnx")
+    with pytest.raises(UnsupportedOpError, match="ReduceMean node 'rm': ReduceMean over axes \\[1\\]"):
+        import_onnx(tmp_path / "m.onnx")
+
+
+def test_to_onnx_of_a_global_pool_model_reimports(tmp_path):
+    """`Model.to_onnx` writes a global average pool as ReduceMean: the file imports again and the
+    re-imported model gives ONNX Runtime's outputs on it, on the torch and llvm backends."""
+    import nasir
+
+    model = zoo.load("resnet18", dataset="cifar10")
+    path = model.to_onnx(tmp_path / "r18.onnx")
+    assert "ReduceMean" in {n.op_type for n in onnx.load(path).graph.node}
+    again = nasir.load(path)
+    x = rand(*again.input_shapes[0])
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    expected = session.run(None, {session.get_inputs()[0].name: x})[0]
+    for target in ("torch", "llvm"):
+        np.testing.assert_allclose(nasir.compile(again, target=target)(x), expected, rtol=1e-4, atol=1e-4)

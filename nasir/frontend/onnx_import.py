@@ -84,6 +84,9 @@ class Importer:
         self.store = WeightStore()
         self.ops: list[Operation] = []
         self.layer_names: set[str] = set()
+        self.read_names = {name for node in self.graph.node for name in node.input} | \
+            {o.name for o in self.graph.output}
+        """Values some node or the graph's outputs read (an output no one reads may be left undefined)."""
 
     # Driver -----------------------------------------------------------------------------------
     def run(self, input_shapes: InputShapes) -> Model:

@@ -215,10 +215,28 @@ def lrn(imp, node, attrs, inputs):
 
 
 def forward(imp, node, attrs, inputs):
-    """Identity and inference-mode Dropout (its mask output is not supported)."""
-    if node.op_type == "Dropout" and len(node.output) > 1 and node.output[1]:
-        raise _unsupported(node, "the Dropout mask output")
+    """Identity and inference-mode Dropout. A Dropout's mask output (Caffe2-era exporters, opset
+    6-9, name it) is fine when nothing reads it; a mask that is read is not supported."""
+    if node.op_type == "Dropout" and len(node.output) > 1 and node.output[1] in imp.read_names:
+        raise _unsupported(node, "a Dropout mask output that is read")
     return [inputs[0]]
+
+
+def reduce_mean(imp, node, attrs, inputs):
+    """ReduceMean over the spatial axes of an NCHW tensor, as exporters write a global average
+    pool (nasir's own `Model.to_onnx` too): nn.global_avg_pool, reshaped to [N, C] for keepdims=0.
+    `axes` is an attribute before opset 18, a constant input from it on; other axes are not
+    supported."""
+    x = imp.value(node.input[0])
+    shape = nn.shape_of(x)
+    axes = axes_arg(attrs, [imp.const(n) for n in node.input], 1, imp.opset, 18)
+    if imp.opset >= 18 and len(node.input) > 1 and node.input[1] and axes is None:
+        imp.require_const(node, node.input[1], "axes")
+    if len(shape) != 4 or axes is None or sorted(normalize_axis(a, 4) for a in axes) != [2, 3]:
+        raise _unsupported(node, f"ReduceMean over axes {axes if axes is not None else 'all'} of a "
+                                 f"rank-{len(shape)} tensor (only over axes 2 and 3 of NCHW)")
+    y = imp.emit(nn.GlobalAvgPoolOp.new(x), node)
+    return [y if int(attrs.get("keepdims", 1)) else _reshape(imp, node, y, shape[:2], "squeeze")]
 
 
 def cast(imp, node, attrs, inputs):
@@ -322,6 +340,7 @@ CONVERTERS: dict[str, Callable] = {
     "MaxPool": max_pool,
     "AveragePool": average_pool,
     "GlobalAveragePool": _unary(nn.GlobalAvgPoolOp),
+    "ReduceMean": reduce_mean,
     "GlobalMaxPool": _unary(nn.GlobalMaxPoolOp),
     "Flatten": flatten,
     "Reshape": reshape,

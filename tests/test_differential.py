@@ -1,0 +1,116 @@
+"""Differential tests: graphs hypothesis draws, compiled for llvm, against ONNX Runtime.
+
+Single ops the developers did not pick: convs (stride 1-3, dilation 1-3, pads 0-3 on each side,
+groups, kernels 1-7, images 1-40 wide including one-pixel outputs), max and average pools (ceil
+mode, padding) and gemms, each at both vector widths (conftest's WIDTHS) and with 1 or 2 threads.
+The draws are derandomized (the same cases every run, so CI is reproducible); the run's summary
+prints how many cases of each kind ran (conftest.py). A failure hypothesis finds is shrunk to a small case; add it as an
+`@example` so it stays a regression test.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+
+import nasir
+from conftest import CASES, WIDTHS
+
+CPUS = [cpu for cpu, _ in WIDTHS.values()]
+
+
+def cases(n: int):
+    """hypothesis settings for `n` derandomized examples (compiles take seconds: no deadline)."""
+    return settings(max_examples=n, deadline=None, derandomize=True, database=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+
+def onnx_file(tmp_path, node, x_shape, inits: dict, opset: int = 13):
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]))
+    model.ir_version = 8
+    path = tmp_path / f"{node.op_type}_{len(list(tmp_path.iterdir()))}.onnx"
+    onnx.save(model, path)
+    return path
+
+
+def agrees_with_onnxruntime(record, path, x: np.ndarray, cpu: str, threads: int) -> None:
+    """nasir's llvm code for `cpu` and ONNX Runtime on the file; `record` is the test's
+    record_property, which counts the case."""
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    expected = session.run(None, {"x": x})[0]
+    exe = nasir.compile(nasir.load(path), cpu=cpu, threads=threads)
+    np.testing.assert_allclose(exe(x), expected, rtol=1e-4, atol=1e-4)
+    record(CASES, path.stem.split("_")[0])
+
+
+def window(draw, extent: int, k: int, d: int, stride: int):
+    """Pads (before, after) up to 3 that leave at least one output along an axis of `extent`."""
+    before, after = draw(st.integers(0, 3)), draw(st.integers(0, 3))
+    if extent + before + after < d * (k - 1) + 1:
+        after = d * (k - 1) + 1 - extent - before
+    return before, after
+
+
+@st.composite
+def convs(draw):
+    groups = draw(st.sampled_from([1, 1, 2, 3]))
+    c, o = groups * draw(st.integers(1, 4)), groups * draw(st.integers(1, 6))
+    k, stride, d = draw(st.integers(1, 7)), draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    h, w = draw(st.integers(1, 40)), draw(st.integers(1, 40))
+    (t, b), (l, r) = window(draw, h, k, d, stride), window(draw, w, k, d, stride)
+    return dict(c=c, o=o, groups=groups, k=k, stride=stride, dilation=d, h=h, w=w, pads=[t, l, b, r],
+                cpu=draw(st.sampled_from(CPUS)), threads=draw(st.sampled_from([1, 2])))
+
+
+@given(case=convs())
+@cases(120)
+@example(case=dict(c=6, o=10, groups=1, k=2, stride=3, dilation=2, h=12, w=31, pads=[3, 3, 3, 3],  # issue 24
+                   cpu="x86-64-v3", threads=1))
+def test_conv(tmp_path, record_property, case):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, case["c"], case["h"], case["w"])).astype(np.float32)
+    wt = rng.standard_normal((case["o"], case["c"] // case["groups"], case["k"], case["k"])).astype(np.float32)
+    bias = rng.standard_normal(case["o"]).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], kernel_shape=[case["k"]] * 2, strides=[case["stride"]] * 2,
+                            dilations=[case["dilation"]] * 2, pads=case["pads"], group=case["groups"])
+    path = onnx_file(tmp_path, node, x.shape, {"w": wt, "b": bias})
+    agrees_with_onnxruntime(record_property, path, x, case["cpu"], case["threads"])
+
+
+@st.composite
+def pools(draw):
+    k, stride = draw(st.integers(1, 4)), draw(st.integers(1, 3))
+    h, w = draw(st.integers(k, 30)), draw(st.integers(k, 30))
+    pads = [draw(st.integers(0, k // 2)) for _ in range(4)]  # ONNX Runtime: pads below the kernel
+    return dict(kind=draw(st.sampled_from(["MaxPool", "AveragePool"])), k=k, stride=stride, h=h, w=w, pads=pads,
+                ceil=draw(st.sampled_from([0, 1])), c=draw(st.integers(1, 20)),
+                cpu=draw(st.sampled_from(CPUS)), threads=draw(st.sampled_from([1, 2])))
+
+
+@given(case=pools())
+@cases(60)
+def test_pool(tmp_path, record_property, case):
+    x = np.random.default_rng(0).standard_normal((1, case["c"], case["h"], case["w"])).astype(np.float32)
+    attrs = dict(kernel_shape=[case["k"]] * 2, strides=[case["stride"]] * 2, pads=case["pads"], ceil_mode=case["ceil"])
+    node = helper.make_node(case["kind"], ["x"], ["y"], **attrs)
+    agrees_with_onnxruntime(record_property, onnx_file(tmp_path, node, x.shape, {}), x, case["cpu"], case["threads"])
+
+
+@given(rows=st.integers(1, 4), k=st.integers(1, 70), n=st.integers(1, 70), trans_b=st.sampled_from([0, 1]),
+       cpu=st.sampled_from(CPUS), threads=st.sampled_from([1, 2]))
+@cases(30)
+def test_gemm(tmp_path, record_property, rows, k, n, trans_b, cpu, threads):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((rows, k)).astype(np.float32)
+    b = rng.standard_normal((n, k) if trans_b else (k, n)).astype(np.float32)
+    node = helper.make_node("Gemm", ["x", "b", "c"], ["y"], transB=trans_b)
+    path = onnx_file(tmp_path, node, x.shape, {"b": b, "c": rng.standard_normal(n).astype(np.float32)})
+    agrees_with_onnxruntime(record_property, path, x, cpu, threads)
+
