@@ -16,7 +16,13 @@ Conventions of the generated code:
   kernel call and adds the ticks to one i64 counter per call, kept in the workspace after the arena
   (module attributes `nasir.profile`: the calls' layers, kernels and MACs; `nasir.profile_offset`:
   the counters' byte offset, one more counter for the whole of @main). `Executable.profile` reads
-  them.
+  them;
+- with `checked=true`, every load and store of a kernel checks its indices against the memref's
+  shape, each axis on its own (a vector's active lanes on the last axis; across a last axis of 1,
+  against the whole buffer). An access outside skips
+  the memory and records itself in the globals `BOUNDS_GLOBALS` (which access, the axis, the
+  index); the module attribute `nasir.bounds_checks` describes each access (kernel, read or
+  write, operand, memref type) for the runtime to raise a `BoundsError` with.
 
     func.func private @relu(%x: memref<16xf32>, %y: memref<16xf32>)   becomes
     llvm.func internal @relu(%x: !llvm.ptr {llvm.noalias}, %y: !llvm.ptr {llvm.noalias})
@@ -50,7 +56,7 @@ from xdsl.dialects.builtin import (
     i32,
     i64,
 )
-from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from nasir.errors import LoweringError
@@ -60,6 +66,10 @@ from nasir.model import main_func
 
 PTR = llvm.LLVMPointerType()
 THREADS_GLOBAL = "nasir_num_threads"
+BOUNDS_GLOBALS = ("nasir_bounds_access", "nasir_bounds_axis", "nasir_bounds_index")
+"""A checked build's record of the first access outside its memref seen: the access's number + 1
+(0: none), the axis and the index (a vector's first lane's, on its last axis)."""
+BOUNDS_CHECKS = "nasir.bounds_checks"
 PARALLEL_RUNNER = "nasir_parallel"
 
 
@@ -175,6 +185,80 @@ class FuncLowering:
         ptr = self.address(ref, indices)
         return self.add(llvm.BitcastOp(ptr, PTR)) if isinstance(ref.owner, memref.AllocaOp) else ptr
 
+    # Bounds checks (checked builds) -------------------------------------------------------------
+    def access(self, op: Operation, ref: SSAValue, indices: Sequence[SSAValue], emit,
+               vector_type: VectorType | None = None, mask: SSAValue | None = None) -> SSAValue | None:
+        """`emit()`: the load or store `op` of `ref[indices]` (a vector of `vector_type` along the
+        last axis, under `mask`); in a checked build behind a check of each index against the
+        memref's shape (see the module docstring):
+
+            ^check: %out = or (idx_a u>= size_a)...   cond_br %out, ^record, ^access
+            ^record: store number + 1, axis, index to the globals; br ^next(undef)
+            ^access: %v = <op>; br ^next(%v)
+        """
+        if not self.module.checked:
+            return emit()
+        shape = ref.type.get_shape()
+        width = vector_type.get_shape()[0] if vector_type is not None else 1
+        active = self.any_lane(self.v(mask)) if mask is not None else None
+        # a vector's lanes run along the last axis; across a last axis of 1 (lanes over the
+        # channels of a 1x1 image) they run through memory: checked against the whole buffer
+        flat = width > 1 and shape[-1] == 1
+        out = axis = index = None
+        for a in reversed(range(len(shape))):  # the first axis outside wins the record
+            at, size = self.v(indices[a]), shape[a]
+            if flat and a == len(shape) - 1:
+                at, size, a = self.flat_offset(ref, indices), math.prod(shape), -1
+            if a in (-1, len(shape) - 1) and width > 1:
+                lanes = self.add(llvm.AddOp(self.splat(at, width), self.iota(width)))
+                beyond = self.add(llvm.ICmpOp(lanes, self.splat(self.i64c(size), width), IntegerAttr(9, i64)))
+                if mask is not None:
+                    beyond = self.add(llvm.AndOp(beyond, self.v(mask)))
+                here = self.any_lane(beyond)
+            else:
+                here = self.add(llvm.ICmpOp(at, self.i64c(size), IntegerAttr(9, i64)))  # uge
+                if active is not None:
+                    here = self.add(llvm.AndOp(here, active))
+            out = here if out is None else self.add(llvm.OrOp(out, here))
+            axis = self.i64c(a) if axis is None else self.add(llvm.SelectOp(here, self.i64c(a), axis))
+            index = at if index is None else self.add(llvm.SelectOp(here, at, index))
+        number = self.module.record_check(self.name, op, ref)
+        result = op.results[0].type if op.results else None
+        record, access = self.new_block(), self.new_block()
+        after = self.new_block([llvm_type(result)] if result is not None else [])
+        self.add(llvm.CondBrOp(out, record, [], access, []))
+        self.block = record
+        for name, value in zip(BOUNDS_GLOBALS, (self.i64c(number + 1), axis, index)):
+            self.add(llvm.StoreOp(value, self.add(llvm.AddressOfOp(name, PTR)), alignment=8))
+        self.add(llvm.BrOp(after, *([self.add(llvm.UndefOp(llvm_type(result)))] if result is not None else [])))
+        self.block = access
+        value = emit()
+        self.add(llvm.BrOp(after, *([value] if result is not None else [])))
+        self.block = after
+        return after.args[0] if result is not None else None
+
+    def flat_offset(self, ref: SSAValue, indices: Sequence[SSAValue]) -> SSAValue:
+        """The row-major element offset of `ref[indices]` (i64)."""
+        shape = ref.type.get_shape()
+        total = None
+        for a, i in enumerate(indices):
+            term = self.cse(llvm.MulOp, self.v(i), self.i64c(math.prod(shape[a + 1:])))
+            total = term if total is None else self.cse(llvm.AddOp, total, term)
+        return total
+
+    def splat(self, value: SSAValue, width: int) -> SSAValue:
+        ty = VectorType(value.type, [width])
+        one = self.add(llvm.InsertElementOp(self.add(llvm.UndefOp(ty)), value, self.i32c(0)))
+        return self.add(llvm.ShuffleVectorOp(one, one, _mask((0,) * width), ty))
+
+    def iota(self, width: int) -> SSAValue:
+        ty = VectorType(i64, [width])
+        return self.add(llvm.ConstantOp(DenseIntOrFPElementsAttr.from_list(ty, list(range(width))), ty))
+
+    def any_lane(self, mask: SSAValue) -> SSAValue:
+        width = mask.type.get_shape()[0]
+        return self.add(llvm.CallIntrinsicOp(f"llvm.vector.reduce.or.v{width}i1", [mask], [i1]))
+
     # Ops --------------------------------------------------------------------------------------
     def lower_block(self, block: Block) -> None:
         for op in block.ops:
@@ -215,12 +299,14 @@ class FuncLowering:
             for old, res in zip(op.results, new.results):
                 self.vmap[old] = res
         elif isinstance(op, memref.LoadOp):
-            self.vmap[r] = self.add(llvm.LoadOp(self.address(op.memref, op.indices), f32, alignment=4))
+            self.vmap[r] = self.access(op, op.memref, op.indices, lambda: self.add(
+                llvm.LoadOp(self.address(op.memref, op.indices), f32, alignment=4)))
         elif isinstance(op, PrefetchOp):  # read, high locality, data cache
             self.add(llvm.CallIntrinsicOp("llvm.prefetch.p0", [self.address(op.ref, op.indices), self.i32c(0),
                                                                self.i32c(3), self.i32c(1)], []))
         elif isinstance(op, memref.StoreOp):
-            self.add(llvm.StoreOp(self.v(op.value), self.address(op.memref, op.indices), alignment=4))
+            self.access(op, op.memref, op.indices, lambda: self.add(
+                llvm.StoreOp(self.v(op.value), self.address(op.memref, op.indices), alignment=4)))
         elif isinstance(op, memref.ViewOp):
             self.vmap[r] = self.add(llvm.GEPOp(self.v(op.source), [llvm.GEP_USE_SSA_VAL], i8,
                                                ssa_indices=[self.v(op.byte_shift)]))
@@ -237,19 +323,24 @@ class FuncLowering:
             self.add(llvm.CallIntrinsicOp("llvm.memcpy.p0.p0.i64", [self.v(op.destination), self.v(op.source),
                                           self.i64c(nbytes), self.const(IntegerAttr(0, i1), i1)], []))
         elif isinstance(op, vector.LoadOp):
-            self.vmap[r] = self.add(llvm.LoadOp(self.vector_address(op.base, op.indices), r.type, alignment=4))
+            self.vmap[r] = self.access(op, op.base, op.indices, lambda: self.add(
+                llvm.LoadOp(self.vector_address(op.base, op.indices), r.type, alignment=4)), r.type)
         elif isinstance(op, vector.StoreOp):
-            self.add(llvm.StoreOp(self.v(op.vector), self.vector_address(op.base, op.indices), alignment=4))
+            self.access(op, op.base, op.indices, lambda: self.add(
+                llvm.StoreOp(self.v(op.vector), self.vector_address(op.base, op.indices), alignment=4)),
+                op.vector.type)
         elif isinstance(op, vector.MaskedLoadOp):
             align = self.const(IntegerAttr(4, i32), i32)
-            self.vmap[r] = self.add(llvm.CallIntrinsicOp(
+            self.vmap[r] = self.access(op, op.base, op.indices, lambda: self.add(llvm.CallIntrinsicOp(
                 f"llvm.masked.load.{_suffix(r.type)}.p0",
-                [self.address(op.base, op.indices), align, self.v(op.mask), self.v(op.pass_thru)], [r.type]))
+                [self.address(op.base, op.indices), align, self.v(op.mask), self.v(op.pass_thru)], [r.type])),
+                r.type, op.mask)
         elif isinstance(op, vector.MaskedStoreOp):
             align = self.const(IntegerAttr(4, i32), i32)
-            self.add(llvm.CallIntrinsicOp(
+            self.access(op, op.base, op.indices, lambda: self.add(llvm.CallIntrinsicOp(
                 f"llvm.masked.store.{_suffix(op.value_to_store.type)}.p0",
-                [self.v(op.value_to_store), self.address(op.base, op.indices), align, self.v(op.mask)], []))
+                [self.v(op.value_to_store), self.address(op.base, op.indices), align, self.v(op.mask)], [])),
+                op.value_to_store.type, op.mask)
         elif isinstance(op, vector.BroadcastOp):
             ty = llvm_type(r.type)
             undef = self.add(llvm.UndefOp(ty))
@@ -463,8 +554,12 @@ def _free_values(op: Operation) -> tuple[list[SSAValue], list[Operation]]:
 
 
 class ModuleLowering:
-    def __init__(self, module: ModuleOp, profile_slots: dict[Operation, int] | None = None, profile_offset: int = 0):
+    def __init__(self, module: ModuleOp, profile_slots: dict[Operation, int] | None = None, profile_offset: int = 0,
+                 checked: bool = False):
         self.module = module
+        self.checked = checked
+        self.checks: list[DictionaryAttr] = []
+        """What each bounds-checked access is (`BOUNDS_CHECKS`)."""
         self.new_funcs: list[Operation] = []
         self.profile_slots = profile_slots or {}
         """Profiled kernel calls of @main and the index of their tick counter."""
@@ -472,6 +567,21 @@ class ModuleLowering:
 
     def add_func(self, f: Operation) -> None:
         self.new_funcs.append(f)
+
+    def record_check(self, function: str, op: Operation, ref: SSAValue) -> int:
+        """Number a checked access of `ref` by `op` in `function` (a kernel or its outlined
+        parallel body) and describe it."""
+        if isinstance(ref, BlockArgument):
+            operand = f"argument {ref.index}"
+        elif isinstance(ref.owner, memref.ViewOp) and isinstance(ref.owner.source, BlockArgument):
+            operand = f"a view of argument {ref.owner.source.index}"
+        else:
+            operand = "a stack buffer"
+        writes = isinstance(op, (memref.StoreOp, vector.StoreOp, vector.MaskedStoreOp))
+        self.checks.append(DictionaryAttr({
+            "kernel": StringAttr(function.split(".par")[0]), "access": StringAttr("write" if writes else "read"),
+            "operand": StringAttr(operand), "type": StringAttr(str(ref.type))}))
+        return len(self.checks) - 1
 
     def lower_func(self, fn: func.FuncOp) -> llvm.FuncOp:
         name = fn.sym_name.data
@@ -513,24 +623,29 @@ def runtime_decls() -> list[Operation]:
 class ConvertLoopsToLLVMPass(ModulePass):
     """Lower func/scf/memref/arith/math/vector to the llvm dialect (bare-pointer memrefs).
 
-    `profile=true` times every kernel call of @main (see the module docstring).
+    `profile=true` times every kernel call of @main; `checked=true` checks the bounds of every
+    load and store of the kernels (see the module docstring).
     """
 
     name = "convert-loops-to-llvm"
 
     profile: bool = False
+    checked: bool = False
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         funcs = [f for f in op.ops if isinstance(f, func.FuncOp)]
         if not funcs:
             return
         slots, offset = self.profile_counters(op) if self.profile else ({}, 0)
-        lowering = ModuleLowering(op, slots, offset)
+        lowering = ModuleLowering(op, slots, offset, self.checked)
         new_funcs = [lowering.lower_func(f) for f in funcs]
         for f in funcs:
             f.detach()
             f.erase()
-        op.body.block.add_ops([*runtime_decls(), *new_funcs, *lowering.new_funcs])
+        checks = [llvm.GlobalOp(i64, name, "weak", value=IntegerAttr(0, i64)) for name in BOUNDS_GLOBALS]
+        op.body.block.add_ops([*runtime_decls(), *(checks if self.checked else []), *new_funcs, *lowering.new_funcs])
+        if self.checked:
+            op.attributes[BOUNDS_CHECKS] = ArrayAttr(lowering.checks)
 
     @staticmethod
     def profile_counters(op: ModuleOp) -> tuple[dict[Operation, int], int]:

@@ -7,7 +7,7 @@ from pathlib import Path
 from nasir.errors import FrontendError, NasirError
 from nasir.model import Model, load_text
 
-TARGET_OPTIONS = {"llvm": ("threads", "profile", "cpu"), "torch": ()}
+TARGET_OPTIONS = {"llvm": ("threads", "profile", "cpu", "checked"), "torch": ()}
 """The targets and the keyword options each one's compile takes (`threads` counts where it is not 1)."""
 TARGETS = tuple(TARGET_OPTIONS)
 
@@ -33,6 +33,8 @@ def compile(model: Model, target: str = "llvm", threads: int = 1, **options):
 
         compile(model, cpu="znver3")      llvm code for a CPU LLVM knows by name ("host": this one's;
                                           default: the environment's NASIR_CPU, else the host)
+        compile(model, checked=True)      llvm code that checks every load and store and raises
+                                          BoundsError instead of leaving a buffer
 
         compile(model, target="torch", threads=2)
         -> NasirError: target 'torch' takes no option 'threads' (it takes: none)

@@ -37,6 +37,11 @@ class RuntimeInputError(NasirError):
     """Inputs given to an Executable do not match the compiled signature."""
 
 
+class BoundsError(NasirError):
+    """A checked build (`compile(..., checked=True)`) caught generated code reading or writing
+    outside a buffer; the message names the kernel, the buffer and the index."""
+
+
 class ForeignCPUError(NasirError):
     """Code compiled for a CPU whose vectors this machine lacks (AVX-512 code on an AVX2 CPU) was
     called; `executable` is the code, which can still be saved for that CPU."""

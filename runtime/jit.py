@@ -62,6 +62,9 @@ class JITModule:
         self.entry_address = self.engine.get_function_address(ENTRY)
         self.threads_address = self.engine.get_global_value_address(THREADS)
 
+    def global_address(self, name: str) -> int:
+        return self.engine.get_global_value_address(name)
+
 
 class SharedLibrary:
     """A library written by `write_shared_library`, loaded with ctypes."""
@@ -71,6 +74,9 @@ class SharedLibrary:
         self.lib = ctypes.CDLL(str(path))
         self.entry_address = ctypes.cast(getattr(self.lib, ENTRY), ctypes.c_void_p).value
         self.threads_address = ctypes.addressof(ctypes.c_int.in_dll(self.lib, THREADS))
+
+    def global_address(self, name: str) -> int:
+        return ctypes.addressof(ctypes.c_int64.in_dll(self.lib, name))
 
 
 def write_shared_library(optimized_module, path: str | Path, target: CPUTarget) -> Path:

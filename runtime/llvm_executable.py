@@ -17,8 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from nasir.errors import ForeignCPUError, NasirError
+from nasir.errors import BoundsError, ForeignCPUError, NasirError
 from nasir.lowering.llvm_target import TARGET, CPUTarget, cpu_target, host_target, set_target, target_of
+from nasir.lowering.loops_to_llvm import BOUNDS_CHECKS, BOUNDS_GLOBALS
 from nasir.lowering.pipeline import LLVM_PIPELINE
 from nasir.model import Model
 from nasir.passes import gc_paused, run_pipeline
@@ -63,6 +64,9 @@ class LLVMExecutable(Executable):
         self._entry = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * n_args)(native.entry_address)
         self.threads = threads
         self.compile_seconds = meta.get("compile_seconds", 0.0)
+        self._bounds = None
+        if "bounds_checks" in meta:
+            self._bounds = [(ctypes.c_int64 * 1).from_address(native.global_address(g)) for g in BOUNDS_GLOBALS]
 
     @property
     def threads(self) -> int:
@@ -87,7 +91,19 @@ class LLVMExecutable(Executable):
         outputs = [np.empty(s, np.float32) for s in self.output_shapes]
         ptrs = [a.ctypes.data for a in arrays] + [o.ctypes.data for o in outputs]
         self._entry(*ptrs, self.weights.ctypes.data, self.workspace.ctypes.data)
+        if self._bounds is not None and self._bounds[0][0]:
+            self._raise_bounds_error()
         return outputs
+
+    def _raise_bounds_error(self):
+        """The access a checked build caught outside its buffer (see convert-loops-to-llvm)."""
+        number, axis, index = (slot[0] for slot in self._bounds)
+        for slot in self._bounds:
+            slot[0] = 0
+        check = self.meta["bounds_checks"][number - 1]
+        where = f"index {index} on axis {axis}" if axis >= 0 else f"lanes from element {index}"
+        raise BoundsError(f"kernel '{check['kernel']}' would {check['access']} {check['operand']} "
+                          f"({check['type']}) out of bounds: {where}")
 
     def profile(self, *inputs, repeat: int = 20, warmup: int = 2) -> Profile:
         """Per kernel call: its time over `repeat` runs on `inputs` (see `nasir.profile`); needs
@@ -115,16 +131,19 @@ class LLVMExecutable(Executable):
         return path
 
 
-def lower_to_llvm_dialect(model: Model, profile: bool = False, cpu: str | CPUTarget | None = None) -> Model:
+def lower_to_llvm_dialect(model: Model, profile: bool = False, cpu: str | CPUTarget | None = None,
+                          checked: bool = False) -> Model:
     """`model` through LLVM_PIPELINE for `cpu` (a name LLVM knows, "host", a description, or None:
     the module's own `nasir.target`, else the host; see `nasir.lowering.llvm_target`); `profile`:
-    with per-call tick counters, see `nasir.profile`.
+    with per-call tick counters, see `nasir.profile`; `checked`: every load and store of the kernels
+    checks its indices (`BoundsError`).
     The nest-level result is verified; the loop and llvm levels are not: verifying tens of
     thousands of ops costs as much as building them, and LLVM verifies the IR made from them
     (`nasir.lowering.llvm_ir.optimize`)."""
     stages = LLVM_PIPELINE.split(",")
-    if profile:
-        stages[stages.index("convert-loops-to-llvm")] = "convert-loops-to-llvm{profile=true}"
+    options = " ".join(name + "=true" for name, on in (("profile", profile), ("checked", checked)) if on)
+    if options:
+        stages[stages.index("convert-loops-to-llvm")] = f"convert-loops-to-llvm{{{options}}}"
     loops = stages.index("convert-nest-to-loops")
     out = model.clone()
     if cpu is not None or TARGET not in out.module.attributes:
@@ -136,14 +155,21 @@ def lower_to_llvm_dialect(model: Model, profile: bool = False, cpu: str | CPUTar
 
 @gc_paused()
 def compile_llvm(model: Model, threads: int = 1, profile: bool = False,
-                 cpu: str | CPUTarget | None = None) -> LLVMExecutable:
+                 cpu: str | CPUTarget | None = None, checked: bool = False) -> LLVMExecutable:
     """Compile `model` to native code for `cpu` (by default the host; see the module docstring and
     `lower_to_llvm_dialect`); `profile` times every kernel call for `LLVMExecutable.profile` (two
-    counter reads and an add a call)."""
+    counter reads and an add a call); `checked` makes a call that reads or writes outside a buffer
+    raise `BoundsError` instead."""
+    start = time.perf_counter()
+    return executable_of(model, lower_to_llvm_dialect(model, profile, cpu, checked), threads, start)
+
+
+def executable_of(model: Model, lowered: Model, threads: int = 1, start: float | None = None) -> LLVMExecutable:
+    """Native code of `lowered`, `model` at the llvm dialect level (after convert-loops-to-llvm,
+    with its profile counters or bounds checks if that pass made them)."""
     from nasir.lowering.llvm_ir import optimize, to_llvm_ir
 
-    start = time.perf_counter()
-    lowered = lower_to_llvm_dialect(model, profile, cpu)
+    start = time.perf_counter() if start is None else start
     target = target_of(lowered.module)
     attrs = lowered.module.attributes
     offsets = {k: v.value.data for k, v in attrs["nasir.weight_offsets"].data.items()}
@@ -154,7 +180,9 @@ def compile_llvm(model: Model, threads: int = 1, profile: bool = False,
         "weights_bytes": attrs["nasir.weights_bytes"].value.data,
         "cpu": target.cpu, "lanes": target.lanes,
     }
-    if profile:
+    if BOUNDS_CHECKS in attrs:
+        meta["bounds_checks"] = [{k: v.data for k, v in c.data.items()} for c in attrs[BOUNDS_CHECKS].data]
+    if "nasir.profile" in attrs:
         meta["profile"] = {"offset": attrs["nasir.profile_offset"].value.data, "calls": [
             {"layer": c.data["layer"].data, "kernel": c.data["kernel"].data, "macs": c.data["macs"].value.data}
             for c in attrs["nasir.profile"].data]}

@@ -2,7 +2,8 @@
 
 Single ops the developers did not pick: convs (stride 1-3, dilation 1-3, pads 0-3 on each side,
 groups, kernels 1-7, images 1-40 wide including one-pixel outputs), max and average pools (ceil
-mode, padding) and gemms, each at both vector widths (conftest's WIDTHS) and with 1 or 2 threads.
+mode, padding) and gemms, each at both vector widths (conftest's WIDTHS) and with 1 or 2 threads,
+compiled as checked builds (a load or store outside its buffer raises `BoundsError`).
 The draws are derandomized (the same cases every run, so CI is reproducible); the run's summary
 prints how many cases of each kind ran (conftest.py). A failure hypothesis finds is shrunk to a small case; add it as an
 `@example` so it stays a regression test.
@@ -41,11 +42,11 @@ def onnx_file(tmp_path, node, x_shape, inits: dict, opset: int = 13):
 
 
 def agrees_with_onnxruntime(record, path, x: np.ndarray, cpu: str, threads: int) -> None:
-    """nasir's llvm code for `cpu` and ONNX Runtime on the file; `record` is the test's
+    """nasir's checked llvm code for `cpu` and ONNX Runtime on the file; `record` is the test's
     record_property, which counts the case."""
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     expected = session.run(None, {"x": x})[0]
-    exe = nasir.compile(nasir.load(path), cpu=cpu, threads=threads)
+    exe = nasir.compile(nasir.load(path), cpu=cpu, threads=threads, checked=True)
     np.testing.assert_allclose(exe(x), expected, rtol=1e-4, atol=1e-4)
     record(CASES, path.stem.split("_")[0])
 

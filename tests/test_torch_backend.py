@@ -71,7 +71,7 @@ def test_train_mode_uses_batch_statistics(tmp_path):
 @pytest.mark.parametrize("target, options, message", [
     ("torch", {"threads": 2}, "target 'torch' takes no option 'threads' \\(it takes: none\\)"),
     ("torch", {"profile": True}, "target 'torch' takes no option 'profile'"),
-    ("llvm", {"vectorize": False}, "target 'llvm' takes no option 'vectorize' \\(it takes: threads, profile, cpu\\)"),
+    ("llvm", {"vectorize": False}, "target 'llvm' takes no option 'vectorize' \\(it takes: threads, profile, cpu, checked\\)"),
     ("tvm", {}, "unknown target 'tvm' \\(choose from llvm, torch\\)"),
 ])
 def test_compile_rejects_options_its_target_lacks(tmp_path, target, options, message):

@@ -6,6 +6,7 @@
     nasir run r18.onnx                          # compile (llvm), run on a seeded input, print a checksum
     nasir check r18.onnx                        # compare with ONNX Runtime: max |diff|, PASS/FAIL
     nasir check r18.onnx --cpu x86-64-v3        # the same with code for another CPU (AVX2 here)
+    nasir check r18.onnx --checked              # ... with every load and store bounds-checked
     nasir profile resnet34 --dataset imagenet --variant group16   # time per layer vs its MACs
 
 A model argument is a file path or a zoo name (then `--dataset` picks its variant). User mistakes
@@ -91,9 +92,9 @@ def read_inputs(model: nasir.Model, files: list[str] | None, seed: int) -> list[
     return arrays
 
 
-def cpu_option(args) -> dict:
-    """`--cpu` as a compile option (llvm only: the torch target takes none)."""
-    return {"cpu": args.cpu} if args.cpu else {}
+def llvm_options(args) -> dict:
+    """`--cpu` and `--checked` as compile options (llvm only: the torch target takes none)."""
+    return {**({"cpu": args.cpu} if args.cpu else {}), **({"checked": True} if getattr(args, "checked", False) else {})}
 
 
 def cmd_run(args) -> int:
@@ -101,7 +102,7 @@ def cmd_run(args) -> int:
         model = load(model_file(args.model, args.dataset, tmp))
     inputs = read_inputs(model, args.input, args.seed)
     with step(progress, f"compiling for {args.target}"):
-        exe = nasir.compile(model, target=args.target, **cpu_option(args))
+        exe = nasir.compile(model, target=args.target, **llvm_options(args))
     with step(progress, "running"):
         outputs = exe(*inputs)
     for name, y in zip(model.output_names, outputs if isinstance(outputs, list) else [outputs]):
@@ -118,7 +119,7 @@ def cmd_check(args) -> int:
         model = load(path)
         inputs = seeded_inputs(model, args.seed)
         with step(progress, f"compiling for {args.target}"):
-            exe = nasir.compile(model, target=args.target, **cpu_option(args))
+            exe = nasir.compile(model, target=args.target, **llvm_options(args))
         with step(progress, f"running {args.target} and ONNX Runtime"):
             result = compare(exe(*inputs), onnxruntime_outputs(path, inputs))
     style = "green" if result.ok else "red"
@@ -135,7 +136,7 @@ def cmd_profile(args) -> int:
             model = model.transform(pipeline)
     inputs = seeded_inputs(model, args.seed)
     with step(progress, "compiling for llvm with per-call timers"):
-        exe = nasir.compile(model, threads=args.threads, profile=True, **cpu_option(args))
+        exe = nasir.compile(model, threads=args.threads, profile=True, **llvm_options(args))
     with step(progress, f"running {args.repeat} times"):
         profile = exe.profile(*inputs, repeat=args.repeat)
     rows = profile.by_time() if args.sort == "time" else profile.rows
@@ -161,6 +162,9 @@ def parser() -> argparse.ArgumentParser:
     def run_args(c: argparse.ArgumentParser) -> None:
         c.add_argument("--target", choices=TARGETS, default="llvm", help="backend (default llvm)")
         cpu_arg(c)
+        c.add_argument("--checked", action="store_true",
+                       help="llvm: check every load and store of the generated code (an access outside a "
+                            "buffer is an error naming the kernel)")
         c.add_argument("--seed", type=int, default=0, help="seed of the random input")
 
     def cpu_arg(c: argparse.ArgumentParser) -> None:
