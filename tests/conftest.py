@@ -24,6 +24,9 @@ WIDTHS = {"avx2": ("x86-64-v3", 8), "avx512": ("x86-64-v4", 16)}
 
 CASES = "differential case"
 """user_properties key of each case a differential test (test_differential.py) ran; its value the op."""
+HOSTILE = "hostile file"
+"""user_properties key of each mutated ONNX file test_hostile_files.py ran; its value the outcome."""
+COUNTED = {CASES: "differential cases run against ONNX Runtime", HOSTILE: "hostile ONNX files by outcome"}
 COMPILED_ONLY = "compiled only"
 """user_properties key of a test that compiled code this CPU cannot run (seen by xdist's controller)."""
 
@@ -52,14 +55,13 @@ def pytest_pyfunc_call(pyfuncitem):
 
 
 def pytest_terminal_summary(terminalreporter):
-    counts: dict[str, int] = {}
+    counts: dict[str, dict[str, int]] = {}
     for report in terminalreporter.stats.get("passed", []) + terminalreporter.stats.get("failed", []):
         for key, value in report.user_properties if report.when == "call" else []:
-            if key == CASES:
-                counts[value] = counts.get(value, 0) + 1
-    if counts:
-        terminalreporter.write_line("differential cases run against ONNX Runtime: " +
-                                    ", ".join(f"{op} {n}" for op, n in sorted(counts.items())))
+            if key in COUNTED:
+                counts.setdefault(key, {})[value] = counts.get(key, {}).get(value, 0) + 1
+    for key, by_value in counts.items():
+        terminalreporter.write_line(f"{COUNTED[key]}: " + ", ".join(f"{v} {n}" for v, n in sorted(by_value.items())))
     compiled_only = [r for r in terminalreporter.stats.get("passed", [])
                      if r.when == "call" and any(k == COMPILED_ONLY for k, _ in r.user_properties)]
     if compiled_only:

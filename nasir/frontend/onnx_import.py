@@ -23,6 +23,7 @@ Every failure is a `FrontendError` (unsupported op: `UnsupportedOpError`; dynami
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -140,6 +141,7 @@ class Importer:
                 raise FrontendError(f"input '{info.name}' has element type "
                                     f"{TensorProto.DataType.Name(ttype.elem_type)}; nasir computes in float32: export the model with float32 inputs")
             shape = _static_shape(info, shapes.get(info.name))
+            check_size(shape, f"input '{info.name}'")
             self.env[info.name] = block.insert_arg(nn.tensor(shape), len(block.args))
 
     def _convert(self, node) -> None:
@@ -203,8 +205,8 @@ class Importer:
 
     def weight(self, array: np.ndarray, name: str) -> SSAValue:
         """A new nn.weight op holding `array` (as float32) under a unique name derived from `name`."""
-        if array.dtype.kind not in "fiub":
-            raise FrontendError(f"constant '{name}' of dtype {array.dtype} cannot be a float tensor")
+        if array.dtype.kind != "f":
+            raise FrontendError(f"constant '{name}' of dtype {array.dtype} is read as a float tensor")
         key = self.store.add(name, np.asarray(array, dtype=np.float32))
         op = nn.WeightOp.make(key, array.shape)
         self.ops.append(op)
@@ -218,8 +220,19 @@ class Importer:
         while name in self.layer_names:
             name, n = f"{base}_{n}", n + 1
         self.layer_names.add(name)
+        for result in op.results:
+            check_size(nn.shape_of(result), f"{node.op_type} node '{node.name or node.op_type}'")
         self.ops.append(op.named(name))
         return op.result
+
+
+MAX_ELEMENTS = 2**31 - 1
+"""Elements a tensor may hold: kernels index with 32-bit lanes."""
+
+
+def check_size(shape: tuple[int, ...], what: str) -> None:
+    if math.prod(shape) > MAX_ELEMENTS:
+        raise ShapeError(f"{what}: a tensor of shape {list(shape)} has more than 2^31 - 1 elements")
 
 
 def _requested_shapes(inputs, input_shapes: InputShapes) -> dict[str, tuple[int, ...]]:

@@ -72,6 +72,14 @@ def _window(node, attrs, spatial: tuple[int, ...], kernel: tuple[int, ...]):
         begins, ends = pads[:n], pads[n:]
     else:
         raise _unsupported(node, f"auto_pad '{auto_pad}'")
+    for what, values, least in (("kernel_shape", list(kernel), 1), ("strides", strides, 1),
+                                ("dilations", dilations, 1), ("pads", begins + ends, 0)):
+        if len(values) != (2 * n if what == "pads" else n) or any(v < least for v in values):
+            raise FrontendError(f"{what} {values} of a {n}-D window: need {2 * n if what == 'pads' else n} "
+                                f"values >= {least}")
+    for size, k, d, b, e in zip(spatial, kernel, dilations, begins, ends):
+        if d * (k - 1) + 1 > size + b + e:
+            raise FrontendError(f"window of {k} (dilation {d}) wider than its input of {size} padded by {b} + {e}")
     if n == 1:
         return [1] + strides, [1] + dilations, [0, begins[0], 0, ends[0]]
     return strides, dilations, begins + ends
@@ -102,8 +110,12 @@ def conv(imp, node, attrs, inputs):
     strides, dilations, pads = _window(node, attrs, nn.shape_of(x)[2:], kernel)
     w = _operand(imp, node, 1, wshape[:2] + (1,) + wshape[2:] if rank == 1 else None)
     b = imp.value(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+    groups, channels = int(attrs.get("group", 1)), nn.shape_of(x)[1]
+    if groups < 1 or channels % groups or wshape[0] % groups or wshape[1] * groups != channels:
+        raise FrontendError(f"weight {list(wshape)} in {groups} group(s) does not fit an input of {channels} "
+                            f"channels")
     op = nn.Conv2DOp.new(_as_2d(imp, node, x, rank), w, b, strides=strides, pads=pads,
-                         dilations=dilations, groups=int(attrs.get("group", 1)))
+                         dilations=dilations, groups=groups)
     return [_from_2d(imp, node, imp.emit(op, node), rank)]
 
 
