@@ -2,7 +2,8 @@
 
 Single ops the developers did not pick: convs (stride 1-3, dilation 1-3, pads 0-3 on each side,
 groups, kernels 1-7, images 1-40 wide including one-pixel outputs), max and average pools (ceil
-mode, padding) and gemms, each at both vector widths (conftest's WIDTHS) and with 1 or 2 threads,
+mode, padding) and gemms, and small chains (conv, batch norm, relu, a residual add, a pool, a
+concat), each at both vector widths (conftest's WIDTHS) and with 1 or 2 threads,
 compiled as checked builds (a load or store outside its buffer raises `BoundsError`).
 The draws are derandomized (the same cases every run, so CI is reproducible); the run's summary
 prints how many cases of each kind ran (conftest.py). A failure hypothesis finds is shrunk to a small case; add it as an
@@ -115,3 +116,64 @@ def test_gemm(tmp_path, record_property, rows, k, n, trans_b, cpu, threads):
     path = onnx_file(tmp_path, node, x.shape, {"b": b, "c": rng.standard_normal(n).astype(np.float32)})
     agrees_with_onnxruntime(record_property, path, x, cpu, threads)
 
+
+
+@st.composite
+def chains(draw):
+    """conv -> [batch norm] -> [relu] -> [+ a second conv of the input] -> [pool] -> [concat with
+    its own relu, along channels]: the shapes of a block, drawn."""
+    c, o = draw(st.integers(1, 6)), draw(st.integers(1, 12))
+    k, stride = draw(st.sampled_from([1, 3, 5])), draw(st.integers(1, 2))
+    h, w = draw(st.integers(k, 24)), draw(st.integers(k, 24))
+    pool = draw(st.sampled_from([None, "MaxPool", "AveragePool"]))
+    return dict(c=c, o=o, k=k, stride=stride, h=h, w=w, bn=draw(st.booleans()), relu=draw(st.booleans()),
+                residual=draw(st.booleans()), pool=pool, ceil=draw(st.sampled_from([0, 1])),
+                concat=draw(st.booleans()), cpu=draw(st.sampled_from(CPUS)), threads=draw(st.sampled_from([1, 2])))
+
+
+@given(case=chains())
+@cases(40)
+def test_chain(tmp_path, record_property, case):
+    rng = np.random.default_rng(1)
+
+    def rand(*shape):
+        return rng.standard_normal(shape).astype(np.float32)
+
+    k, pad = case["k"], case["k"] // 2
+    conv = dict(kernel_shape=[k, k], strides=[case["stride"]] * 2, pads=[pad] * 4)
+    inits = {"w": rand(case["o"], case["c"], k, k), "b": rand(case["o"])}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["t0"], **conv)]
+    last = "t0"
+
+    def add(op, inputs, **attrs):
+        nonlocal last
+        out = f"t{len(nodes)}"
+        nodes.append(helper.make_node(op, inputs, [out], **attrs))
+        last = out
+
+    if case["bn"]:
+        inits.update(g=rand(case["o"]), be=rand(case["o"]), mu=rand(case["o"]),
+                     var=np.abs(rand(case["o"])) + 0.5)
+        add("BatchNormalization", [last, "g", "be", "mu", "var"])
+    if case["relu"]:
+        add("Relu", [last])
+    if case["residual"]:
+        inits["w2"] = rand(case["o"], case["c"], k, k)
+        nodes.append(helper.make_node("Conv", ["x", "w2"], ["side"], **conv))
+        add("Add", [last, "side"])
+    if case["pool"]:
+        add(case["pool"], [last], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=case["ceil"])
+    if case["concat"]:
+        before = last
+        add("Relu", [before])
+        add("Concat", [before, last], axis=1)
+    nodes[-1].output[0] = "y"
+    x = rand(1, case["c"], case["h"], case["w"])
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              initializer=[numpy_helper.from_array(v, n) for n, v in inits.items()])
+    model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+    model.ir_version = 8
+    path = tmp_path / f"Chain_{len(list(tmp_path.iterdir()))}.onnx"
+    onnx.save(model, path)
+    agrees_with_onnxruntime(record_property, path, x, case["cpu"], case["threads"])

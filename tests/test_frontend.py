@@ -17,6 +17,7 @@ from nasir.dialects import nn
 from nasir.errors import FrontendError, ShapeError, UnsupportedOpError
 from nasir.frontend.onnx_import import import_onnx
 from nasir.lowering.torch_backend import compile_torch
+from nasir.runtime.llvm_executable import compile_llvm
 
 RNG = np.random.default_rng(0)
 
@@ -41,18 +42,21 @@ def make_model(nodes, inputs: dict, initializers: dict | None = None, opset: int
     return onnx.shape_inference.infer_shapes(model)  # graph outputs need a (possibly unknown) shape
 
 
-def check(tmp_path, model: onnx.ModelProto, input_shapes=None, feeds: dict | None = None):
-    """Import + torch backend vs ONNX Runtime; returns the nasir Model."""
+def check(tmp_path, model: onnx.ModelProto, input_shapes=None, feeds: dict | None = None, llvm: bool = False):
+    """Import + torch backend (and with `llvm` a checked llvm build, at the CPU the environment
+    names) vs ONNX Runtime; returns the nasir Model."""
     path = tmp_path / "m.onnx"
     onnx.save(model, path)
     m = import_onnx(path, input_shapes)
     feeds = feeds or {n: rand(*s) for n, s in zip(m.input_names, m.input_shapes)}
     expected = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
-    got = compile_torch(m)(*[feeds[n] for n in m.input_names])
-    got = got if isinstance(got, list) else [got]
-    for g, e in zip(got, expected):
-        assert g.shape == e.shape
-        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4)
+    executables = [compile_torch(m)] + ([compile_llvm(m, checked=True)] if llvm else [])
+    for exe in executables:
+        got = exe(*[feeds[n] for n in m.input_names])
+        got = got if isinstance(got, list) else [got]
+        for g, e in zip(got, expected):
+            assert g.shape == e.shape
+            np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4, err_msg=exe.target)
     return m
 
 
@@ -480,10 +484,10 @@ def caffe2_style_classifier(mask_read: bool = False) -> onnx.ModelProto:
     return model
 
 
-def test_caffe2_era_graph_with_an_unread_dropout_mask(tmp_path):
+def test_caffe2_era_graph_with_an_unread_dropout_mask(tmp_path, cpu):
     """Old exporters name a Dropout's mask output though nothing reads it: the import takes the
-    graph (torch backend against ONNX Runtime)."""
-    m = check(tmp_path, caffe2_style_classifier())
+    graph (torch and llvm backends against ONNX Runtime)."""
+    m = check(tmp_path, caffe2_style_classifier(), llvm=True)
     assert m.input_names == ["x"]
 
 
@@ -527,3 +531,29 @@ def test_to_onnx_of_a_global_pool_model_reimports(tmp_path):
     expected = session.run(None, {session.get_inputs()[0].name: x})[0]
     for target in ("torch", "llvm"):
         np.testing.assert_allclose(nasir.compile(again, target=target)(x), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_tf_converted_nhwc_graph(tmp_path, cpu):
+    """tf2onnx's pattern: an NHWC input transposed to NCHW, an explicit Pad node before an
+    unpadded conv (asymmetric: TF's SAME with stride 2), ReLU, a max pool, and back to NHWC."""
+    nodes = [
+        node("Transpose", ["x"], ["nchw"], perm=[0, 3, 1, 2]),
+        node("Pad", ["nchw", "pads"], ["padded"], mode="constant"),
+        node("Conv", ["padded", "w", "b"], ["c"], name="conv", strides=[2, 2]),
+        node("Relu", ["c"], ["r"]),
+        node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        node("Transpose", ["p"], ["y"], perm=[0, 2, 3, 1]),
+    ]
+    inits = {"pads": np.array([0, 0, 0, 0, 0, 0, 1, 1], np.int64), "w": rand(8, 3, 3, 3), "b": rand(8)}
+    check(tmp_path, make_model(nodes, {"x": (1, 17, 17, 3)}, inits, opset=13), llvm=True)
+
+
+def test_keras_style_classifier(tmp_path, cpu):
+    """keras2onnx's dense head: Flatten, MatMul with a weight, Add of a bias, ReLU, again, Softmax."""
+    nodes = [
+        node("Flatten", ["x"], ["f"]),
+        node("MatMul", ["f", "w1"], ["m1"]), node("Add", ["m1", "b1"], ["a1"]), node("Relu", ["a1"], ["r1"]),
+        node("MatMul", ["r1", "w2"], ["m2"]), node("Add", ["m2", "b2"], ["a2"]), node("Softmax", ["a2"], ["y"], axis=1),
+    ]
+    inits = {"w1": rand(4 * 5 * 5, 32), "b1": rand(32), "w2": rand(32, 10), "b2": rand(10)}
+    check(tmp_path, make_model(nodes, {"x": (1, 4, 5, 5)}, inits, opset=13), llvm=True)
