@@ -84,7 +84,7 @@ def minibatch(source: str | Path | None, batch: int = 64, seed: int = 0,
         return load_cifar10(path, batch, seed=seed)
     if path.suffix == ".npz":
         return load_npz(path, batch, seed)
-    raise DataError(f"{source}: not a CIFAR-10 binary directory or an .npz file (or None for synthetic data)")
+    raise DataError(f"{source}: not a CIFAR-10 binary directory or an .npz file (or 'synthetic' for synthetic data)")
 
 
 def _draw(x: np.ndarray, y: np.ndarray, batch: int | None, seed: int, where: str) -> tuple[np.ndarray, np.ndarray]:

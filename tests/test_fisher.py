@@ -214,3 +214,9 @@ def test_npz_and_synthetic_sources(tmp_path):
     assert a1.shape == (4, 3, 4, 4) and b1.max() < 5
     with pytest.raises(DataError, match="not a CIFAR-10 binary directory"):
         minibatch(tmp_path / "nothing.txt")
+
+
+def test_an_unknown_data_source_names_the_synthetic_spelling(tmp_path):
+    """The message says what the docs say: 'synthetic', not None."""
+    with pytest.raises(DataError, match="or 'synthetic' for synthetic data"):
+        minibatch(tmp_path / "bogus")

@@ -42,8 +42,8 @@ def test_print_capacity_leaves_ir_unchanged(capsys):
     module = conv_module(1)
     before = str(module)
     run_pipeline(module, "convert-nn-to-nest,print-capacity")
-    out = capsys.readouterr().out
-    assert "network mixing oxxx/xaxx/xxmx/xxxm  depth 2" in out
+    printed = capsys.readouterr()
+    assert "network mixing oxxx/xaxx/xxmx/xxxm  depth 2" in printed.err and not printed.out
     assert str(module) != before and "nest.compute" in str(module)
     after = str(module)
     run_pipeline(module, "print-capacity")

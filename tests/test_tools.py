@@ -233,3 +233,9 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     proc = subprocess.run([str(BIN / "nasir"), "run", str(tmp_path / "missing.onnx")],
                           capture_output=True, text=True, timeout=300)
     assert_one_line_error(proc.returncode, proc.stderr, tool="nasir", contains="no such file")
+
+
+def test_help_lists_nasirs_passes_not_xdsls():
+    done = subprocess.run([sys.executable, "-m", "nasir.tools.nasir_opt", "--help"], capture_output=True, text=True)
+    text = " ".join(done.stdout.split()).replace("- ", "-")
+    assert "nasir's passes: bottleneck, convert-loops-to-llvm" in text and "riscv" not in text

@@ -215,9 +215,10 @@ def properties_at_least(candidate: Model | ModuleOp, original: Model | ModuleOp)
 
 
 class PrintCapacityPass(ModulePass):
-    """`print-capacity`: print the mixing and depth table of @main; the IR is left unchanged."""
+    """`print-capacity`: print the mixing and depth table of @main to stderr (stdout carries the
+    IR); the IR is left unchanged."""
 
     name = "print-capacity"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        print(analyse(op), file=sys.stdout, flush=True)
+        print(analyse(op), file=sys.stderr, flush=True)

@@ -84,6 +84,11 @@ class NasirOptMain(xDSLOptMain):
                                 help="weight store for a .mlir input (as written by Model.save)")
         arg_parser.add_argument("--print-weights", action="store_true",
                                 help="print nn.weight values as dense_resource blobs")
+        from nasir.passes import available_passes
+
+        passes = next(a for a in arg_parser._actions if a.dest == "passes")
+        passes.help = (f"pass pipeline, the spelling Model.transform takes; nasir's passes: "
+                       f"{', '.join(sorted(available_passes()))} (xDSL's own, such as cse and dce, work too)")
         arg_parser.add_argument("--cpu", metavar="NAME",
                                 help="compile for this CPU (an LLVM CPU name: znver3, x86-64-v3, skylake-avx512, ..., "
                                      "or 'host'); default: the module's nasir.target, else NASIR_CPU, else the host")
@@ -166,6 +171,9 @@ def main(args: list[str] | None = None) -> None:
     try:
         NasirOptMain(description="nasir optimizer driver: nasir IR or ONNX in, transformed IR out",
                      args=args).run()
+    except BrokenPipeError:  # `nasir-opt model.onnx | head`: the reader is gone, so is the rest
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
     except NasirError as e:
         fail("nasir-opt", e)
     except ParseError as e:
