@@ -62,7 +62,10 @@ from nasir.errors import LoweringError
 from nasir.model import main_func
 
 ALIGN = 64
-"""Byte alignment of every buffer in the weights and the arena (one AVX-512 cache line)."""
+"""Byte alignment of every buffer in the weights and the arena (one AVX-512 cache line), and of
+the weights and workspace the runtime allocates."""
+WORKSPACE_BYTES = "nasir.workspace_bytes"
+"""Module attribute: bytes of the workspace @main takes (the arena, then profile counters)."""
 
 COMPUTE_OPS = (nest.ComputeOp, nn.ConcatOp, nn.ReshapeOp, nn.SoftmaxOp, nn.LRNOp, nn.PadOp, nn.BatchNormOp)
 """Ops that do work at the nest level: wrapped by this pass, lowered by convert-nest-to-loops."""
@@ -293,7 +296,7 @@ class NestBufferizePass(ModulePass):
         fn.detach()
         fn.erase()
         op.body.block.add_op(new_fn)
-        op.attributes["nasir.workspace_bytes"] = IntegerAttr(peak, i64)
+        op.attributes[WORKSPACE_BYTES] = IntegerAttr(peak, i64)
         op.attributes["nasir.weights_bytes"] = IntegerAttr(wbytes, i64)
         op.attributes["nasir.weight_offsets"] = DictionaryAttr(
             {k: IntegerAttr(v, i64) for k, v in weight_offsets.items()})

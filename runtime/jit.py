@@ -15,9 +15,9 @@ from pathlib import Path
 
 from nasir.errors import LoweringError
 from nasir.lowering.llvm_target import CPUTarget
+from nasir.lowering.loops_to_llvm import THREADS_GLOBAL
 
 ENTRY = "main"
-THREADS = "nasir_num_threads"
 
 
 @cache
@@ -60,7 +60,7 @@ class JITModule:
         self.engine.finalize_object()
         self.engine.run_static_constructors()
         self.entry_address = self.engine.get_function_address(ENTRY)
-        self.threads_address = self.engine.get_global_value_address(THREADS)
+        self.threads_address = self.engine.get_global_value_address(THREADS_GLOBAL)
 
     def global_address(self, name: str) -> int:
         return self.engine.get_global_value_address(name)
@@ -73,7 +73,7 @@ class SharedLibrary:
         load_openmp()
         self.lib = ctypes.CDLL(str(path))
         self.entry_address = ctypes.cast(getattr(self.lib, ENTRY), ctypes.c_void_p).value
-        self.threads_address = ctypes.addressof(ctypes.c_int.in_dll(self.lib, THREADS))
+        self.threads_address = ctypes.addressof(ctypes.c_int.in_dll(self.lib, THREADS_GLOBAL))
 
     def global_address(self, name: str) -> int:
         return ctypes.addressof(ctypes.c_int64.in_dll(self.lib, name))

@@ -19,6 +19,7 @@ import numpy as np
 
 from nasir.errors import BoundsError, ForeignCPUError, NasirError
 from nasir.lowering.llvm_target import TARGET, CPUTarget, cpu_target, host_target, set_target, target_of
+from nasir.lowering.bufferize import ALIGN, WORKSPACE_BYTES
 from nasir.lowering.loops_to_llvm import BOUNDS_CHECKS, BOUNDS_GLOBALS
 from nasir.lowering.pipeline import LLVM_PIPELINE
 from nasir.model import Model
@@ -28,7 +29,7 @@ from nasir.runtime.executable import Executable
 from nasir.runtime.jit import JITModule, SharedLibrary, write_shared_library
 
 
-def aligned_empty(nbytes: int, align: int = 64) -> np.ndarray:
+def aligned_empty(nbytes: int, align: int = ALIGN) -> np.ndarray:
     """A uint8 buffer of `nbytes` whose data pointer is `align`-byte aligned."""
     raw = np.zeros(nbytes + align, np.uint8)
     start = (-raw.ctypes.data) % align
@@ -176,7 +177,7 @@ def executable_of(model: Model, lowered: Model, threads: int = 1, start: float |
     meta = {
         "input_names": model.input_names, "output_names": model.output_names,
         "input_shapes": [list(s) for s in model.input_shapes], "output_shapes": [list(s) for s in model.output_shapes],
-        "workspace_bytes": attrs["nasir.workspace_bytes"].value.data,
+        "workspace_bytes": attrs[WORKSPACE_BYTES].value.data,
         "weights_bytes": attrs["nasir.weights_bytes"].value.data,
         "cpu": target.cpu, "lanes": target.lanes,
     }
