@@ -22,8 +22,8 @@ FMA, masked edge vectors, epilogue of transposed tiles):
 
 - the vector loop is a parallel dim that is contiguous in the output (stride 1), split by the
   target's vector width (`CPUTarget.lanes`: 16 floats with AVX-512, 8 with AVX2) when longer, and
-  placed innermost; a weight it
-  reads with a stride (a classifier's [n, k]) is packed with a block of lanes innermost
+  placed innermost; a weight it reads with a stride (a classifier's [n, k]) is packed with a
+  block of lanes innermost
   (`lane_packs`: 1000 classes -> `OI8o`, vectors of 8), and where no other dim makes a
   register tile, the vector loop's blocks do (125 blocks of 8 classes split by 5);
 - the other parallel dims come first in domain order, then the reduction dims;

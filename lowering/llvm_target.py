@@ -81,10 +81,10 @@ class CPUTarget:
             raise NasirError(f"unknown target field(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
         return dataclasses.replace(self, **fields)
 
-    def to_attr(self, base: CPUTarget | None = None) -> DictionaryAttr:
-        """The `nasir.target` attribute: the CPU's name and the fields that differ from `base`
-        (by default the description `cpu_target` makes of that name)."""
-        base = base if base is not None else cpu_target(self.cpu)
+    def to_attr(self) -> DictionaryAttr:
+        """The `nasir.target` attribute: the CPU's name and the fields that differ from the
+        description `cpu_target` makes of that name."""
+        base = cpu_target(self.cpu)
         entries = {"cpu": StringAttr(self.cpu)}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
@@ -92,10 +92,6 @@ class CPUTarget:
                 entries[f.name] = (StringAttr(value) if isinstance(value, str) else
                                    FloatAttr(value, f64) if isinstance(value, float) else IntegerAttr(value, i64))
         return DictionaryAttr(entries)
-
-    def runs_on(self, host: CPUTarget) -> bool:
-        """Whether code for this target can run on `host` (x86: no wider vectors than it has)."""
-        return self.triple.split("-")[0] == host.triple.split("-")[0] and self.lanes <= host.lanes
 
     def target_machine(self, opt: int = 3, jit: bool = False):
         """For `jit`, LLVM's JIT code model: MCJIT places code anywhere in the address space, so

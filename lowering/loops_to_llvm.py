@@ -342,10 +342,7 @@ class FuncLowering:
                 [self.v(op.value_to_store), self.address(op.base, op.indices), align, self.v(op.mask)], [])),
                 op.value_to_store.type, op.mask)
         elif isinstance(op, vector.BroadcastOp):
-            ty = llvm_type(r.type)
-            undef = self.add(llvm.UndefOp(ty))
-            one = self.add(llvm.InsertElementOp(undef, self.v(op.source), self.const(IntegerAttr(0, i32), i32)))
-            self.vmap[r] = self.add(llvm.ShuffleVectorOp(one, one, _mask((0,) * ty.get_shape()[0]), ty))
+            self.vmap[r] = self.splat(self.v(op.source), r.type.get_shape()[0])
         elif isinstance(op, vector.ShuffleOp):
             mask = _mask(tuple(op.mask.get_values()))
             self.vmap[r] = self.add(llvm.ShuffleVectorOp(self.v(op.v1), self.v(op.v2), mask, r.type))
@@ -642,9 +639,9 @@ class ConvertLoopsToLLVMPass(ModulePass):
         for f in funcs:
             f.detach()
             f.erase()
-        checks = [llvm.GlobalOp(i64, name, "weak", value=IntegerAttr(0, i64)) for name in BOUNDS_GLOBALS]
-        op.body.block.add_ops([*runtime_decls(), *(checks if self.checked else []), *new_funcs, *lowering.new_funcs])
+        op.body.block.add_ops([*runtime_decls(), *new_funcs, *lowering.new_funcs])
         if self.checked:
+            op.body.block.add_ops([llvm.GlobalOp(i64, name, "weak", value=IntegerAttr(0, i64)) for name in BOUNDS_GLOBALS])
             op.attributes[BOUNDS_CHECKS] = ArrayAttr(lowering.checks)
 
     @staticmethod

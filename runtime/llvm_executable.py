@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from nasir.errors import BoundsError, ForeignCPUError, NasirError
-from nasir.lowering.llvm_target import TARGET, CPUTarget, cpu_target, host_target, set_target, target_of
 from nasir.lowering.bufferize import ALIGN, WORKSPACE_BYTES
+from nasir.lowering.llvm_target import TARGET, CPUTarget, host_target, set_target, target_of
 from nasir.lowering.loops_to_llvm import BOUNDS_CHECKS, BOUNDS_GLOBALS
 from nasir.lowering.pipeline import LLVM_PIPELINE
 from nasir.model import Model
@@ -59,15 +59,16 @@ class LLVMExecutable(Executable):
         self.workspace = aligned_empty(max(1, meta["workspace_bytes"]))
         self.workspace_bytes = meta["workspace_bytes"]
         self._module = optimized_module
-        self.compiled_for = compiled_for or cpu_target(meta["cpu"])
-        """The CPU this code was compiled for (see `nasir.lowering.llvm_target`)."""
+        self.compiled_for = compiled_for
+        """The CPU this code was compiled for (see `nasir.lowering.llvm_target`); None for code
+        loaded from disk (meta's "cpu" and "lanes" name it)."""
         n_args = len(self.input_shapes) + len(self.output_shapes) + 2
         self._entry = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * n_args)(native.entry_address)
         self.threads = threads
         self.compile_seconds = meta.get("compile_seconds", 0.0)
         self._bounds = None
         if "bounds_checks" in meta:
-            self._bounds = [(ctypes.c_int64 * 1).from_address(native.global_address(g)) for g in BOUNDS_GLOBALS]
+            self._bounds = [ctypes.c_int64.from_address(native.global_address(g)) for g in BOUNDS_GLOBALS]
 
     @property
     def threads(self) -> int:
@@ -92,15 +93,15 @@ class LLVMExecutable(Executable):
         outputs = [np.empty(s, np.float32) for s in self.output_shapes]
         ptrs = [a.ctypes.data for a in arrays] + [o.ctypes.data for o in outputs]
         self._entry(*ptrs, self.weights.ctypes.data, self.workspace.ctypes.data)
-        if self._bounds is not None and self._bounds[0][0]:
+        if self._bounds is not None and self._bounds[0].value:
             self._raise_bounds_error()
         return outputs
 
     def _raise_bounds_error(self):
         """The access a checked build caught outside its buffer (see convert-loops-to-llvm)."""
-        number, axis, index = (slot[0] for slot in self._bounds)
+        number, axis, index = (slot.value for slot in self._bounds)
         for slot in self._bounds:
-            slot[0] = 0
+            slot.value = 0
         check = self.meta["bounds_checks"][number - 1]
         where = f"index {index} on axis {axis}" if axis >= 0 else f"lanes from element {index}"
         raise BoundsError(f"kernel '{check['kernel']}' would {check['access']} {check['operand']} "

@@ -48,7 +48,7 @@ def pytest_pyfunc_call(pyfuncitem):
         return (yield)
     except ForeignCPUError as e:
         lanes = e.executable.meta["lanes"]
-        assert lanes > host_target().lanes, e
+        assert not e.executable.runs_here, e
         assert f"<{lanes} x float>" in str(e.executable._module), "the optimised IR has no vectors of its width"
         pyfuncitem.user_properties.append((COMPILED_ONLY, lanes))
         return True

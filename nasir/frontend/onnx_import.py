@@ -231,6 +231,7 @@ MAX_ELEMENTS = 2**31 - 1
 
 
 def check_size(shape: tuple[int, ...], what: str) -> None:
+    """A ShapeError naming `what` if a tensor of `shape` holds more than MAX_ELEMENTS."""
     if math.prod(shape) > MAX_ELEMENTS:
         raise ShapeError(f"{what}: a tensor of shape {list(shape)} has more than 2^31 - 1 elements")
 
