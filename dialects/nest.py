@@ -43,7 +43,7 @@ from xdsl.dialects.builtin import (
     TensorType,
     i64,
 )
-from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, SSAValue
+from xdsl.ir import Attribute, Dialect, Operation, ParametrizedAttribute, SSAValue
 from xdsl.ir.affine import (
     AffineBinaryOpExpr,
     AffineBinaryOpKind,
@@ -68,7 +68,7 @@ from xdsl.printer import Printer
 from xdsl.traits import Pure
 from xdsl.utils.exceptions import VerifyException
 
-from nasir.dialects.nn import shape_of, tensor
+from nasir.dialects.nn import Conv2DOp, GemmOp, MatMulOp, shape_of, tensor
 
 COMBINERS = {"mac": 2, "max": 1, "avg": 1, "copy": 1}
 """Combiner name -> number of leading inputs it reads; later inputs serve the epilogue."""
@@ -215,6 +215,36 @@ def used_dims(expr: AffineExpr) -> set[int]:
 
 def map_dims(amap: AffineMap) -> set[int]:
     return set().union(*(used_dims(e) for e in amap.results)) if amap.results else set()
+
+
+def linear_coefficient(expr: AffineExpr, dim: int) -> int | None:
+    """Coefficient of d`dim` in an affine expression, None if it appears under floordiv/mod."""
+    if isinstance(expr, AffineDimExpr):
+        return int(expr.position == dim)
+    if isinstance(expr, AffineConstantExpr):
+        return 0
+    assert isinstance(expr, AffineBinaryOpExpr)
+    lhs, rhs = linear_coefficient(expr.lhs, dim), linear_coefficient(expr.rhs, dim)
+    if lhs is None or rhs is None:
+        return None
+    if expr.kind == AffineBinaryOpKind.Add:
+        return lhs + rhs
+    if expr.kind == AffineBinaryOpKind.Mul:
+        const = expr.rhs if isinstance(expr.rhs, AffineConstantExpr) else expr.lhs
+        coef = lhs if isinstance(expr.rhs, AffineConstantExpr) else rhs
+        return coef * const.value if isinstance(const, AffineConstantExpr) else None
+    return None if lhs or rhs else 0
+
+
+def stride_of(amap, shape, dim: int) -> int | None:
+    """Elements moved in a row-major buffer of `shape` per step of d`dim` through `amap`."""
+    total = 0
+    for a, e in enumerate(amap.results):
+        c = linear_coefficient(e, dim)
+        if c is None:
+            return None
+        total += c * math.prod(shape[a + 1:])
+    return total
 
 
 def linear_form(expr: AffineExpr) -> tuple[dict[int, int], int] | None:
@@ -375,10 +405,22 @@ class ComputeOp(IRDLOperation):
         if self.schedule is not None:
             self.get_schedule().verify(dom)
 
-    @property
-    def macs(self) -> int:
-        """Multiply-accumulates (or window reads for pools) the nest performs."""
-        return self.domain.size if self.kind in ("mac", "max", "avg") else 0
+
+def macs(op: Operation) -> int:
+    """Multiply-accumulates of one op: a `nest.compute` with the `mac` combiner its domain size, a conv
+    N*Co*OH*OW*(Ci/G)*KH*KW, gemm and matmul M*N*K (times the batch); 0 for any other op."""
+    if isinstance(op, ComputeOp):
+        return op.domain.size if op.kind == "mac" else 0
+    if isinstance(op, Conv2DOp):
+        _, ci_per_group, kh, kw = shape_of(op.operands[1])
+        return math.prod(shape_of(op.result)) * ci_per_group * kh * kw
+    if isinstance(op, GemmOp):
+        a = shape_of(op.operands[0])
+        k = a[0] if op.trans_a.value.data else a[1]
+        return math.prod(shape_of(op.result)) * k
+    if isinstance(op, MatMulOp):
+        return math.prod(shape_of(op.result)) * shape_of(op.operands[0])[-1]
+    return 0
 
 
 # --- schedule ----------------------------------------------------------------------------------

@@ -25,9 +25,6 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from xdsl.dialects.builtin import (
-    I64,
-    ArrayAttr,
-    BoolAttr,
     DenseArrayBase,
     DenseResourceAttr,
     FloatAttr,

@@ -59,7 +59,7 @@ from xdsl.passes import ModulePass
 from nasir.dialects import nest, nn
 from nasir.dialects.nn import shape_of
 from nasir.errors import LoweringError
-from nasir.model import main_func
+from nasir.dialects.module import main_func
 
 ALIGN = 64
 """Byte alignment of every buffer in the weights and the arena (one AVX-512 cache line), and of

@@ -2,4 +2,4 @@
 
 LLVM_PIPELINE = ("fold-batch-norm,convert-nn-to-nest,lower-batch-norm,fuse-epilogue,default-schedule,"
                  "pack-activations,pack-weights,nest-bufferize,convert-nest-to-loops,convert-loops-to-llvm")
-"""nn IR -> llvm dialect (then `nasir.lowering.llvm_ir` makes LLVM IR, `nasir.runtime.jit` code)."""
+"""nn IR -> llvm dialect (then `nasir.lowering.loops_to_llvm.llvm_ir` makes LLVM IR, `nasir.runtime.jit` code)."""

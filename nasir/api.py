@@ -49,23 +49,23 @@ def compile(model: Model, target: str = "llvm", threads: int = 1, **options):
             takes = ", ".join(TARGET_OPTIONS[target]) or "none"
             raise NasirError(f"target '{target}' takes no option '{option}' (it takes: {takes})")
     if target == "torch":
-        from nasir.lowering.torch_backend import compile_torch
+        from nasir.runtime.torch_executable import compile_torch
 
-        return compile_torch(model)
+        return compile_torch(model.module)
     from nasir.runtime.llvm_executable import compile_llvm
 
-    return compile_llvm(model, threads=threads, **options)
+    return compile_llvm(model.module, threads=threads, **options)
 
 
 def fisher_potential(model: Model, inputs, labels, seed: int = 0):
-    """Fisher Potential of `model` on one minibatch (per layer and total); see transforms/fisher.py."""
-    from nasir.transforms.fisher import fisher_potential as compute
+    """Fisher Potential of `model` on one minibatch (per layer and total); see nasir/fisher.py."""
+    from nasir.fisher import fisher_potential as compute
 
     return compute(model, inputs, labels, seed)
 
 
 def check_capacity(candidate: Model, original: Model, inputs, labels, seed: int = 0):
     """Accept `candidate` unless its Fisher Potential is below `original`'s on the same minibatch."""
-    from nasir.transforms.fisher import check_capacity as check
+    from nasir.fisher import check_capacity as check
 
     return check(candidate, original, inputs, labels, seed)

@@ -151,7 +151,7 @@ def bench_model(name: str, dataset: str, threads: list[int], repeat: int, peak: 
         model = nasir.load(path)
         import_s = time.perf_counter() - start
         macs = model.summary().total_macs
-        exe = compile_llvm(model)
+        exe = compile_llvm(model.module)
         for t in threads:
             exe.threads = t
             torch.set_num_threads(t)
@@ -187,7 +187,7 @@ def bench_variants(model_name: str, dataset: str, variants: list[str], repeat: i
         for name in ["base", *(v for v in variants if v != "base")]:
             on_compile(name)
             model = original.transform(ALL_VARIANTS[name]) if ALL_VARIANTS[name] else original
-            exe = compile_llvm(model, threads=threads)
+            exe = compile_llvm(model.module, threads=threads)
             runs[f"nasir {name}"] = lambda exe=exe: exe(x)
             runs[f"ort {name}"] = _ort_run(ort_session(model.to_onnx(Path(tmp) / f"{name}.onnx"), threads), x)
             rows.append({"model": model_name, "dataset": dataset, "variant": name, "pipeline": ALL_VARIANTS[name],

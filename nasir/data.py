@@ -1,6 +1,6 @@
 """Minibatches for data-driven legality (Fisher Potential) and search: .npz, CIFAR-10, synthetic.
 
-Fisher Potential (`nasir.transforms.fisher`) needs one minibatch of training data at
+Fisher Potential (`nasir.fisher`) needs one minibatch of training data at
 initialisation; this module produces it as numpy arrays `(x float32 N x C x H x W, y int64 N)`:
 
     x, y = minibatch("cifar-10-batches-bin/", batch=64, seed=0)   # CIFAR-10 binary directory

@@ -11,58 +11,26 @@ whose `nn.weight` ops carry `dense_resource` blobs (`text(weights=True)`).
 
 from __future__ import annotations
 
-import re
-import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ArrayAttr, DenseResourceAttr, ModuleOp, StringAttr
+from xdsl.dialects.builtin import DenseResourceAttr, ModuleOp
 from xdsl.ir import Operation
 
 from nasir.dialects import nn
+from nasir.dialects.module import (
+    WeightStore,
+    attach_weights,
+    io_names,
+    io_shapes,
+    main_func,
+    set_io_names,
+    weights_of,
+)
 from nasir.errors import NasirError, ShapeError
-
-
-class WeightStore(dict[str, np.ndarray]):
-    """Weights of a model by name: float32 (or int64 for index tensors) numpy arrays."""
-
-    def add(self, name: str, value: np.ndarray) -> str:
-        """Store `value` under a unique, printable name derived from `name`; returns the name used."""
-        base = sanitize(name) or "w"
-        key, n = base, 1
-        while key in self:
-            key, n = f"{base}_{n}", n + 1
-        self[key] = np.ascontiguousarray(value)
-        return key
-
-
-def sanitize(name: str) -> str:
-    """A name that is safe in IR and on the command line: [A-Za-z0-9_.] only, not starting with '.'."""
-    return re.sub(r"[^A-Za-z0-9_.]+", "_", name).strip("_.")
-
-
-_STORES: "weakref.WeakKeyDictionary[ModuleOp, WeightStore]" = weakref.WeakKeyDictionary()
-
-
-def weights_of(module: ModuleOp) -> WeightStore:
-    """The weight store attached to `module` (an empty one is attached if there is none)."""
-    store = _STORES.get(module)
-    if store is None:
-        store = _STORES[module] = WeightStore()
-    return store
-
-
-def attach_weights(module: ModuleOp, store: WeightStore) -> None:
-    _STORES[module] = store
-
-
-def main_func(module: ModuleOp) -> func.FuncOp:
-    for op in module.ops:
-        if isinstance(op, func.FuncOp) and op.sym_name.data == "main":
-            return op
-    raise NasirError("the module has no func.func @main")
+from nasir.lowering.passes import run_pipeline
 
 
 class Model:
@@ -76,17 +44,10 @@ class Model:
         self.module = module
         if weights is not None:
             attach_weights(module, weights)
-        fn = main_func(module)
-        attrs = module.attributes
-        if input_names is None and "nasir.inputs" in attrs:
-            input_names = [a.data for a in attrs["nasir.inputs"].data]
-        if output_names is None and "nasir.outputs" in attrs:
-            output_names = [a.data for a in attrs["nasir.outputs"].data]
-        n_in, n_out = len(fn.function_type.inputs), len(fn.function_type.outputs)
-        self.input_names = input_names or [f"input{i}" if n_in > 1 else "input" for i in range(n_in)]
-        self.output_names = output_names or [f"output{i}" if n_out > 1 else "output" for i in range(n_out)]
-        module.attributes["nasir.inputs"] = ArrayAttr([StringAttr(n) for n in self.input_names])
-        module.attributes["nasir.outputs"] = ArrayAttr([StringAttr(n) for n in self.output_names])
+        given_in, given_out = io_names(module)
+        self.input_names = input_names or given_in
+        self.output_names = output_names or given_out
+        set_io_names(module, self.input_names, self.output_names)
 
     # Structure --------------------------------------------------------------------------------
     @property
@@ -99,11 +60,11 @@ class Model:
 
     @property
     def input_shapes(self) -> list[tuple[int, ...]]:
-        return [nn.shape_of(t) for t in self.func.function_type.inputs]
+        return io_shapes(self.module)[0]
 
     @property
     def output_shapes(self) -> list[tuple[int, ...]]:
-        return [nn.shape_of(t) for t in self.func.function_type.outputs]
+        return io_shapes(self.module)[1]
 
     def ops(self) -> Iterator[Operation]:
         """Ops of @main in program order (weights and the return excluded)."""
@@ -140,27 +101,32 @@ class Model:
         `capacity_check` rejects (LegalityError) a result whose Fisher Potential at initialisation is
         below this model's: pass a CIFAR-10 directory, an .npz file, "synthetic", or (inputs, labels).
         """
-        from nasir.passes import run_pipeline
-
-        if capacity_check is not None:
-            from nasir.transforms.fisher import transform_checked
-
-            return transform_checked(self, pipeline, data=None if capacity_check == "synthetic" else capacity_check)
         out = self.clone()
         run_pipeline(out.module, pipeline)
+        if capacity_check is not None:
+            from nasir.fisher import require_capacity
+
+            require_capacity(out, self, pipeline, data=None if capacity_check == "synthetic" else capacity_check)
         return out
 
     def to_torch(self):
         """A trainable `torch.nn.Module` computing this model (weights as Parameters)."""
-        from nasir.lowering.torch_export import to_torch
+        from nasir.lowering.nest_to_torch.export import to_torch
 
-        return to_torch(self)
+        return to_torch(self.module)
 
     def to_onnx(self, path: str | Path, opset: int = 17) -> Path:
         """Write the model as ONNX (via the torch backend); ONNX Runtime gives the same outputs."""
-        from nasir.lowering.torch_export import to_onnx
+        from nasir.lowering.nest_to_torch.export import to_onnx
 
-        return to_onnx(self, path, opset)
+        return to_onnx(self.module, path, opset)
+
+    def from_torch(self, program) -> "Model":
+        """A copy of this model whose weights are those of `program`, a `to_torch()` result that
+        may have been trained since; this model is unchanged."""
+        from nasir.lowering.nest_to_torch.export import from_torch
+
+        return Model(from_torch(self.module, program), None, list(self.input_names), list(self.output_names))
 
     def save(self, path: str | Path) -> Path:
         """Write `path` (.mlir, weights elided) and the store beside it as .npz."""
@@ -197,7 +163,7 @@ def _text_with_blobs(model: Model) -> str:
 
 def load_text(path: str | Path, weights: str | Path | None = None) -> Model:
     """Read a model written by `Model.save` or `Model.text(weights=True)`."""
-    from nasir.context import parse_module
+    from nasir.dialects.context import parse_module
 
     path = Path(path)
     module, blobs = parse_module(path.read_text(), str(path))

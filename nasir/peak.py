@@ -3,7 +3,7 @@
 The benchmark suite (`nasir.benchmarks`) reports every model's GFLOP/s as a percentage of this
 number, measured in the same run, so "percent of peak" reflects the machine as it is now (turbo,
 other load) rather than a datasheet. The kernel is LLVM IR for the host target (vector width from
-`nasir.lowering.llvm_target.host_target`, never hard-coded): `accumulators` independent chains of
+`nasir.lowering.target.host_target`, never hard-coded): `accumulators` independent chains of
 `<W x float>` FMAs, enough to cover the FMA latency times the number of FMA ports, so the loop is
 throughput-bound:
 
@@ -62,8 +62,8 @@ class _PeakKernel:
     def __init__(self, width: int, accumulators: int):
         import llvmlite.binding as llvm
 
-        from nasir.lowering.llvm_ir import optimize
-        from nasir.lowering.llvm_target import host_target
+        from nasir.lowering.loops_to_llvm.llvm_ir import optimize
+        from nasir.lowering.target import host_target
 
         self.width, self.accumulators = width, accumulators
         self.engine = llvm.create_mcjit_compiler(optimize(fma_kernel_ir(width, accumulators), host_target()),
@@ -95,7 +95,7 @@ def measure_peak_gflops(repeat: int = 50, seconds: float = 0.002, accumulators: 
     one is the peak: on a shared machine a long run measures the other processes' time slices too.
     12 accumulators cover 4-cycle FMA latency on 2 ports with registers to spare.
     """
-    from nasir.lowering.llvm_target import host_target
+    from nasir.lowering.target import host_target
 
     kernel = _kernel(host_target().lanes, accumulators)
     iterations = 1 << 10

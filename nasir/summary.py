@@ -26,6 +26,8 @@ from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Operation
 
 from nasir.dialects import nest, nn
+from nasir.dialects.nest import macs
+from nasir.runtime.tables import plain_table, rich_table
 
 
 @dataclass(frozen=True)
@@ -69,36 +71,6 @@ class Summary:
         return rich_table(self.HEADER, body, [total], left=3)
 
 
-def plain_table(header: tuple[str, ...], body: list[tuple[str, ...]], foot: list[tuple[str, ...]], left: int) -> str:
-    """Aligned text columns (the first `left` to the left, the rest to the right), a rule above
-    and below the body (`Summary` and `nasir.profile.Profile` print themselves with it)."""
-    table = [header, *body, *foot]
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-
-    def line(cells: tuple[str, ...]) -> str:
-        cols = [c.ljust(w) for c, w in zip(cells[:left], widths)]
-        cols += [c.rjust(w) for c, w in zip(cells[left:], widths[left:])]
-        return "  ".join(cols).rstrip()
-
-    rule = "-" * len(line(tuple("-" * w for w in widths)))
-    return "\n".join([line(header), rule, *map(line, body), rule, *map(line, foot)])
-
-
-def rich_table(header: tuple[str, ...], body: list[tuple[str, ...]], foot: list[tuple[str, ...]], left: int):
-    """`plain_table`'s layout as a rich Table: the foot rows bold below a rule; long cells wrap."""
-    from rich.table import Table
-
-    table = Table()
-    for i, head in enumerate(header):
-        table.add_column(head, justify="right" if i >= left else "left", overflow="fold")
-    for row in body:
-        table.add_row(*row)
-    table.add_section()
-    for row in foot:
-        table.add_row(*row, style="bold")
-    return table
-
-
 def _count(n: int) -> str:
     return f"{n:,}" if n else "-"
 
@@ -119,19 +91,3 @@ def _row(op: Operation) -> LayerRow:
     name = getattr(op, "layer_name", "")
     label = f"{op.name} {op.kind}" if isinstance(op, nest.ComputeOp) else op.name
     return LayerRow(name, label, shape, macs(op), sum(params.values()))
-
-
-def macs(op: Operation) -> int:
-    """Multiply-accumulates of one op (0 for ops that are not contractions)."""
-    if isinstance(op, nest.ComputeOp):
-        return op.domain.size if op.kind == "mac" else 0
-    if isinstance(op, nn.Conv2DOp):
-        _, ci_per_group, kh, kw = nn.shape_of(op.operands[1])
-        return math.prod(nn.shape_of(op.result)) * ci_per_group * kh * kw
-    if isinstance(op, nn.GemmOp):
-        a = nn.shape_of(op.operands[0])
-        k = a[0] if op.trans_a.value.data else a[1]
-        return math.prod(nn.shape_of(op.result)) * k
-    if isinstance(op, nn.MatMulOp):
-        return math.prod(nn.shape_of(op.result)) * nn.shape_of(op.operands[0])[-1]
-    return 0

@@ -1,4 +1,4 @@
-"""`compile_llvm(model)`: a Model -> native code through the llvm lowering pipeline -> Executable.
+"""`compile_llvm(module)`: a nasir module -> native code through the llvm lowering pipeline -> Executable.
 
 Data flow: nn IR --LLVM_PIPELINE--> llvm dialect --llvm_ir--> LLVM IR --O3--> MCJIT. The weights
 are packed once into one 64-byte aligned buffer at the offsets nest-bufferize chose; the workspace
@@ -16,17 +16,19 @@ import time
 from pathlib import Path
 
 import numpy as np
+from xdsl.dialects.builtin import ModuleOp
 
+from nasir.dialects.module import WeightStore, attach_weights, io_names, io_shapes, weights_of
 from nasir.errors import BoundsError, ForeignCPUError, NasirError
 from nasir.lowering.bufferize import ALIGN, WORKSPACE_BYTES
-from nasir.lowering.llvm_target import TARGET, CPUTarget, host_target, set_target, target_of
-from nasir.lowering.loops_to_llvm import BOUNDS_CHECKS, BOUNDS_GLOBALS
+from nasir.lowering.loops_to_llvm.convert import BOUNDS_CHECKS, BOUNDS_GLOBALS
+from nasir.lowering.loops_to_llvm.llvm_ir import optimize, to_llvm_ir
+from nasir.lowering.passes import gc_paused, run_pipeline
 from nasir.lowering.pipeline import LLVM_PIPELINE
-from nasir.model import Model
-from nasir.passes import gc_paused, run_pipeline
-from nasir.profile import Profile
+from nasir.lowering.target import TARGET, CPUTarget, host_target, set_target, target_of
 from nasir.runtime.executable import Executable
 from nasir.runtime.jit import JITModule, SharedLibrary, write_shared_library
+from nasir.runtime.profile import Profile
 
 
 def aligned_empty(nbytes: int, align: int = ALIGN) -> np.ndarray:
@@ -60,7 +62,7 @@ class LLVMExecutable(Executable):
         self.workspace_bytes = meta["workspace_bytes"]
         self._module = optimized_module
         self.compiled_for = compiled_for
-        """The CPU this code was compiled for (see `nasir.lowering.llvm_target`); None for code
+        """The CPU this code was compiled for (see `nasir.lowering.target`); None for code
         loaded from disk (meta's "cpu" and "lanes" name it)."""
         n_args = len(self.input_shapes) + len(self.output_shapes) + 2
         self._entry = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * n_args)(native.entry_address)
@@ -108,7 +110,7 @@ class LLVMExecutable(Executable):
                           f"({check['type']}) out of bounds: {where}")
 
     def profile(self, *inputs, repeat: int = 20, warmup: int = 2) -> Profile:
-        """Per kernel call: its time over `repeat` runs on `inputs` (see `nasir.profile`); needs
+        """Per kernel call: its time over `repeat` runs on `inputs` (see `nasir.runtime.profile`); needs
         an executable compiled with `profile=True`."""
         info = self.meta.get("profile")
         if info is None:
@@ -133,51 +135,51 @@ class LLVMExecutable(Executable):
         return path
 
 
-def lower_to_llvm_dialect(model: Model, profile: bool = False, cpu: str | CPUTarget | None = None,
-                          checked: bool = False) -> Model:
-    """`model` through LLVM_PIPELINE for `cpu` (a name LLVM knows, "host", a description, or None:
-    the module's own `nasir.target`, else the host; see `nasir.lowering.llvm_target`); `profile`:
-    with per-call tick counters, see `nasir.profile`; `checked`: every load and store of the kernels
+def lower_to_llvm_dialect(module: ModuleOp, profile: bool = False, cpu: str | CPUTarget | None = None,
+                          checked: bool = False) -> ModuleOp:
+    """A copy of `module` through LLVM_PIPELINE for `cpu` (a name LLVM knows, "host", a description, or None:
+    the module's own `nasir.target`, else the host; see `nasir.lowering.target`); `profile`:
+    with per-call tick counters, see `nasir.runtime.profile`; `checked`: every load and store of the kernels
     checks its indices (`BoundsError`).
     The nest-level result is verified; the loop and llvm levels are not: verifying tens of
     thousands of ops costs as much as building them, and LLVM verifies the IR made from them
-    (`nasir.lowering.llvm_ir.optimize`)."""
+    (`nasir.lowering.loops_to_llvm.llvm_ir.optimize`)."""
     stages = LLVM_PIPELINE.split(",")
     options = " ".join(name + "=true" for name, on in (("profile", profile), ("checked", checked)) if on)
     if options:
         stages[stages.index("convert-loops-to-llvm")] = f"convert-loops-to-llvm{{{options}}}"
     loops = stages.index("convert-nest-to-loops")
-    out = model.clone()
-    if cpu is not None or TARGET not in out.module.attributes:
-        set_target(out.module, cpu)
-    run_pipeline(out.module, ",".join(stages[:loops]))
-    run_pipeline(out.module, ",".join(stages[loops:]), verify=False)
+    out = module.clone()
+    attach_weights(out, WeightStore(weights_of(module)))
+    if cpu is not None or TARGET not in out.attributes:
+        set_target(out, cpu)
+    run_pipeline(out, ",".join(stages[:loops]))
+    run_pipeline(out, ",".join(stages[loops:]), verify=False)
     return out
 
 
 @gc_paused()
-def compile_llvm(model: Model, threads: int = 1, profile: bool = False,
+def compile_llvm(module: ModuleOp, threads: int = 1, profile: bool = False,
                  cpu: str | CPUTarget | None = None, checked: bool = False) -> LLVMExecutable:
-    """Compile `model` to native code for `cpu` (by default the host; see the module docstring and
+    """Compile `module` (nn and/or nest ops, with its weight store) to native code for `cpu` (by default the host; see the module docstring and
     `lower_to_llvm_dialect`); `profile` times every kernel call for `LLVMExecutable.profile` (two
     counter reads and an add a call); `checked` makes a call that reads or writes outside a buffer
     raise `BoundsError` instead."""
     start = time.perf_counter()
-    return executable_of(model, lower_to_llvm_dialect(model, profile, cpu, checked), threads, start)
+    return executable_of(module, lower_to_llvm_dialect(module, profile, cpu, checked), threads, start)
 
 
-def executable_of(model: Model, lowered: Model, threads: int = 1, start: float | None = None) -> LLVMExecutable:
-    """Native code of `lowered`, `model` at the llvm dialect level (after convert-loops-to-llvm,
+def executable_of(module: ModuleOp, lowered: ModuleOp, threads: int = 1, start: float | None = None) -> LLVMExecutable:
+    """Native code of `lowered`, `module` at the llvm dialect level (after convert-loops-to-llvm,
     with its profile counters or bounds checks if that pass made them)."""
-    from nasir.lowering.llvm_ir import optimize, to_llvm_ir
-
     start = time.perf_counter() if start is None else start
-    target = target_of(lowered.module)
-    attrs = lowered.module.attributes
+    target = target_of(lowered)
+    attrs = lowered.attributes
+    (input_names, output_names), (input_shapes, output_shapes) = io_names(module), io_shapes(module)
     offsets = {k: v.value.data for k, v in attrs["nasir.weight_offsets"].data.items()}
     meta = {
-        "input_names": model.input_names, "output_names": model.output_names,
-        "input_shapes": [list(s) for s in model.input_shapes], "output_shapes": [list(s) for s in model.output_shapes],
+        "input_names": input_names, "output_names": output_names,
+        "input_shapes": [list(s) for s in input_shapes], "output_shapes": [list(s) for s in output_shapes],
         "workspace_bytes": attrs[WORKSPACE_BYTES].value.data,
         "weights_bytes": attrs["nasir.weights_bytes"].value.data,
         "cpu": target.cpu, "lanes": target.lanes,
@@ -188,11 +190,11 @@ def executable_of(model: Model, lowered: Model, threads: int = 1, start: float |
         meta["profile"] = {"offset": attrs["nasir.profile_offset"].value.data, "calls": [
             {"layer": c.data["layer"].data, "kernel": c.data["kernel"].data, "macs": c.data["macs"].value.data}
             for c in attrs["nasir.profile"].data]}
-    weights = pack_weights(lowered.weights, offsets, meta["weights_bytes"])
-    module = optimize(to_llvm_ir(lowered.module), target)
-    native = JITModule(module, target)
+    weights = pack_weights(weights_of(lowered), offsets, meta["weights_bytes"])
+    optimized = optimize(to_llvm_ir(lowered), target)
+    native = JITModule(optimized, target)
     meta["compile_seconds"] = time.perf_counter() - start
-    return LLVMExecutable(native, meta, weights, module, threads, target)
+    return LLVMExecutable(native, meta, weights, optimized, threads, target)
 
 
 def load(path: str | Path, threads: int = 1) -> LLVMExecutable:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytest
 
 from nasir.errors import ForeignCPUError
-from nasir.lowering.llvm_target import CPU_ENV, host_target
+from nasir.lowering.target import CPU_ENV, host_target
 
 WIDTHS = {"avx2": ("x86-64-v3", 8), "avx512": ("x86-64-v4", 16)}
 """Test id -> (LLVM CPU name, float32 lanes)."""

@@ -68,9 +68,9 @@ def test_a_read_past_its_row_raises_naming_kernel_buffer_and_index():
     the next row); the checked one raises instead."""
     model, x, ref = conv_model()
     loops = kernel_reading_past_its_row(model, 11)
-    unchecked = executable_of(model, loops.transform("convert-loops-to-llvm"))
+    unchecked = executable_of(model.module, loops.transform("convert-loops-to-llvm").module)
     assert not np.allclose(unchecked(x), ref, rtol=1e-4, atol=1e-4)
-    checked = executable_of(model, loops.transform("convert-loops-to-llvm{checked=true}"))
+    checked = executable_of(model.module, loops.transform("convert-loops-to-llvm{checked=true}").module)
     with pytest.raises(BoundsError, match=r"kernel 'conv' would read argument 0 \(memref<1x3x9x11xf32>\) out of "
                                           r"bounds: index \d+ on axis 3"):
         checked(x)

@@ -16,8 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from nasir.errors import NasirError
-from nasir.lowering.torch_backend import compile_torch
-from nasir.lowering.torch_export import from_torch, to_onnx, to_torch
+from nasir.runtime.torch_executable import compile_torch
 from test_fisher import SmallNet, export
 
 BATCH = 2
@@ -46,7 +45,7 @@ def test_to_torch_matches_the_source_module_in_both_modes(net_and_model):
     net, model = net_and_model
     net = copy.deepcopy(net)  # a training-mode forward updates its batch-norm running statistics
     x = torch.from_numpy(batch())
-    module = to_torch(model.transform("convert-nn-to-nest"))
+    module = model.transform("convert-nn-to-nest").to_torch()
     assert module.training
     net.train()
     with torch.no_grad():
@@ -59,7 +58,7 @@ def test_to_torch_matches_the_source_module_in_both_modes(net_and_model):
 
 def test_gradients_flow_to_every_parameter(net_and_model):
     _, model = net_and_model
-    module = to_torch(model.transform("convert-nn-to-nest,group{factor=2 layers=\"conv2.*\"}"))
+    module = model.transform("convert-nn-to-nest,group{factor=2 layers=\"conv2.*\"}").to_torch()
     loss = F.cross_entropy(module(torch.from_numpy(batch())), torch.tensor([1, 7]))
     loss.backward()
     params = dict(module.named_parameters())
@@ -72,7 +71,7 @@ def test_gradients_flow_to_every_parameter(net_and_model):
 def test_state_dict_round_trips_and_training_returns_to_the_model(net_and_model):
     _, model = net_and_model
     nested = model.transform("convert-nn-to-nest")
-    module = to_torch(nested)
+    module = nested.to_torch()
     optimiser = torch.optim.SGD(module.parameters(), lr=0.1)
     x = torch.from_numpy(batch(3))
     for _ in range(2):
@@ -80,18 +79,18 @@ def test_state_dict_round_trips_and_training_returns_to_the_model(net_and_model)
         F.cross_entropy(module(x), torch.tensor([0, 3])).backward()
         optimiser.step()
     state = {k: v.clone() for k, v in module.state_dict().items()}
-    fresh = to_torch(nested)
+    fresh = nested.to_torch()
     fresh.load_state_dict(state)
     module.eval()
     fresh.eval()
     with torch.no_grad():
         expected = module(x).numpy()
         np.testing.assert_array_equal(fresh(x).numpy(), expected)
-    trained = from_torch(nested, module)
-    np.testing.assert_allclose(compile_torch(trained)(x.numpy()), expected, rtol=1e-5, atol=1e-6)
-    assert not np.allclose(compile_torch(nested)(x.numpy()), expected, atol=1e-4)  # original unchanged
+    trained = nested.from_torch(module)
+    np.testing.assert_allclose(compile_torch(trained.module)(x.numpy()), expected, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(compile_torch(nested.module)(x.numpy()), expected, atol=1e-4)  # original unchanged
     with pytest.raises(NasirError, match="takes the module made by to_torch"):
-        from_torch(nested, torch.nn.Linear(2, 2))
+        nested.from_torch(torch.nn.Linear(2, 2))
 
 
 def test_onnx_export_of_the_imported_model_matches_the_source(net_and_model, tmp_path):
@@ -100,7 +99,7 @@ def test_onnx_export_of_the_imported_model_matches_the_source(net_and_model, tmp
     with torch.no_grad():
         expected = net.eval()(torch.from_numpy(x)).numpy()
     for level in (model, model.transform("convert-nn-to-nest")):
-        path = to_onnx(level, tmp_path / "m.onnx")
+        path = level.to_onnx(tmp_path / "m.onnx")
         onnx.checker.check_model(str(path))
         np.testing.assert_allclose(run_onnx(path, x), expected, rtol=1e-4, atol=1e-4)
 
@@ -118,7 +117,7 @@ def test_onnx_export_of_a_grouped_model_matches_a_plain_grouped_module(net_and_m
         reference.conv2.weight.copy_(torch.from_numpy(weight))
         x = batch(5)
         expected = reference.eval()(torch.from_numpy(x)).numpy()
-    path = to_onnx(grouped, tmp_path / "g.onnx")
+    path = grouped.to_onnx(tmp_path / "g.onnx")
     np.testing.assert_allclose(run_onnx(path, x), expected, rtol=1e-4, atol=1e-4)
 
 
@@ -126,6 +125,6 @@ def test_generic_nest_path_exports(net_and_model, tmp_path):
     """A shifted conv is not a torch conv pattern: it runs (and exports) as gather + einsum."""
     _, model = net_and_model
     shifted = model.transform("convert-nn-to-nest,shift{dim=ow offset=1 layers=\"conv3.*\"}")
-    path = to_onnx(shifted, tmp_path / "s.onnx")
+    path = shifted.to_onnx(tmp_path / "s.onnx")
     x = batch(6)
-    np.testing.assert_allclose(run_onnx(path, x), compile_torch(shifted)(x), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(run_onnx(path, x), compile_torch(shifted.module)(x), rtol=1e-4, atol=1e-4)

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 import nasir
 from nasir.data import CIFAR_MEAN, CIFAR_STD, DataError, load_cifar10, load_npz, minibatch
 from nasir.errors import LegalityError, ShapeError
-from nasir.transforms.fisher import check_capacity, fisher_potential, transform_checked
+from nasir.fisher import check_capacity, fisher_potential
 
 BATCH = 8
 
@@ -130,20 +130,20 @@ def test_capacity_accepts_equal_and_rejects_less(net_and_model, tmp_path):
     np.testing.assert_allclose(result.candidate, expected, rtol=1e-4)
 
 
-def test_transform_checked_runs_the_pipeline_and_the_check(net_and_model):
+def test_checked_transform_runs_the_pipeline_and_the_check(net_and_model):
     _, model = net_and_model
     nested = model.transform("convert-nn-to-nest")
-    out = transform_checked(nested, 'interchange{order=ci,co}', data=None)
+    out = nested.transform('interchange{order=ci,co}', capacity_check="synthetic")
     assert 'order = ["n", "ci"' in out.text()
 
 
-def test_transform_checked_rejects_with_a_reason(net_and_model, monkeypatch):
+def test_checked_transform_rejects_with_a_reason(net_and_model, monkeypatch):
     _, model = net_and_model
-    import nasir.transforms.fisher as fisher
+    import nasir.fisher as fisher
 
     monkeypatch.setattr(fisher, "check_capacity", lambda *a, **k: fisher.CapacityResult(False, 1.0, 2.0, "too small"))
     with pytest.raises(LegalityError, match="capacity check rejects 'convert-nn-to-nest': too small"):
-        transform_checked(model, "convert-nn-to-nest", data=None)
+        model.transform("convert-nn-to-nest", capacity_check="synthetic")
 
 
 def test_batch_mismatch_is_a_shape_error(net_and_model):

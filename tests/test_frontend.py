@@ -16,7 +16,7 @@ from nasir import zoo
 from nasir.dialects import nn
 from nasir.errors import FrontendError, ShapeError, UnsupportedOpError
 from nasir.frontend.onnx_import import import_onnx
-from nasir.lowering.torch_backend import compile_torch
+from nasir.runtime.torch_executable import compile_torch
 from nasir.runtime.llvm_executable import compile_llvm
 
 RNG = np.random.default_rng(0)
@@ -50,7 +50,7 @@ def check(tmp_path, model: onnx.ModelProto, input_shapes=None, feeds: dict | Non
     m = import_onnx(path, input_shapes)
     feeds = feeds or {n: rand(*s) for n, s in zip(m.input_names, m.input_shapes)}
     expected = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
-    executables = [compile_torch(m)] + ([compile_llvm(m, checked=True)] if llvm else [])
+    executables = [compile_torch(m.module)] + ([compile_llvm(m.module, checked=True)] if llvm else [])
     for exe in executables:
         got = exe(*[feeds[n] for n in m.input_names])
         got = got if isinstance(got, list) else [got]
@@ -151,7 +151,7 @@ def test_lrn_even_and_odd_sizes(tmp_path, size):
     model = make_model([node("LRN", ["x"], size=size, alpha=0.5, beta=0.75, bias=1.5)], {"x": (2, 6, 3, 3)})
     onnx.save(model, tmp_path / "m.onnx")
     x = rand(2, 6, 3, 3)
-    got = compile_torch(import_onnx(tmp_path / "m.onnx"))(x)
+    got = compile_torch(import_onnx(tmp_path / "m.onnx").module)(x)
     np.testing.assert_allclose(got, lrn_reference(x, size, 0.5, 0.75, 1.5), rtol=1e-4, atol=1e-4)
 
 
@@ -179,7 +179,7 @@ def test_binary_legacy_broadcast_axis(tmp_path):
     onnx.save(model, path)
     m = import_onnx(path)
     x = rand(2, 4, 3, 3)
-    np.testing.assert_allclose(compile_torch(m)(x), x + model_b(model)[None, :, None, None], rtol=1e-5)
+    np.testing.assert_allclose(compile_torch(m.module)(x), x + model_b(model)[None, :, None, None], rtol=1e-5)
 
 
 def model_b(model) -> np.ndarray:
@@ -459,7 +459,7 @@ def test_zoo_model_matches_onnxruntime(tmp_path, name, dataset):
     m = import_onnx(path)
     x = rand(*zoo.input_shape(name, dataset))
     expected = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {m.input_names[0]: x})
-    np.testing.assert_allclose(compile_torch(m)(x), expected[0], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(compile_torch(m.module)(x), expected[0], rtol=1e-4, atol=1e-4)
 
 
 def caffe2_style_classifier(mask_read: bool = False) -> onnx.ModelProto:

@@ -14,8 +14,9 @@ from xdsl.ir import Block, Region
 
 from nasir.dialects import nest, nn
 from nasir.errors import RuntimeInputError
-from nasir.model import Model, WeightStore
-from nasir.passes import gc_paused
+from nasir.dialects.module import WeightStore
+from nasir.model import Model
+from nasir.lowering.passes import gc_paused
 from nasir.runtime.llvm_executable import compile_llvm
 
 RNG = np.random.default_rng(0)
@@ -43,7 +44,7 @@ def build(input_shapes, body, weights=None):
 
 
 def run(model, *xs, threads=1):
-    exe = compile_llvm(model, threads=threads)
+    exe = compile_llvm(model.module, threads=threads)
     return exe(*xs)
 
 
@@ -53,7 +54,7 @@ def rand(*shape):
 
 def lanes() -> int:
     """The vector width the test compiles for (conftest's `cpu` fixture)."""
-    from nasir.lowering.llvm_target import resolve_target
+    from nasir.lowering.target import resolve_target
 
     return resolve_target(None).lanes
 
@@ -296,7 +297,7 @@ def test_reshape_is_a_view_and_memory_is_reused():
 def test_threads_give_identical_results():
     wt, x = rand(24, 8, 3, 3), rand(1, 8, 12, 12)
     model = build([x.shape], lambda a, W: [nn.Conv2DOp.new(a[0], W("w", wt), pads=(1, 1, 1, 1))])
-    exe = compile_llvm(model, threads=1)
+    exe = compile_llvm(model.module, threads=1)
     one = exe(x)
     exe.threads = 2
     np.testing.assert_array_equal(exe(torch.tensor(x)), one)
@@ -313,7 +314,7 @@ def test_compiling_pauses_the_garbage_collector_and_turns_it_back_on():
     gc.callbacks.append(record)
     try:
         gc.set_threshold(1)  # would collect on almost every allocation
-        compile_llvm(model)
+        compile_llvm(model.module)
     finally:
         gc.set_threshold(*THRESHOLDS)
         gc.callbacks.remove(record)
@@ -339,7 +340,7 @@ THRESHOLDS = gc.get_threshold()
 
 def test_bad_inputs_are_rejected_before_native_code():
     model = build([(1, 2, 3, 3)], lambda a, W: [nn.ReluOp.new(a[0])])
-    exe = compile_llvm(model)
+    exe = compile_llvm(model.module)
     with pytest.raises(RuntimeInputError, match="shape"):
         exe(np.zeros((1, 2, 3), np.float32))
     with pytest.raises(RuntimeInputError, match="dtype"):
@@ -355,7 +356,7 @@ def test_save_load_round_trip(tmp_path):
 
     wt, x = rand(4, 3, 3, 3), rand(1, 3, 7, 7)
     model = build([x.shape], lambda a, W: [nn.Conv2DOp.new(a[0], W("w", wt), pads=(1, 1, 1, 1))])
-    exe = compile_llvm(model)
+    exe = compile_llvm(model.module)
     exe.save(tmp_path / "conv")
     loaded = nasir.runtime.load(tmp_path / "conv", threads=2)
     np.testing.assert_allclose(loaded(x), exe(x), rtol=0, atol=0)
@@ -368,7 +369,7 @@ def test_last_tile_of_a_row_runs_on_narrower_vectors(c, groups, h, w, k, pad):
     19 = 16 + 3, 40 = 2 x 16 + 8 with a 5x5 window) computes its last tile on vectors of the tail's
     next power of two (8, 4) lanes; 25 = 16 + 9 keeps 16. Padded or not (the 1x1 conv's last tile
     has no version of its own), against torch."""
-    from nasir.lowering.llvm_ir import to_llvm_ir
+    from nasir.lowering.loops_to_llvm.llvm_ir import to_llvm_ir
     from nasir.lowering.pipeline import LLVM_PIPELINE
 
     wt, x = rand(c, c // groups, k, k), rand(1, c, h, w)
@@ -396,8 +397,8 @@ def test_average_pool_counts_the_lanes_of_a_narrower_last_tile(width):
 
 
 def test_llvm_ir_of_a_conv_has_vector_types():
-    from nasir.lowering.llvm_ir import optimize, to_llvm_ir
-    from nasir.lowering.llvm_target import resolve_target
+    from nasir.lowering.loops_to_llvm.llvm_ir import optimize, to_llvm_ir
+    from nasir.lowering.target import resolve_target
     from nasir.lowering.pipeline import LLVM_PIPELINE
 
     wt = rand(32, 16, 3, 3)
@@ -420,7 +421,7 @@ def test_unsupported_schedule_names_the_nest():
     # a big parallel loop (oh) inside the reduction loops: neither vectorised nor unrolled
     op.properties["schedule"] = nest.Schedule(order=["n", "co", "ci", "oh", "kh", "kw", "ow"]).to_attr()
     with pytest.raises(LoweringError, match="conv1.*'oh'"):
-        compile_llvm(lowered)
+        compile_llvm(lowered.module)
 
 
 @pytest.mark.parametrize("layout", ["OIHW8o", "OIHW4i8o", "HWIO"])
@@ -441,7 +442,7 @@ def test_packed_activations_are_refused_not_ignored():
     model = build([(1, 8, 8, 8)], lambda a, W: [nn.Conv2DOp.new(a[0], W("w", wt), pads=(1,) * 4).named("conv")])
     packed = model.transform('convert-nn-to-nest,pack{operand=0 layout="NCHW8c"}')
     with pytest.raises(LoweringError, match="nest 'conv'.*packed activations"):
-        compile_llvm(packed)
+        compile_llvm(packed.module)
 
 
 def test_pack_made_stale_by_an_architecture_transform_is_an_error():
@@ -453,7 +454,7 @@ def test_pack_made_stale_by_an_architecture_transform_is_an_error():
     model = build([(1, 8, 8, 8)], lambda a, W: [nn.Conv2DOp.new(a[0], W("w", wt), pads=(1,) * 4).named("conv")])
     stale = model.transform('convert-nn-to-nest,pack{operand=1 layout=OIHW4i4o},depthwise')
     with pytest.raises(LoweringError, match="nest 'conv'.*block 4i"):
-        compile_llvm(stale)
+        compile_llvm(stale.module)
 
 
 STEM_POOLS = [  # (c, o, h, k, stride, pad, pool k, pool stride, pool pad, ceil_mode)
@@ -522,7 +523,7 @@ def test_max_pool_kernel_computes_its_producers_rows(case, threads):
     """A max pool that alone reads a conv with outer loops over channel blocks and rows runs in
     one kernel with it (FUSE_ROWS): threads take channel blocks, the conv's rows are computed
     as the pool's rows need them; @main makes one call. torch's numbers."""
-    from nasir.lowering.default_schedule import FUSE_ROWS
+    from nasir.lowering.schedule.default_schedule import FUSE_ROWS
     from nasir.lowering.pipeline import LLVM_PIPELINE
 
     got, want, _ = stem_and_pool(*case, threads=threads)
@@ -552,7 +553,7 @@ WINOGRAD_CONVS = [  # (c, o, h, w, k, stride, pad, row dilation): convs that run
 def test_winograd_conv(c, o, h, w, k, stride, pad, dil, threads):
     """Convs with a wide strided row window take the Winograd kernel (`nasir.winograd`) and give
     torch's numbers, bias and ReLU included."""
-    from nasir.lowering.winograd import WINOGRAD
+    from nasir.lowering.schedule.winograd import WINOGRAD
 
     wt, b, x = rand(o, c, k, k), rand(o), rand(1, c, h, w)
     pads = (dil * (k // 2), pad, dil * (k // 2), pad)
@@ -568,7 +569,7 @@ def test_winograd_conv(c, o, h, w, k, stride, pad, dil, threads):
 def test_winograd_is_kept_for_wide_strided_windows(k, stride, groups, batch):
     """A 3x3 stride-1 conv (6 products for 12), a 5x5 stride-2 one (11 for 20), a grouped stem and
     a batch of 2 run direct."""
-    from nasir.lowering.winograd import WINOGRAD
+    from nasir.lowering.schedule.winograd import WINOGRAD
 
     model = build([(batch, 6, 32, 32)], lambda a, W: [nn.Conv2DOp.new(
         a[0], W("w", rand(48, 6 // groups, k, k)), strides=(stride,) * 2, pads=(k // 2,) * 4, groups=groups).named("conv")])
@@ -578,8 +579,8 @@ def test_winograd_is_kept_for_wide_strided_windows(k, stride, groups, batch):
 def test_winograd_scratch_outlives_the_fused_pool():
     """The stem's scratch lives until its max pool, whose kernel computes the stem's rows: a conv
     placed between them in @main (whose result the pool's output is added to) keeps its bytes."""
-    from nasir.lowering.default_schedule import FUSE_ROWS
-    from nasir.lowering.winograd import WINOGRAD
+    from nasir.lowering.schedule.default_schedule import FUSE_ROWS
+    from nasir.lowering.schedule.winograd import WINOGRAD
 
     ws, wd, x = rand(32, 3, 7, 7), rand(32, 3, 1, 1), rand(1, 3, 64, 64)
 
@@ -649,8 +650,8 @@ def test_fused_rows_need_a_producing_nest():
     from xdsl.dialects.builtin import UnitAttr
 
     from nasir.errors import LoweringError
-    from nasir.lowering.default_schedule import FUSE_ROWS
-    from nasir.passes import run_pipeline
+    from nasir.lowering.schedule.default_schedule import FUSE_ROWS
+    from nasir.lowering.passes import run_pipeline
 
     model = build([(1, 16, 9, 9)], lambda a, W: [nn.MaxPoolOp.new(a[0], (3, 3), strides=(2, 2)).named("pool")])
     run_pipeline(model.module, "convert-nn-to-nest,default-schedule")
@@ -745,8 +746,8 @@ def test_lane_stride_through_channel_blocks():
     NCHW 35, NCHW16c 1 (its block), a per-channel bias 1, a value that does not vary 0."""
     from xdsl.ir.affine import AffineMap
 
-    from nasir.lowering.nest_to_loops import lane_stride
-    from nasir.lowering.pack_activations import blocked
+    from nasir.lowering.nest_to_loops.emitter import lane_stride
+    from nasir.lowering.schedule.pack_activations import blocked
 
     nchw = AffineMap.from_callable(lambda n, c, h, w: (n, c, h, w))
     assert lane_stride(nchw, (1, 32, 5, 7), 1, 16) == 35

@@ -19,7 +19,7 @@ CASES = [(s, n) for s in SUITES for n in sorted(os.listdir(os.path.join(DATA, s)
 @pytest.mark.parametrize("suite,name", CASES, ids=[n for _, n in CASES])
 def test_node_case_on_llvm(suite: str, name: str, cpu: str):
     case = os.path.join(DATA, suite, name)
-    exe = compile_llvm(import_onnx(os.path.join(case, "model.onnx")), threads=2)
+    exe = compile_llvm(import_onnx(os.path.join(case, "model.onnx")).module, threads=2)
     for data_set in sorted(glob.glob(os.path.join(case, "test_data_set_*"))):
         inputs = _load_set(data_set, "input")[: len(exe.input_names)]
         got = exe(*inputs)

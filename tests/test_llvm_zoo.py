@@ -23,7 +23,7 @@ def test_zoo_model_matches_onnxruntime(name, dataset, cpu, tmp_path):
     x = np.random.default_rng(0).standard_normal(model.input_shapes[0]).astype(np.float32)
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     expected = session.run(None, {session.get_inputs()[0].name: x})[0]
-    exe = compile_llvm(model, threads=1)
+    exe = compile_llvm(model.module, threads=1)
     one = exe(x)
     np.testing.assert_allclose(one, expected, rtol=1e-4, atol=1e-4)
     exe.threads = 2

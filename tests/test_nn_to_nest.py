@@ -19,11 +19,11 @@ from xdsl.utils.exceptions import VerifyException
 
 from nasir.dialects import nest, nn
 from nasir.dialects.nn import shape_of, tensor
-from nasir.lowering import torch_nest
-from nasir.lowering.nn_to_nest import amap, dims_of
-from nasir.lowering.torch_nest import run_compute
-from nasir.model import WeightStore, attach_weights, weights_of
-from nasir.passes import run_pipeline
+from nasir.lowering.nest_to_torch import nest_ops as torch_nest
+from nasir.lowering.nn_to_nest.convert import amap, dims_of
+from nasir.lowering.nest_to_torch.nest_ops import run_compute
+from nasir.dialects.module import WeightStore, attach_weights, weights_of
+from nasir.lowering.passes import run_pipeline
 
 TOL = dict(rtol=1e-4, atol=1e-4)
 
@@ -503,7 +503,7 @@ def test_verifier_rejects_bad_maps(case):
 
 
 def test_parse_rejects_map_not_fitting_domain():
-    from nasir.context import IRError, parse_module
+    from nasir.dialects.context import IRError, parse_module
 
     text = """
     func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {

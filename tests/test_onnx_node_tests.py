@@ -17,7 +17,7 @@ from onnx import numpy_helper
 
 from nasir.errors import FrontendError, UnsupportedOpError
 from nasir.frontend.onnx_import import import_onnx
-from nasir.lowering.torch_backend import compile_torch
+from nasir.runtime.torch_executable import compile_torch
 
 DATA = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data")
 SUITES = ("pytorch-converted", "pytorch-operator")
@@ -80,7 +80,7 @@ def test_node_case(suite: str, name: str):
         with pytest.raises(EXPECTED_ERRORS.get(name, UnsupportedOpError)):
             import_onnx(model_path)
         return
-    exe = compile_torch(import_onnx(model_path))
+    exe = compile_torch(import_onnx(model_path).module)
     for data_set in sorted(glob.glob(os.path.join(case, "test_data_set_*"))):
         inputs = _load_set(data_set, "input")[: len(exe.input_names)]
         expected = _load_set(data_set, "output")

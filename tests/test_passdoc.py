@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from nasir.passes import available_passes
+from nasir.lowering.passes import available_passes
 from nasir.tools.passdoc import render
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "passes.md"

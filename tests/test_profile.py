@@ -41,7 +41,7 @@ def reference(x):
 @pytest.mark.parametrize("threads", [1, 2])
 def test_profile_times_each_kernel_call(threads):
     x = rand(1, C, H, H)
-    exe = compile_llvm(two_convs(), threads=threads, profile=True)
+    exe = compile_llvm(two_convs().module, threads=threads, profile=True)
     np.testing.assert_allclose(exe(x), reference(x), rtol=1e-4, atol=1e-4)
     profile = exe.profile(x, repeat=30)
     small, large = profile.rows  # the relu is the small conv's epilogue: two kernel calls
@@ -58,12 +58,12 @@ def test_profile_times_each_kernel_call(threads):
 def test_profile_build_computes_what_the_plain_build_does():
     x = rand(1, C, H, H)
     model = two_convs()
-    np.testing.assert_array_equal(compile_llvm(model, profile=True)(x), compile_llvm(model)(x))
+    np.testing.assert_array_equal(compile_llvm(model.module, profile=True)(x), compile_llvm(model.module)(x))
 
 
 def test_saved_profile_build_keeps_its_counters(tmp_path):
     x = rand(1, C, H, H)
-    compile_llvm(two_convs(), profile=True).save(tmp_path / "exe")
+    compile_llvm(two_convs().module, profile=True).save(tmp_path / "exe")
     loaded = runtime.load(tmp_path / "exe")
     np.testing.assert_allclose(loaded(x), reference(x), rtol=1e-4, atol=1e-4)
     assert [r.layer for r in loaded.profile(x, repeat=3).rows] == ["small", "large"]
@@ -72,7 +72,7 @@ def test_saved_profile_build_keeps_its_counters(tmp_path):
 def test_profile_needs_a_profile_build():
     x = rand(1, C, H, H)
     with pytest.raises(NasirError, match="without profiling"):
-        compile_llvm(two_convs()).profile(x)
+        compile_llvm(two_convs().module).profile(x)
 
 
 def test_cli_profile_prints_layers_by_time(tmp_path, capsys):

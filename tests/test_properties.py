@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from nasir.context import parse_module
+import pytest
+
+from nasir.dialects.context import parse_module
+from nasir.errors import PassError
+from nasir.lowering.passes import run_pipeline
 from nasir.transforms.properties import analyse, compose, product, properties_at_least
 
 CONVS = """
@@ -15,8 +19,11 @@ func.func @main(%x: tensor<1x4x8x8xf32>) -> tensor<1x4x8x8xf32> {
 """
 
 
-def conv_module(groups: int):
-    return parse_module(CONVS.replace("%CI%", str(4 // groups)).replace("%G%", str(groups)))[0]
+def conv_module(groups: int, nests: bool = True):
+    module = parse_module(CONVS.replace("%CI%", str(4 // groups)).replace("%G%", str(groups)))[0]
+    if nests:
+        run_pipeline(module, "convert-nn-to-nest")
+    return module
 
 
 def test_semiring():
@@ -36,10 +43,13 @@ def test_conv_grouped_depthwise_mixing_and_depth():
     assert properties_at_least(conv_module(1), conv_module(2))[0]
 
 
-def test_print_capacity_leaves_ir_unchanged(capsys):
-    from nasir.passes import run_pipeline
+def test_analysis_needs_nests():
+    with pytest.raises(PassError, match="run convert-nn-to-nest before it .'nn.conv2d' is left"):
+        analyse(conv_module(1, nests=False))
 
-    module = conv_module(1)
+
+def test_print_capacity_leaves_ir_unchanged(capsys):
+    module = conv_module(1, nests=False)
     before = str(module)
     run_pipeline(module, "convert-nn-to-nest,print-capacity")
     printed = capsys.readouterr()

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from nasir.dialects import nest, nn
-from nasir.lowering.default_schedule import (
+from nasir.lowering.schedule.default_schedule import (
     ChannelPlan,
     channel_vector_plan,
     channel_vector_schedule,
@@ -31,7 +31,7 @@ from nasir.lowering.default_schedule import (
     spatial_vector_schedule,
 )
 from conftest import WIDTHS
-from nasir.lowering.llvm_target import CPU_ENV, cpu_target
+from nasir.lowering.target import CPU_ENV, cpu_target
 from test_llvm_backend import build, rand, run
 
 AVX512 = cpu_target(WIDTHS["avx512"][0])

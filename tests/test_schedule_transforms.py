@@ -9,9 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nasir.context import parse_module
+from nasir.dialects.context import parse_module
 from nasir.errors import LegalityError, LoweringError, PassError
-from nasir.model import Model, WeightStore
+from nasir.dialects.module import WeightStore
+from nasir.model import Model
 from nasir.transforms.dependences import carried_loops, loop_dims
 
 IR = """

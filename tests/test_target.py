@@ -13,7 +13,7 @@ import torch.nn.functional as F
 import nasir
 from nasir.dialects import nest, nn
 from nasir.errors import ForeignCPUError, NasirError
-from nasir.lowering.llvm_target import TARGET, cpu_target, host_target, set_target, target_of
+from nasir.lowering.target import TARGET, cpu_target, host_target, set_target, target_of
 from nasir.runtime.llvm_executable import compile_llvm
 from test_llvm_backend import build, rand
 
@@ -90,7 +90,7 @@ def test_code_for_wider_vectors_than_the_hosts_saves_but_does_not_run(tmp_path):
     that width, saves as a library for such a CPU, and refuses to run here."""
     model, x, _ = conv_model()
     wide = host_target().with_overrides(lanes=2 * host_target().lanes)
-    exe = compile_llvm(model, cpu=wide)
+    exe = compile_llvm(model.module, cpu=wide)
     assert f"<{wide.lanes} x float>" in str(exe._module) and not exe.runs_here
     with pytest.raises(ForeignCPUError, match=f"compiled for {wide.cpu} \\({wide.lanes}-lane"):
         exe(x)

@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from nasir import zoo
-from nasir.context import parse_module
+from nasir.dialects.context import parse_module
 from nasir.dialects import nest, nn
 from nasir.model import load_text
 from nasir.tools import cli

@@ -14,7 +14,8 @@ from onnx import helper, numpy_helper
 import nasir
 from nasir.errors import NasirError
 from nasir.frontend.onnx_import import import_onnx
-from nasir.lowering.torch_backend import TorchProgram, compile_torch
+from nasir.lowering.nest_to_torch.program import TorchProgram
+from nasir.runtime.torch_executable import compile_torch
 
 
 def _conv_bn_relu(tmp_path):
@@ -50,12 +51,12 @@ def test_eval_matches_torch(tmp_path):
     x = torch.randn(4, 3, 6, 6)
     with torch.no_grad():
         expected = _reference(inits).eval()(x).numpy()
-    np.testing.assert_allclose(compile_torch(model)(x.numpy()), expected, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(compile_torch(model.module)(x.numpy()), expected, rtol=1e-4, atol=1e-4)
 
 
 def test_train_mode_uses_batch_statistics(tmp_path):
     model, inits = _conv_bn_relu(tmp_path)
-    program, reference = TorchProgram(model).train(), _reference(inits).train()
+    program, reference = TorchProgram(model.module).train(), _reference(inits).train()
     x = torch.randn(4, 3, 6, 6)
     y = program(x)
     np.testing.assert_allclose(y.detach().numpy(), reference(x).detach().numpy(), rtol=1e-4, atol=1e-4)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from nasir.lowering.winograd import minimal_filter
+from nasir.lowering.schedule.winograd import minimal_filter
 
 
 @pytest.mark.parametrize("m,r", [(4, 1), (4, 2), (4, 3), (4, 4), (4, 5), (2, 3), (3, 2)])

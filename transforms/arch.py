@@ -40,7 +40,7 @@ from xdsl.passes import ModulePass
 from nasir.dialects import nest, nn
 from nasir.dialects.nn import shape_of, tensor
 from nasir.errors import LegalityError, PassError
-from nasir.model import WeightStore, weights_of
+from nasir.dialects.module import WeightStore, weights_of
 from nasir.transforms.schedule import select_nests
 
 INITS = ("kaiming", "inherit")

@@ -1,8 +1,8 @@
-"""Batch-norm removal for inference: fold into the producing conv, or lower to a scale/shift nest.
+"""fold-batch-norm: batch-norm folded into the conv producing its input, for inference.
 
-Graph passes of the llvm pipeline. `fold-batch-norm` runs on the nn dialect before
-convert-nn-to-nest; `lower-batch-norm` turns every batch-norm that could not be folded into a copy
-nest. Both precompute scale = gamma / sqrt(var + eps) and shift = beta - mean * scale into new
+A graph pass of the llvm pipeline, on the nn dialect before convert-nn-to-nest; the batch-norms it
+cannot fold are left to `lower-batch-norm` (`nasir.lowering.nn_to_nest.batch_norm`). Both
+precompute scale = gamma / sqrt(var + eps) and shift = beta - mean * scale (`scale_shift`) into new
 weight-store entries (the old arrays are never changed).
 
     %w = nn.weight {name = "c.w"} ...          %w2 = nn.weight {name = "c.w.bn"} ...
@@ -21,10 +21,9 @@ from xdsl.ir import SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, RewritePattern, op_type_rewrite_pattern
 
-from nasir.dialects import nest, nn
+from nasir.dialects import nn
 from nasir.dialects.nn import shape_of
-from nasir.lowering.nn_to_nest import LayerNames, amap, elementwise_domain, identity
-from nasir.model import WeightStore, weights_of
+from nasir.dialects.module import WeightStore, weights_of
 
 
 def _weight(store: WeightStore, value: SSAValue) -> np.ndarray | None:
@@ -42,7 +41,7 @@ def scale_shift(store: WeightStore, bn: nn.BatchNormOp) -> tuple[np.ndarray, np.
     return scale, beta - mean * scale
 
 
-def _drop_if_unused(rewriter: PatternRewriter, values) -> None:
+def drop_if_unused(rewriter: PatternRewriter, values) -> None:
     for v in values:
         if isinstance(v.owner, nn.WeightOp) and not v.uses:
             rewriter.erase(v.owner)
@@ -74,7 +73,7 @@ class FoldIntoConv(RewritePattern):
         old = [*conv.operands[1:], *op.operands[1:]]
         rewriter.replace(op, [new_w, new_b, new_conv])
         rewriter.erase(conv)
-        _drop_if_unused(rewriter, old)
+        drop_if_unused(rewriter, old)
 
 
 class FoldBatchNormPass(ModulePass):
@@ -84,37 +83,3 @@ class FoldBatchNormPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         PatternRewriteWalker(FoldIntoConv(op), apply_recursively=False).rewrite_module(op)
-
-
-@dataclass(eq=False)
-class BatchNormToNest(RewritePattern):
-    module: ModuleOp
-    names: LayerNames
-
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: nn.BatchNormOp, rewriter: PatternRewriter):
-        store = weights_of(self.module)
-        folded = scale_shift(store, op)
-        if folded is None:
-            return
-        name = self.names(op)
-        shape = shape_of(op.result)
-        scale, shift = (nn.WeightOp.make(store.add(f"{name}.{part}", v.astype(np.float32)), v.shape)
-                        for part, v in zip(("scale", "shift"), folded))
-        rank = len(shape)
-        channel = amap(rank, [identity(rank).results[1]])
-        y = nest.ComputeOp.make(name, [op.operands[0], scale.result, shift.result], elementwise_domain(shape),
-                                [identity(rank), channel, channel], identity(rank), shape, "copy",
-                                ["mul 1", "add 2"])
-        old = list(op.operands[1:])
-        rewriter.replace(op, [scale, shift, y])
-        _drop_if_unused(rewriter, old)
-
-
-class LowerBatchNormPass(ModulePass):
-    """Turn each remaining nn.batch_norm (parameters from the store) into a `mul`/`add` copy nest."""
-
-    name = "lower-batch-norm"
-
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        PatternRewriteWalker(BatchNormToNest(op, LayerNames(op)), apply_recursively=False).rewrite_module(op)

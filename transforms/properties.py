@@ -1,6 +1,6 @@
 """Static capacity properties (alphaNAS, Jin et al.): mixing and depth, read off the IR for free.
 
-An analysis beside Fisher Potential (`nasir.transforms.fisher`): where Fisher needs data and a
+An analysis beside Fisher Potential (`nasir.fisher`): where Fisher needs data and a
 backward pass, these properties need only the nest access maps, so they serve as a pre-filter
 (`properties_at_least`) before the costlier check. They cannot see widths: a group or bottleneck
 factor keeps the mixing of a conv, so quantitative changes still need Fisher Potential.
@@ -40,7 +40,7 @@ from xdsl.passes import ModulePass
 from nasir.dialects import nest, nn
 from nasir.dialects.nn import shape_of
 from nasir.errors import PassError
-from nasir.model import Model, main_func
+from nasir.dialects.module import main_func
 
 LEVELS = "xoma"
 Matrix = list[list[str]]
@@ -159,12 +159,11 @@ class Properties:
 
 
 def analyse(module: ModuleOp) -> Properties:
-    """Mixing and depth of `@main` (first input to first output); nn ops are read as their nests."""
-    from nasir.lowering.nn_to_nest import ConvertNnToNestPass
-
-    if any(isinstance(op, nn.NNOp) and not isinstance(op, KEPT_NN) for op in module.walk()):
-        module = module.clone()
-        ConvertNnToNestPass().apply(Context(), module)
+    """Mixing and depth of `@main` (first input to first output), read from its nests: nn ops other
+    than those convert-nn-to-nest keeps must have been converted."""
+    unconverted = next((op for op in module.walk() if isinstance(op, nn.NNOp) and not isinstance(op, KEPT_NN)), None)
+    if unconverted is not None:
+        raise PassError(f"print-capacity reads nests: run convert-nn-to-nest before it ('{unconverted.name}' is left)")
     fn = main_func(module)
     block = fn.body.block
     first = block.args[0]
@@ -201,10 +200,10 @@ def analyse(module: ModuleOp) -> Properties:
     return Properties(mixing[out], max(depth[out].values()), rows)
 
 
-def properties_at_least(candidate: Model | ModuleOp, original: Model | ModuleOp) -> tuple[bool, str]:
-    """Whether `candidate` mixes at least as much as `original` on every axis pair and is as deep."""
-    cand = analyse(candidate.module if isinstance(candidate, Model) else candidate)
-    orig = analyse(original.module if isinstance(original, Model) else original)
+def properties_at_least(candidate: ModuleOp, original: ModuleOp) -> tuple[bool, str]:
+    """Whether `candidate` mixes at least as much as `original` on every axis pair and is as deep
+    (both at the nest level)."""
+    cand, orig = analyse(candidate), analyse(original)
     for i, (rc, ro) in enumerate(zip(cand.mixing, orig.mixing)):
         for j, (c, o) in enumerate(zip(rc, ro)):
             if LEVELS.index(c) < LEVELS.index(o):

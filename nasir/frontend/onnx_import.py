@@ -37,7 +37,8 @@ from nasir.dialects import nn
 from nasir.errors import FrontendError, ShapeError, UnsupportedOpError
 from nasir.frontend.folding import FOLDERS, StaticShape, attributes, fold
 from nasir.frontend.onnx_ops import CONVERTERS
-from nasir.model import Model, WeightStore, sanitize
+from nasir.dialects.module import WeightStore, sanitize
+from nasir.model import Model
 
 InputShapes = dict[str, Sequence[int]] | Sequence[Sequence[int]] | None
 

@@ -11,7 +11,7 @@ Inputs are `.mlir` (nasir IR; `--weights FILE.npz` supplies the weight store, `d
 blobs in the file are taken into it) or `.onnx` (imported by `nasir.frontend.onnx_import`). The store
 rides along with the module (`nasir.model.weights_of`) so passes that need weights find it. `--cpu`
 marks the module with the CPU its passes and `-t llvm` compile for (`nasir.target`, see
-`nasir.lowering.llvm_target`); without it a module keeps its own mark, else the host's CPU.
+`nasir.lowering.target`); without it a module keeps its own mark, else the host's CPU.
 User mistakes print one `nasir-opt: error: ...` line and exit 1; parse errors keep xDSL's caret
 diagnostics.
 """
@@ -41,7 +41,7 @@ def _mlir_target() -> type[Target]:
 
 
 def _llvm_target() -> type[Target]:
-    from nasir.lowering.llvm_target import LLVMIRTarget
+    from nasir.lowering.loops_to_llvm.llvm_ir import LLVMIRTarget
 
     return LLVMIRTarget
 
@@ -57,16 +57,18 @@ class NasirOptMain(xDSLOptMain):
     version_format = "nasir-opt on xDSL {xdsl_version}"
 
     def register_all_dialects(self):
-        super().register_all_dialects()
-        from nasir.context import dialects
+        """xDSL's dialects, with nasir's versions where it has its own (llvm: vector comparisons)."""
+        from xdsl.universe import Universe
 
-        for dialect in dialects():
-            if dialect.name not in self.ctx.registered_dialect_names:
-                self.ctx.register_dialect(dialect.name, lambda d=dialect: d)
+        from nasir.dialects.context import dialects
+
+        ours = {dialect.name: (lambda d=dialect: d) for dialect in dialects()}
+        for name, factory in {**Universe.get_multiverse().all_dialects, **ours}.items():
+            self.ctx.register_dialect(name, ours.get(name, factory))
 
     def register_all_passes(self):
         super().register_all_passes()
-        from nasir.passes import available_passes
+        from nasir.lowering.passes import available_passes
 
         for name, cls in available_passes().items():
             self.register_pass(name, lambda cls=cls: cls)
@@ -84,7 +86,7 @@ class NasirOptMain(xDSLOptMain):
                                 help="weight store for a .mlir input (as written by Model.save)")
         arg_parser.add_argument("--print-weights", action="store_true",
                                 help="print nn.weight values as dense_resource blobs")
-        from nasir.passes import available_passes
+        from nasir.lowering.passes import available_passes
 
         passes = next(a for a in arg_parser._actions if a.dest == "passes")
         passes.help = (f"pass pipeline, the spelling Model.transform takes; nasir's passes: "
@@ -111,8 +113,9 @@ class NasirOptMain(xDSLOptMain):
 
     def _parse_mlir(self, chunk: IO[bytes]) -> ModuleOp:
         """Parse nasir IR; verification follows in the pass pipeline (so --verify-diagnostics works)."""
-        from nasir.context import resource_blobs
-        from nasir.model import attach_weights, collect_weights
+        from nasir.dialects.context import resource_blobs
+        from nasir.dialects.module import attach_weights
+        from nasir.model import collect_weights
 
         module = Parser(self.ctx, chunk.read(), self.get_input_name()).parse_module(
             not self.args.no_implicit_module)
@@ -145,13 +148,14 @@ class NasirOptMain(xDSLOptMain):
 
     def apply_passes(self, prog: ModuleOp):
         if self.args.cpu is not None:
-            from nasir.lowering.llvm_target import set_target
+            from nasir.lowering.target import set_target
 
             set_target(prog, self.args.cpu)
         if self.args.capacity_check is None:
             return super().apply_passes(prog)
-        from nasir.model import Model, WeightStore, weights_of
-        from nasir.transforms.fisher import require_capacity
+        from nasir.dialects.module import WeightStore, weights_of
+        from nasir.model import Model
+        from nasir.fisher import require_capacity
 
         original = Model(prog.clone(), WeightStore(weights_of(prog)))
         super().apply_passes(prog)

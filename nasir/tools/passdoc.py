@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 
-from nasir.passes import available_passes
+from nasir.lowering.passes import available_passes
 
 SECTIONS = (
     ("Graph passes (nn level)", "nasir.transforms.fold_batch_norm", "nasir.transforms.fuse_epilogue"),

@@ -20,6 +20,7 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from nasir import api
 from nasir.errors import ZooError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -149,8 +150,6 @@ def export_onnx(
 def load(name: str, dataset: str = "cifar10", seed: int = 0):  # -> nasir.Model
     """Export `name` to a temporary ONNX file and import it with `nasir.load`."""
     _check(name, dataset)
-    import nasir
-
     with tempfile.TemporaryDirectory(prefix="nasir-zoo-") as tmp:
         path = export_onnx(name, os.path.join(tmp, f"{name}_{dataset}.onnx"), dataset, seed)
-        return nasir.load(path)
+        return api.load(path)

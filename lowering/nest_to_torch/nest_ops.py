@@ -1,6 +1,6 @@
 """Run one `nest.compute` op on torch tensors: the reference semantics of the nest dialect.
 
-The torch backend (`torch_backend`) calls `run_compute` for every nest of a model; Fisher Potential
+The torch backend (`program.TorchProgram`) calls `run_compute` for every nest of a model; Fisher Potential
 backpropagates through it, so everything here is differentiable torch code.
 
 Generic path, correct for any nest (arbitrary affine maps, split parts, shifted accesses):
@@ -37,7 +37,7 @@ from xdsl.ir.affine import (
 from nasir.dialects import nest
 from nasir.dialects.nn import shape_of
 from nasir.errors import LoweringError
-from nasir.lowering.nn_to_nest import Window, conv_nest, pool_nest
+from nasir.lowering.nn_to_nest.convert import Window, conv_nest, pool_nest
 
 Index = torch.Tensor | int
 

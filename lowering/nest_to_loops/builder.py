@@ -26,28 +26,11 @@ from xdsl.dialects.builtin import (
     i32,
     i64,
 )
-from xdsl.ir import Attribute, Block, Dialect, Operation, Region, SSAValue
-from xdsl.irdl import IRDLOperation, irdl_op_definition, operand_def, var_operand_def
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+
+from nasir.dialects.loops import PrefetchOp
 
 index = IndexType()
-
-
-@irdl_op_definition
-class PrefetchOp(IRDLOperation):
-    """`nasir.prefetch %ref[%i, %j, ...]`: a hint to bring the cache line holding one element
-    into L1 ahead of its loads (`llvm.prefetch`; it never faults, so the indices may run past
-    the memref)."""
-
-    name = "nasir.prefetch"
-    ref = operand_def(MemRefType)
-    indices = var_operand_def(IndexType)
-
-    def __init__(self, ref: SSAValue, indices: Sequence[SSAValue]):
-        super().__init__(operands=[ref, list(indices)])
-
-
-LOOPS = Dialect("nasir", [PrefetchOp])
-"""The loop-level op convert-nest-to-loops adds to scf/arith/memref/vector."""
 
 
 @dataclass(frozen=True)

@@ -8,17 +8,21 @@ target, `nasir.target`), parsed by LLVM and optimised with the new pass manager 
 
 from __future__ import annotations
 
+from typing import IO
+
+from llvmlite.ir import types
+from xdsl.backend.llvm.convert import convert_module
+from xdsl.context import Context
 from xdsl.dialects import llvm
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.utils.target import Target
 
 from nasir.errors import LoweringError
-from nasir.lowering.llvm_target import CPUTarget, target_of
+from nasir.lowering.target import CPUTarget, target_of
 
 
 def to_llvm_ir(module: ModuleOp) -> str:
     """LLVM IR text (unoptimised) of a module at the llvm dialect level, for its target."""
-    from xdsl.backend.llvm.convert import convert_module
-
     target = target_of(module)
     try:
         ir_module = convert_module(module, fallback_target_triple=target.triple,
@@ -34,8 +38,6 @@ def to_llvm_ir(module: ModuleOp) -> str:
 def _print_opaque(ir_module) -> str:
     """Print with opaque pointers (`ptr`), which LLVM >= 17 requires; llvmlite's IR layer prints
     typed pointers (`i64*`) unless its process-wide switch is off, so it is off while printing."""
-    from llvmlite.ir import types
-
     saved = types.ir_layer_typed_pointers_enabled
     types.ir_layer_typed_pointers_enabled = False
     try:
@@ -60,3 +62,12 @@ def optimize(ir_text: str, target: CPUTarget):
     pm = pb.getModulePassManager()
     pm.run(mod, pb)
     return mod
+
+
+class LLVMIRTarget(Target):
+    """`nasir-opt -t llvm`: LLVM IR text of a module lowered by convert-loops-to-llvm."""
+
+    name = "llvm"
+
+    def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
+        print(to_llvm_ir(module), file=output)

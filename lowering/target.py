@@ -17,8 +17,6 @@ dictionary with the CPU's name and any field to override:
 `nasir.compile(..., cpu=...)` and `nasir-opt --cpu` set it; `target_of(module)` reads it (the
 host, or the CPU named by the environment variable NASIR_CPU, where a module has none), so
 default-schedule, convert-nest-to-loops, the LLVM IR and the JIT all see the same CPU.
-`LLVMIRTarget` is nasir-opt's `-t llvm`: it converts a module at the llvm dialect level (after
-convert-loops-to-llvm) to LLVM IR text.
 """
 
 from __future__ import annotations
@@ -30,11 +28,8 @@ import sys
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import IO
 
-from xdsl.context import Context
 from xdsl.dialects.builtin import DictionaryAttr, FloatAttr, IntegerAttr, ModuleOp, StringAttr, f64, i64
-from xdsl.utils.target import Target
 
 from nasir.errors import NasirError
 
@@ -219,14 +214,3 @@ def set_target(module: ModuleOp, cpu: str | CPUTarget | None) -> CPUTarget:
     target = resolve_target(cpu)
     module.attributes[TARGET] = target.to_attr()
     return target
-
-
-class LLVMIRTarget(Target):
-    """`nasir-opt -t llvm`: LLVM IR text of a module lowered by convert-loops-to-llvm."""
-
-    name = "llvm"
-
-    def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
-        from nasir.lowering.llvm_ir import to_llvm_ir
-
-        print(to_llvm_ir(module), file=output)

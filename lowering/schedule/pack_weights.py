@@ -32,7 +32,7 @@ from xdsl.passes import ModulePass
 from nasir.dialects import nest, nn
 from nasir.dialects.nn import shape_of
 from nasir.errors import LoweringError
-from nasir.model import weights_of
+from nasir.dialects.module import weights_of
 from nasir.transforms.schedule import layout_mismatch, operand_axes, parse_layout
 
 

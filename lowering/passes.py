@@ -1,59 +1,66 @@
 """Pass registry and pipelines: one spelling in `nasir-opt -p`, `Model.transform` and search logs.
 
-Passes are xDSL `ModulePass` classes living in `nasir.transforms.*` and `nasir.lowering.*`; they are
-found by walking those packages, so adding a pass is adding a class. Only modules that define a
-class with a string `name` attribute (as every pass has) are imported, so backends that import torch
-at the top are skipped; pass modules keep heavy imports inside functions, so discovery stays cheap.
+Every nasir pass is listed in `PASSES`, in pipeline order within each kind; adding a pass is adding
+its class there (and a lit test under filecheck/). The registry sits in lowering/ because it names
+the lowering passes as well as the transforms below them.
 """
 
 from __future__ import annotations
 
-import ast
 import gc
-import importlib
-import inspect
-import pkgutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from functools import cache
-from pathlib import Path
 
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass, PassPipeline
 from xdsl.utils.exceptions import ArgSpecParseError
 
+from nasir.dialects.context import make_context
 from nasir.errors import NasirError, PassError
+from nasir.lowering.bufferize import NestBufferizePass
+from nasir.lowering.loops_to_llvm.convert import ConvertLoopsToLLVMPass
+from nasir.lowering.nest_to_loops.convert import ConvertNestToLoopsPass
+from nasir.lowering.nn_to_nest.batch_norm import LowerBatchNormPass
+from nasir.lowering.nn_to_nest.convert import ConvertNnToNestPass
+from nasir.lowering.schedule.default_schedule import DefaultSchedulePass
+from nasir.lowering.schedule.pack_activations import PackActivationsPass
+from nasir.lowering.schedule.pack_weights import PackWeightsPass
+from nasir.transforms.bottleneck import BottleneckPass
+from nasir.transforms.fold_batch_norm import FoldBatchNormPass
+from nasir.transforms.fuse_epilogue import FuseEpiloguePass
+from nasir.transforms.group import DepthwisePass, GroupPass
+from nasir.transforms.properties import PrintCapacityPass
+from nasir.transforms.schedule import (
+    FusePass,
+    InterchangePass,
+    PackPass,
+    ParallelPass,
+    StripMinePass,
+    TilePass,
+    UnrollPass,
+    VectorizePass,
+)
+from nasir.transforms.split import IndexSplitPass, UnsharePass
+from nasir.transforms.window import FoldPass, ShiftPass, UnfoldPass
+
+PASSES: tuple[type[ModulePass], ...] = (
+    # graph passes (nn)
+    FoldBatchNormPass, FuseEpiloguePass,
+    # architecture transforms (nest)
+    BottleneckPass, GroupPass, DepthwisePass, UnfoldPass, FoldPass, ShiftPass, IndexSplitPass, UnsharePass,
+    # schedule transforms (nest)
+    InterchangePass, StripMinePass, TilePass, UnrollPass, FusePass, VectorizePass, ParallelPass, PackPass,
+    # analyses
+    PrintCapacityPass,
+    # lowering (the llvm pipeline, in order)
+    ConvertNnToNestPass, LowerBatchNormPass, DefaultSchedulePass, PackActivationsPass, PackWeightsPass,
+    NestBufferizePass, ConvertNestToLoopsPass, ConvertLoopsToLLVMPass,
+)
 
 
-@cache
 def available_passes() -> dict[str, type[ModulePass]]:
     """Every nasir pass by name."""
-    import nasir.lowering
-    import nasir.transforms
-
-    found: dict[str, type[ModulePass]] = {}
-    for package in (nasir.transforms, nasir.lowering):
-        for info in pkgutil.iter_modules(package.__path__):
-            source = Path(info.module_finder.path, f"{info.name}.py")
-            if source.exists() and not _defines_named_class(source):
-                continue
-            module = importlib.import_module(f"{package.__name__}.{info.name}")
-            for _, cls in inspect.getmembers(module, inspect.isclass):
-                if issubclass(cls, ModulePass) and cls.__module__ == module.__name__ and getattr(cls, "name", None):
-                    found[cls.name] = cls
-    return found
-
-
-def _defines_named_class(source: Path) -> bool:
-    """Does the module define a class whose body assigns a string to `name` (a pass candidate)?"""
-    for node in ast.walk(ast.parse(source.read_text())):
-        if isinstance(node, ast.ClassDef):
-            for stmt in node.body:
-                target = stmt.targets[0] if isinstance(stmt, ast.Assign) else getattr(stmt, "target", None)
-                value = getattr(stmt, "value", None)
-                if isinstance(target, ast.Name) and target.id == "name" and isinstance(value, ast.Constant):
-                    return True
-    return False
+    return {cls.name: cls for cls in PASSES}
 
 
 def parse_pipeline(spec: str) -> PassPipeline:
@@ -93,8 +100,6 @@ def gc_paused() -> Iterator[None]:
 def run_pipeline(module: ModuleOp, spec: str, verify: bool = True) -> None:
     """Apply `spec` to `module` in place and verify the result (unless `verify=False`: backends
     skip verifying huge low-level modules that the next tool, e.g. LLVM, checks anyway)."""
-    from nasir.context import make_context
-
     pipeline = parse_pipeline(spec)
     with gc_paused():
         pipeline.apply(make_context(), module)

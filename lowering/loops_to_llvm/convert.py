@@ -1,6 +1,6 @@
 """convert-loops-to-llvm: the loop level (func/scf/memref/arith/math/vector) -> xDSL's llvm dialect.
 
-Runs after convert-nest-to-loops; its output is what `nasir.lowering.llvm_ir` hands to LLVM.
+Runs after convert-nest-to-loops; its output is what `nasir.lowering.loops_to_llvm.llvm_ir` hands to LLVM.
 Conventions of the generated code:
 
 - memrefs are bare pointers (`!llvm.ptr`, static identity layouts): a load of `%m[%i, %j]` from
@@ -61,8 +61,9 @@ from xdsl.passes import ModulePass
 
 from nasir.errors import LoweringError
 from nasir.lowering.bufferize import WORKSPACE_BYTES, aligned
-from nasir.lowering.loop_builder import PrefetchOp
-from nasir.model import main_func
+from nasir.dialects.llvm import FCmpOp, SelectOp
+from nasir.dialects.loops import PrefetchOp
+from nasir.dialects.module import main_func
 
 PTR = llvm.LLVMPointerType()
 THREADS_GLOBAL = "nasir_num_threads"
@@ -282,17 +283,15 @@ class FuncLowering:
             a, b = self.v(op.lhs), self.v(op.rhs)
             pred = 2 if isinstance(op, arith.MinSIOp) else 4  # slt / sgt
             self.vmap[r] = self.add(llvm.SelectOp(self.add(llvm.ICmpOp(a, b, IntegerAttr(pred, i64))), a, b))
-        elif isinstance(op, arith.CmpfOp):  # xDSL's llvm.fcmp states an i1 result: vectors give vector<Nxi1>
-            self.vmap[r] = self.add(llvm.FCmpOp.create(
-                operands=[self.v(op.lhs), self.v(op.rhs)], result_types=[r.type],
-                properties={"predicate": op.predicate, "fastmathFlags": llvm.FastMathAttr(None)}))
+        elif isinstance(op, arith.CmpfOp):  # one i1 per lane (arith.cmpf of vectors states a scalar i1)
+            self.vmap[r] = self.add(FCmpOp(self.v(op.lhs), self.v(op.rhs), op.predicate))
         elif isinstance(op, arith.CmpiOp):
             self.vmap[r] = self.add(llvm.ICmpOp(self.v(op.lhs), self.v(op.rhs), op.predicate))
         elif isinstance(op, arith.IndexCastOp):  # index is i64; i32 lanes of masks are truncated
             narrow = r.type not in (i64, IndexType())
             self.vmap[r] = self.add(llvm.TruncOp(self.v(op.input), r.type)) if narrow else self.v(op.input)
         elif isinstance(op, arith.SelectOp):
-            self.vmap[r] = self.add(llvm.SelectOp(self.v(op.cond), self.v(op.lhs), self.v(op.rhs)))
+            self.vmap[r] = self.add(SelectOp(self.v(op.cond), self.v(op.lhs), self.v(op.rhs)))
         elif op.dialect_name() == "llvm":
             new = op.clone(value_mapper={o: self.v(o) for o in op.operands})
             self.add(new)

@@ -7,7 +7,7 @@ cross-entropy loss, and for every measured activation A (N x C x H x W) with g =
     Delta_c = 1/(2N) * sum_n ( sum_{i,j} A[n,c,i,j] * g[n,c,i,j] )^2,    Delta_layer = sum_c Delta_c,
 
 and Fisher(net) = sum over layers. Architecture transforms are accepted when the candidate's value
-at initialisation is not below the original's (`check_capacity`, `transform_checked`).
+at initialisation is not below the original's (`check_capacity`; `Model.transform(..., capacity_check=...)` runs it).
 
 Which activations: BlockSwap measures each residual block's output before the add. nasir has no
 block structure in its IR, so it measures the output of every convolution: each `mac` nest with a
@@ -24,12 +24,19 @@ equals the unsplit conv's value (Delta sums over channels, and the parts partiti
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+import torch
+import torch.nn.functional as F
 
+from nasir.data import minibatch
 from nasir.dialects import nest, nn
 from nasir.errors import LegalityError, ShapeError
-from nasir.model import Model
+from nasir.lowering.nest_to_torch.program import TorchProgram
+
+if TYPE_CHECKING:  # the model module imports this one (Model.transform's capacity check)
+    from nasir.model import Model
 
 
 @dataclass
@@ -65,11 +72,6 @@ def measured(op) -> bool:
 
 def fisher_potential(model: Model, inputs: np.ndarray, labels: np.ndarray, seed: int = 0) -> FisherReport:
     """Fisher Potential of `model` on one minibatch (`inputs` N x C x H x W, integer `labels` N)."""
-    import torch
-    import torch.nn.functional as F
-
-    from nasir.lowering.torch_backend import TorchProgram
-
     inputs = np.asarray(inputs, dtype=np.float32)
     labels = np.asarray(labels).astype(np.int64).reshape(-1)
     expected = model.input_shapes[0]
@@ -79,7 +81,7 @@ def fisher_potential(model: Model, inputs: np.ndarray, labels: np.ndarray, seed:
     if len(labels) != inputs.shape[0]:
         raise ShapeError(f"fisher_potential: {inputs.shape[0]} inputs but {len(labels)} labels")
     torch.manual_seed(seed)
-    program = TorchProgram(model).train()
+    program = TorchProgram(model.module).train()
     activations: dict[str, torch.Tensor] = {}
 
     def recording(name, fn):
@@ -129,22 +131,9 @@ def check_capacity(candidate: Model, original: Model, inputs: np.ndarray, labels
     return CapacityResult(True, cand, orig, f"Fisher Potential {cand:.6g} >= the original's {orig:.6g}")
 
 
-def transform_checked(model: Model, pipeline: str, data=None, batch: int | None = None, seed: int = 0) -> Model:
-    """`model.transform(pipeline)`, rejected with LegalityError when the result loses capacity.
-
-    `data`: a `(inputs, labels)` pair, or a source for `nasir.data.minibatch` (CIFAR-10 directory,
-    .npz file, None for a seeded synthetic batch) drawn at the model's batch size.
-    """
-    candidate = model.transform(pipeline)
-    require_capacity(candidate, model, pipeline, data, batch, seed)
-    return candidate
-
-
 def require_capacity(candidate: Model, original: Model, pipeline: str, data=None,
                      batch: int | None = None, seed: int = 0) -> CapacityResult:
     """Raise LegalityError unless `candidate` (made by `pipeline`) keeps `original`'s capacity."""
-    from nasir.data import minibatch
-
     if isinstance(data, tuple):
         inputs, labels = data
     else:

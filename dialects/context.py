@@ -4,9 +4,22 @@ from __future__ import annotations
 
 import numpy as np
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialect_interfaces.op_asm import OpAsmDialectInterface
+from xdsl.dialects.arith import Arith
+from xdsl.dialects.builtin import Builtin, ModuleOp
+from xdsl.dialects.func import Func
+from xdsl.dialects.math import Math
+from xdsl.dialects.memref import MemRef
+from xdsl.dialects.scf import Scf
+from xdsl.dialects.vector import Vector
+from xdsl.parser import Parser
 from xdsl.utils.exceptions import ParseError, VerifyException
 
+from nasir.dialects import nn
+from nasir.dialects.llvm import LLVM
+from nasir.dialects.loops import LOOPS
+from nasir.dialects.nest import NEST
+from nasir.dialects.nn import NN
 from nasir.errors import NasirError
 
 
@@ -15,19 +28,7 @@ class IRError(NasirError):
 
 
 def dialects():
-    from xdsl.dialects.arith import Arith
-    from xdsl.dialects.builtin import Builtin
-    from xdsl.dialects.func import Func
-    from xdsl.dialects.llvm import LLVM
-    from xdsl.dialects.math import Math
-    from xdsl.dialects.memref import MemRef
-    from xdsl.dialects.scf import Scf
-    from xdsl.dialects.vector import Vector
-
-    from nasir.dialects.nest import NEST
-    from nasir.dialects.nn import NN
-    from nasir.lowering.loop_builder import LOOPS
-
+    """Every dialect a nasir module may hold, from the nn level down to llvm."""
     return [Builtin, Func, Arith, Math, MemRef, Scf, Vector, LLVM, NN, NEST, LOOPS]
 
 
@@ -40,8 +41,6 @@ def make_context() -> Context:
 
 def parse_module(text: str, name: str = "<input>") -> tuple[ModuleOp, dict[str, np.ndarray]]:
     """Parse and verify IR text; returns the module and any `dense_resource` weight blobs in it."""
-    from xdsl.parser import Parser
-
     ctx = make_context()
     try:
         module = Parser(ctx, text, name).parse_module()
@@ -57,11 +56,6 @@ def resource_blobs(module: ModuleOp) -> dict[str, np.ndarray]:
     The blobs are taken out of xDSL's process-wide resource table (so it does not grow with every
     parsed model, and printing the model again reuses the weight names as resource keys).
     """
-    from xdsl.dialect_interfaces.op_asm import OpAsmDialectInterface
-    from xdsl.dialects.builtin import Builtin
-
-    from nasir.dialects import nn
-
     interface = Builtin.get_interface(OpAsmDialectInterface)
     blobs, handles = {}, set()
     for op in module.walk():

@@ -32,10 +32,11 @@ from xdsl.dialects.builtin import MemRefType, VectorType, f32, i1
 from xdsl.ir import SSAValue
 
 from nasir.errors import LoweringError
-from nasir.lowering.llvm_target import CPUTarget
-from nasir.lowering.loop_builder import Lin, LoopBuilder
-from nasir.lowering.nest_to_loops import NestEmitter, Spec
-from nasir.lowering.winograd import WinogradPlan, row_tile_loop, winograd_plan
+from nasir.lowering.nest_to_loops.builder import Lin, LoopBuilder
+from nasir.lowering.nest_to_loops.emitter import NestEmitter
+from nasir.lowering.nest_to_loops.spec import Spec
+from nasir.lowering.schedule.winograd import WinogradPlan, row_tile_loop, winograd_plan
+from nasir.lowering.target import CPUTarget
 
 
 def residues(b: LoopBuilder, vectors: list[SSAValue], classes: int, width: int) -> list[SSAValue]:

@@ -1,40 +1,6 @@
-"""convert-nest-to-loops: each bufferized compute op becomes a kernel function of scf loops.
+"""`NestEmitter`: one `Spec` as scf loops over memrefs, following its schedule.
 
-Runs after nest-bufferize. Every `to_tensor -> op -> materialize_in_destination` group in @main
-becomes `func.call @<layer>(%inputs..., %dest) {nasir.layer = "<layer>", nasir.macs = <MACs>}` of a
-private kernel whose arguments are the memrefs (the attributes name what the call computes, for
-profiles: `convert-loops-to-llvm{profile=true}`);
-ops that would give identical kernels (same nest, schedule and memref types) share one, named after
-the first such layer, so compile time grows with the distinct layer shapes, not the depth.
-A kernel follows the nest's schedule (data, see `nest.Schedule`):
-
-- loops in `Schedule.loops(domain)` order; parallel loops outside the first reduction loop are the
-  "outer" loops, `parallel` among them becomes `scf.parallel` (spread over threads);
-- the vector loop (innermost) becomes lanes of `vector<W x f32>` values; other parallel loops placed
-  inside the reductions must be fully unrolled (a register tile): one accumulator per tile point,
-  carried through the reduction loops as `scf.for` iter_args;
-- `unroll` replicates loop bodies; split tails (factor not dividing the extent) are guarded:
-  outer ones by `scf.if`, inner ones by lane masks; a spatial vector loop's last tile that holds
-  at most half a vector runs on narrower vectors (`NestEmitter.tail_width`); the taps of a
-  window unrolled along a strided tile row come by input phase (`NestEmitter.tap_order`: a
-  stride-2 7x7 conv's kw = 0, 2, 4, 6, 1, 3, 5);
-- input reads that may fall outside the input (padding) are masked: masked vector loads (or
-  clamped scalar loads + select) yield the combiner's identity, and `avg` counts in-bounds reads.
-
-    func.func private @conv(%x: memref<1x3x8x8xf32>, %w: memref<4x3x3x3xf32>, %y: memref<1x4x8x8xf32>) {
-      scf.parallel (%co) = (%c0) to (%c4) step (%c1) {
-        scf.for %oh = %c0 to %c8 step %c1 {
-          %r = scf.for %ci = ... iter_args(%acc = %zero) -> (vector<8xf32>) {
-            ... vector.maskedload %x[...], %mask, %zero ... math.fma ...
-          }
-          vector.store %r, %y[%c0, %co, %oh, %c0] : memref<1x4x8x8xf32>, vector<8xf32>
-        }
-      }
-    }
-
-The nn ops kept at the nest level (concat, pad with a value, reshape copies, lrn, batch_norm) are
-turned into internal nests (`Spec`) and share this code; softmax has its own small kernel. A channel
-concat into the workspace arena needs no kernel: its inputs are memcpys into views (`concat_copies`).
+See the package docstring (`nasir.lowering.nest_to_loops`) for the loop structure it builds.
 """
 
 from __future__ import annotations
@@ -43,44 +9,31 @@ import itertools
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 
-from xdsl.context import Context
-from xdsl.dialects import arith, bufferization, func, memref
+from xdsl.dialects import arith
 from xdsl.dialects.builtin import (
-    ArrayAttr,
-    DictionaryAttr,
-    IndexType,
-    IntegerAttr,
-    MemRefType,
-    ModuleOp,
-    StringAttr,
-    UnitAttr,
     VectorType,
     f32,
     i1,
-    i8,
-    i64,
 )
-from xdsl.ir import Block, Operation, Region, SSAValue
-from xdsl.ir.affine import AffineBinaryOpExpr, AffineBinaryOpKind, AffineConstantExpr, AffineDimExpr, AffineExpr, AffineMap
-from xdsl.passes import ModulePass
+from xdsl.ir import SSAValue
+from xdsl.ir.affine import (
+    AffineBinaryOpExpr,
+    AffineBinaryOpKind,
+    AffineConstantExpr,
+    AffineDimExpr,
+    AffineExpr,
+    AffineMap,
+)
 
-from nasir.dialects import nest, nn
-from nasir.dialects.nest import Schedule, expr_bounds, expr_range
-from nasir.dialects.nn import shape_of
+from nasir.dialects import nest
+from nasir.dialects.nest import expr_bounds, expr_range, linear_coefficient, stride_of
 from nasir.errors import LoweringError
-from nasir.lowering.bufferize import IN_PLACE, SCRATCH, SCRATCH_AT
-from nasir.lowering.default_schedule import FUSE_ROWS, linear_coefficient, row_window, schedule_for, stride_of
-from nasir.lowering.llvm_target import CPUTarget, target_of
-from nasir.lowering.loop_builder import Lin, LoopBuilder
-from nasir.lowering.winograd import WINOGRAD
-from nasir.model import main_func, sanitize
-from nasir.summary import macs
+from nasir.lowering.nest_to_loops.builder import Lin, LoopBuilder
+from nasir.lowering.nest_to_loops.spec import IDENTITY, Shape, Spec
+from nasir.lowering.schedule.default_schedule import row_window
+from nasir.lowering.target import CPUTarget
 
-Shape = tuple[int, ...]
-
-IDENTITY = {"mac": 0.0, "avg": 0.0, "max": -math.inf}
 PREFETCH_DISTANCE = 4
 """Iterations of a tile's channel loop ahead of which it prefetches its input (see
 `NestEmitter.prefetch_ahead`): 2 to 8 ran alike on ResNet's 1x1 and 3x3 convs, 16 slower."""
@@ -93,98 +46,6 @@ EDGE_SHARE = 1 / 8
 own (see `NestEmitter.interior`): the first and last of a row's 7 tiles do, the first and last of 56
 rows do not."""
 
-
-@dataclass
-class Spec:
-    """One loop nest to emit: a nest.compute's attributes, or an internal nest built for an nn op.
-
-    Inputs and the output are kernel arguments by position; `out_map` may address a part of the
-    output (concat). `pad` is what out-of-bounds reads of a `copy` yield. Internal epilogue steps
-    (`lrn`, `batch_norm`) exist only here.
-    """
-
-    name: str
-    dims: list[tuple[str, int]]
-    npar: int
-    maps: list[AffineMap]
-    out_map: AffineMap
-    combiner: str
-    steps: list[tuple[str, list[int], list[float]]]
-    schedule: Schedule
-    in_shapes: list[Shape]
-    out_shape: Shape
-    args: list[int] = field(default_factory=list)  # kernel argument of each input
-    pad: float = 0.0
-    winograd: bool = False  # a conv run as 1-D Winograd (WINOGRAD); its scratch is the last argument
-
-    @property
-    def domain(self) -> nest.DomainAttr:
-        return nest.DomainAttr.make(self.dims[: self.npar], self.dims[self.npar:])
-
-
-# --- specs from ops -----------------------------------------------------------------------------
-
-def nest_spec(op: nest.ComputeOp) -> Spec:
-    dom = op.domain
-    return Spec(op.layer_name, dom.dims, dom.num_parallel.data, op.access_maps, op.output_map, op.kind,
-                op.steps, op.get_schedule(), [shape_of(v) for v in op.inputs], shape_of(op.result),
-                list(range(len(op.inputs))), winograd=WINOGRAD in op.attributes)
-
-
-def _elementwise(target: CPUTarget, name: str, shape: Shape, reads: list[AffineMap], in_shapes,
-                 out_map: AffineMap | None = None, steps=(), pad=0.0, args=None, combiner="copy", red=(),
-                 out_shape: Shape | None = None) -> Spec:
-    """A nest over `shape`, writing the output (of `out_shape`, default `shape`) through `out_map`,
-    with its default schedule for `target`."""
-    dims = list(zip([f"i{k}" for k in range(len(shape))], shape)) + list(red)
-    spec = Spec(name, dims, len(shape), reads, out_map or AffineMap.identity(len(shape)), combiner, list(steps),
-                Schedule(), list(in_shapes), out_shape or shape, args or list(range(len(reads))), pad)
-    spec.schedule = schedule_for(spec, target)
-    return spec
-
-
-def nn_specs(op: Operation, target: CPUTarget) -> list[Spec]:
-    """Internal nests of an nn op the nest level keeps (softmax excepted)."""
-    name = op.layer_name or op.name.split(".")[1]
-    shapes = [shape_of(v) for v in op.operands]
-    out = shape_of(op.results[0])
-    rank = len(out)
-    d = [AffineExpr.dimension(i) for i in range(rank)]
-    if isinstance(op, nn.ConcatOp):
-        axis, specs, offset = op.axis.value.data, [], 0
-        for k, s in enumerate(shapes):
-            omap = AffineMap(rank, 0, tuple(e + offset if a == axis else e for a, e in enumerate(d)))
-            specs.append(_elementwise(target, f"{name}.{k}", s, [AffineMap.identity(rank)], [s], omap, args=[k],
-                                      out_shape=out))
-            offset += s[axis]
-        return specs
-    if isinstance(op, nn.PadOp):
-        pads = list(op.pads.get_values())
-        reads = AffineMap(rank, 0, tuple(e - pads[a] for a, e in enumerate(d)))
-        return [_elementwise(target, name, out, [reads], shapes, pad=op.value.value.data)]
-    if isinstance(op, nn.ReshapeOp):
-        strides = [math.prod(out[a + 1:]) for a in range(rank)]
-        flat = sum((e * st for e, st in zip(d, strides)), AffineExpr.constant(0))
-        src = shapes[0]
-        reads = AffineMap(rank, 0, tuple((flat // math.prod(src[a + 1:])) % src[a] for a in range(len(src))))
-        return [_elementwise(target, name, out, [reads], shapes)]
-    if isinstance(op, nn.BatchNormOp):
-        per_c = AffineMap(rank, 0, (d[1],))
-        return [_elementwise(target, name, out, [AffineMap.identity(rank)] + [per_c] * 4, shapes,
-                             steps=[("batch_norm", [1, 2, 3, 4], [op.epsilon.value.data])])]
-    if isinstance(op, nn.LRNOp):
-        size = op.size.value.data
-        k = AffineExpr.dimension(rank)
-        window = AffineMap(rank + 1, 0, (d[0], d[1] + k - (size - 1) // 2, *d[2:]))
-        center = AffineMap(rank + 1, 0, tuple(d))
-        step = ("lrn", [2], [op.alpha.value.data / size, op.beta.value.data, op.bias.value.data])
-        return [_elementwise(target, name, out, [window, window, center], [shapes[0]] * 3,
-                             AffineMap(rank + 1, 0, tuple(d)), [step], args=[0, 0, 0], combiner="mac",
-                             red=[("k", size)])]
-    raise LoweringError(f"convert-nest-to-loops: op '{op.name}' (layer '{name}') is not supported")
-
-
-# --- kernel emission ---------------------------------------------------------------------------
 
 class NestEmitter:
     """Emits the loops of one Spec for `target` into a kernel whose arguments are `refs`."""
@@ -916,78 +777,6 @@ class NestEmitter:
         self.write(self._steps(v, dims, conds, self.spec.steps[done:]), dims, conds)
 
 
-def emitter_for(b: LoopBuilder, spec: Spec, refs: list[SSAValue], target: CPUTarget) -> NestEmitter:
-    """The emitter of `spec` over kernel arguments `refs`: a Winograd conv's (`refs` end with its
-    scratch) or the plain one."""
-    if spec.winograd:
-        from nasir.lowering.winograd_emitter import WinogradEmitter  # it builds on NestEmitter
-
-        return WinogradEmitter(b, spec, refs[:-1], refs[-1], target)
-    return NestEmitter(b, spec, refs, target)
-
-
-def shared_loops(emitter: NestEmitter) -> tuple[str, str]:
-    """The outer loops of a nest that a row-fused kernel binds: the outermost loop over blocks of
-    the output's channels (axis 1) and the loop over its rows (axis 2, unsplit)."""
-    names = [n for n, _ in emitter.spec.dims]
-    results = emitter.spec.out_map.results
-    (channel,) = {names[d] for d in nest.used_dims(results[1])}
-    row = names[results[2].position] if isinstance(results[2], AffineDimExpr) else None
-    block = next((l for l in emitter.outer if emitter._origins(l) == {channel}), None)
-    if block is None or row not in emitter.outer:
-        raise LoweringError(f"nest '{emitter.spec.name}': no outer loops over channel blocks and rows to fuse")
-    return block, row
-
-
-def emit_row_fused(b: LoopBuilder, producer: Spec, consumer: Spec, made_args: list[SSAValue],
-                   use_args: list[SSAValue], target: CPUTarget) -> None:
-    """The consumer (a max pool) and the producer of its input in one kernel: threads take blocks of
-    channels, and for each output row of the consumer the producer first computes the input rows
-    it reaches that are not yet there, so the consumer reads them from L1/L2 instead of from
-    wherever the whole tensor went (ResNet-34's stem writes 3.2 MB):
-
-        parallel for cb in channel blocks:
-          for pr in consumer rows:
-            for sr in (hi(pr - 1), hi(pr)]:  producer row sr, channels of cb
-            consumer row pr, channels of cb        // hi(pr) = min(s * pr + reach, rows - 1)
-
-    `made_args`: the producer's kernel arguments (operands, result, a Winograd conv's scratch);
-    `use_args`: the consumer's but its input, the producer's result (epilogue operands, result)."""
-    made = emitter_for(b, producer, made_args, target)
-    use = NestEmitter(b, consumer, [made.out, *use_args], target)
-    (made_block, made_row), (use_block, use_row) = shared_loops(made), shared_loops(use)
-    blocks = made.extent[made_block]
-    if use.extent[use_block] != blocks:
-        raise LoweringError(f"nest '{consumer.name}': {use.extent[use_block]} channel blocks, its producer "
-                            f"'{producer.name}' {blocks}: cannot fuse their rows")
-    names = [n for n, _ in consumer.dims]
-    form = nest.linear_form(consumer.maps[0].results[2])
-    stride = form[0].get(names.index(use_row), 0)
-    reach = form[1] + sum(c * (consumer.dims[d][1] - 1) for d, c in form[0].items() if c > 0 and d >= consumer.npar)
-    rows = producer.out_shape[2]
-
-    def last_row(pr: SSAValue) -> SSAValue:
-        at = b.addi(b.muli(pr, b.idx(stride)), b.idx(reach))
-        return b.add(arith.MinSIOp(at, b.idx(rows - 1)))
-
-    def block_rows(cb: SSAValue) -> None:
-        def row(pr, carried):
-            first = b.add(arith.SelectOp(b.add(arith.CmpiOp(pr, b.idx(0), "eq")), b.idx(0),
-                                         b.addi(last_row(b.add(arith.SubiOp(pr, b.idx(1)))), b.idx(1))))
-            b.for_(first, b.addi(last_row(pr), b.idx(1)), 1, [], lambda sr, c: (
-                made.emit({made_block: b.lin(cb), made_row: b.lin(sr)}, threads=False), c)[1])
-            use.emit({use_block: b.lin(cb), use_row: b.lin(pr)}, threads=False)
-            return carried
-
-        b.loop(consumer.out_shape[2], 1, [], row)
-
-    made.prepare()
-    if blocks > 1:
-        b.parallel(blocks, block_rows)
-    else:
-        block_rows(b.idx(0))
-
-
 def lane_stride(amap: AffineMap, shape: Shape, lane: int, width: int) -> int | None:
     """Elements between the buffer positions that `amap` gives lanes 0..width-1 of dim `lane` (the
     others at 0), None when they are not evenly spaced: through floordiv/mod, a channel-blocked
@@ -1047,196 +836,3 @@ def epilogue(b: LoopBuilder, kind: str, v: SSAValue, operands: list[SSAValue], p
         alpha_n, beta, bias = params
         return b.binary("div", operands[0], b.pow(b.fma(v, f(alpha_n), f(bias)), f(beta)))
     raise LoweringError(f"epilogue step '{kind}' is not supported by the llvm backend")
-
-
-def softmax_kernel(b: LoopBuilder, shape: Shape, axis: int, x: SSAValue, y: SSAValue) -> None:
-    """y = exp(x - max) / sum(exp(x - max)) along `axis`, scalar loops (LLVM vectorises them)."""
-    others = [a for a in range(len(shape)) if a != axis]
-
-    def outer(i, at):
-        if i < len(others):
-            b.loop(shape[others[i]], 1, [], lambda iv, c: (outer(i + 1, {**at, others[i]: iv}), c)[1])
-            return
-
-        def index(iv):
-            return [iv if a == axis else at[a] for a in range(len(shape))]
-
-        n = shape[axis]
-        mx = b.loop(n, 1, [b.const(-math.inf, f32)], lambda iv, c: [b.binary("max", c[0], b.load(x, index(iv)))])[0]
-
-        def expsum(iv, c):
-            e = b.unary("exp", b.binary("sub", b.load(x, index(iv)), mx))
-            b.store(e, y, index(iv))
-            return [b.binary("add", c[0], e)]
-
-        total = b.loop(n, 1, [b.const(0.0, f32)], expsum)[0]
-        inv = b.binary("div", b.const(1.0, f32), total)
-        b.loop(n, 1, [], lambda iv, c: (b.store(b.binary("mul", b.load(y, index(iv)), inv), y, index(iv)), c)[1])
-
-    outer(0, {})
-
-
-def make_kernel(name: str, arg_types: list[MemRefType], emit, aliased: frozenset[int] = frozenset()) -> func.FuncOp:
-    """A private kernel `@name(args...)` with noalias memref arguments but the `aliased` ones (an
-    operand the result is written over, and the result); `emit(builder, args)` fills it."""
-    block = Block(arg_types=arg_types)
-    b = LoopBuilder(block)
-    emit(b, list(block.args))
-    b.block = block
-    b.add(func.ReturnOp())
-    noalias = DictionaryAttr({"llvm.noalias": UnitAttr()})
-    return func.FuncOp(name, (arg_types, []), Region(block), "private",
-                       arg_attrs=ArrayAttr([DictionaryAttr({}) if k in aliased else noalias
-                                            for k in range(len(arg_types))]))
-
-
-def kernel_for(name: str, op: Operation, arg_types: list[MemRefType], target: CPUTarget) -> func.FuncOp:
-    if isinstance(op, nn.SoftmaxOp):
-        return make_kernel(name, arg_types, lambda b, a: softmax_kernel(
-            b, shape_of(op.results[0]), op.axis.value.data % len(shape_of(op.results[0])), a[0], a[1]))
-    specs = [nest_spec(op)] if isinstance(op, nest.ComputeOp) else nn_specs(op, target)
-
-    def emit(b, args):
-        for spec in specs:
-            emitter = emitter_for(b, spec, args, target)
-            emitter.prepare()
-            emitter.emit()
-
-    return make_kernel(name, arg_types, emit, aliased_arguments(op, 0, len(arg_types)))
-
-
-def aliased_arguments(op: Operation, first: int, count: int) -> frozenset[int]:
-    """The kernel arguments (of `count`; operand k of `op` is argument `first + k`) that share
-    bytes: the operand nest-bufferize let `op` write over (`IN_PLACE`) and the result, last."""
-    over = op.attributes.get(IN_PLACE)
-    return frozenset() if over is None else frozenset({first + over.value.data, count - 1})
-
-
-def concat_copies(op: Operation, refs: list[SSAValue]) -> list[Operation] | None:
-    """A concat into a slice of the workspace arena along an axis with only unit dims before it
-    (NCHW channels, batch 1) needs no kernel: each input is one contiguous block of the output,
-    copied (`memref.copy`, a memcpy) into a `memref.view` at its byte offset. None otherwise.
-
-        %s1 = arith.addi %shift, %c1024 : index   // %dest = memref.view %ws[%shift]
-        %d1 = memref.view %ws[%s1][] : memref<4096xi8> to memref<1x4x8x8xf32>
-        memref.copy %x1, %d1 : memref<1x4x8x8xf32> to memref<1x4x8x8xf32>
-    """
-    view = refs[-1].owner
-    if not isinstance(op, nn.ConcatOp) or not isinstance(view, memref.ViewOp):
-        return None
-    out = shape_of(op.results[0])
-    axis = op.axis.value.data % len(out)
-    if any(d != 1 for d in out[:axis]) or any(r.type.element_type != f32 for r in refs):
-        return None
-    ops: list[Operation] = []
-    offset = 0
-    for src in refs[:-1]:
-        shift = arith.ConstantOp(IntegerAttr(4 * offset, IndexType()))
-        at = arith.AddiOp(view.byte_shift, shift)
-        part = memref.ViewOp(view.source, at, [], src.type)
-        ops += [shift, at, part, memref.CopyOp(src, part)]
-        offset += math.prod(src.type.get_shape())
-    return ops
-
-
-def scratch_view(op: Operation, workspace: SSAValue, before: Operation) -> SSAValue:
-    """The workspace bytes nest-bufferize reserved for `op`'s kernel (`SCRATCH_AT`), as a view
-    inserted before `before`."""
-    at = arith.ConstantOp(IntegerAttr(op.attributes[SCRATCH_AT].value.data, IndexType()))
-    size = op.attributes[SCRATCH].value.data
-    view = memref.ViewOp(workspace, at, [], MemRefType(i8, [size]))
-    before.parent_block().insert_ops_before([at, view], before)
-    return view.result
-
-
-def _erase_group(mat: bufferization.MaterializeInDestinationOp, compute: Operation) -> None:
-    """Drop a lowered `to_tensor -> op -> materialize_in_destination` group."""
-    tensors = [v.owner for v in compute.operands]
-    mat.detach(); mat.erase()
-    compute.detach(); compute.erase()
-    for t in tensors:
-        if not t.tensor.uses:
-            t.detach(); t.erase()
-
-
-def kernel_key(op: Operation, arg_types: list[MemRefType]) -> tuple:
-    """Ops with equal keys get one shared kernel: everything the kernel is generated from (op kind,
-    properties and attributes but the layer name, memref types), e.g. the identical convs of the
-    blocks of one ResNet stage."""
-    def attrs(d):
-        return tuple(sorted((k, str(v)) for k, v in d.items() if k not in ("name", SCRATCH_AT)))
-
-    return op.name, attrs(op.properties), attrs(op.attributes), tuple(str(t) for t in arg_types)
-
-
-class ConvertNestToLoopsPass(ModulePass):
-    """Lower every bufferized nest.compute / nn op in @main to a kernel of scf loops and a call."""
-
-    name = "convert-nest-to-loops"
-
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        fn = main_func(op)
-        if fn.function_type.inputs.data and not isinstance(fn.function_type.inputs.data[0], MemRefType):
-            raise LoweringError("convert-nest-to-loops: run nest-bufferize first")
-        target = target_of(op)
-        taken: set[str] = {"main"}
-        shared: dict[tuple, str] = {}
-        kernels: list[func.FuncOp] = []
-        groups = [mat for mat in fn.body.block.ops if isinstance(mat, bufferization.MaterializeInDestinationOp)]
-        # producers whose rows a consumer's kernel computes (FUSE_ROWS): held until that consumer
-        fused_inputs = {mat.source.owner.operands[0].owner.memref for mat in groups
-                        if FUSE_ROWS in mat.source.owner.attributes}
-        for ref in fused_inputs:
-            readers = [use.operation for use in ref.uses if isinstance(use.operation, bufferization.ToTensorOp)]
-            if len(readers) != 1 or len(list(readers[0].tensor.uses)) != 1:
-                raise LoweringError(f"{FUSE_ROWS}: the fused pool must be the only reader of its input")
-        held: dict[SSAValue, tuple] = {}
-        for mat in groups:
-            compute = mat.source.owner
-            refs = []
-            for v in compute.operands:
-                assert isinstance(v.owner, bufferization.ToTensorOp)
-                refs.append(v.owner.memref)
-            refs.append(mat.dest)
-            if SCRATCH_AT in compute.attributes:
-                refs.append(scratch_view(compute, fn.body.block.args[-1], mat))
-            copies = concat_copies(compute, refs)
-            if copies is not None:
-                fn.body.block.insert_ops_before(copies, mat)
-                _erase_group(mat, compute)
-                continue
-            layer = getattr(compute, "layer_name", "") or compute.name.split(".")[1]
-            if mat.dest in fused_inputs:
-                held[mat.dest] = (nest_spec(compute), refs, kernel_key(compute, [r.type for r in refs]), layer,
-                                  macs(compute))
-                _erase_group(mat, compute)
-                continue
-            key = kernel_key(compute, [r.type for r in refs])
-            count = macs(compute)
-            if FUSE_ROWS in compute.attributes:
-                if refs[0] not in held:
-                    raise LoweringError(f"nest '{layer}': {FUSE_ROWS} needs its input written by a nest")
-                spec, producer_refs, producer_key, producer_layer, producer_macs = held.pop(refs[0])
-                refs = producer_refs + refs[1:]  # the pool's other operands (an epilogue's) and result
-                key, layer, count = (producer_key, key), f"{producer_layer}+{layer}", producer_macs + count
-                # the pool's operand k is argument len(producer_refs) + k - 1 (its input is not one)
-                aliased = aliased_arguments(compute, len(producer_refs) - 1, len(refs))
-                kernel = lambda name, types, c=compute, p=spec, n=len(producer_refs), a=aliased: make_kernel(  # noqa: E731
-                    name, types, lambda b, args: emit_row_fused(b, p, nest_spec(c), args[:n], args[n:], target), a)
-            else:
-                kernel = lambda name, types, c=compute: kernel_for(name, c, types, target)  # noqa: E731
-            name = shared.get(key)
-            if name is None:
-                name, n = sanitize(layer) or "kernel", 1
-                while name in taken:
-                    name, n = f"{sanitize(layer)}_{n}", n + 1
-                taken.add(name)
-                shared[key] = name
-                kernels.append(kernel(name, [r.type for r in refs]))
-            call = func.CallOp(name, refs, [])
-            call.attributes["nasir.layer"] = StringAttr(layer)
-            call.attributes["nasir.macs"] = IntegerAttr(count, i64)
-            fn.body.block.insert_op_before(call, mat)
-            _erase_group(mat, compute)
-        for k in kernels:
-            op.body.block.add_op(k)

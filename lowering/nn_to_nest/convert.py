@@ -50,7 +50,7 @@ from xdsl.pattern_rewriter import (
 
 from nasir.dialects import nest, nn
 from nasir.dialects.nn import shape_of
-from nasir.model import weights_of
+from nasir.dialects.module import weights_of
 
 Shape = tuple[int, ...]
 

@@ -37,15 +37,15 @@ from __future__ import annotations
 from xdsl.context import Context
 from xdsl.dialects.builtin import AffineMapAttr, ArrayAttr, ModuleOp, TensorType
 from xdsl.ir import SSAValue
-from xdsl.ir.affine import AffineDimExpr, AffineMap
+from xdsl.ir.affine import AffineMap
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
 from nasir.dialects import nest
-from nasir.dialects.nest import used_dims
+from nasir.dialects.nest import stride_of, used_dims
 from nasir.dialects.nn import shape_of
-from nasir.lowering.default_schedule import stride_of
-from nasir.lowering.pack_weights import layout_exprs
+
+from nasir.lowering.schedule.pack_weights import layout_exprs
 
 
 def lane_dim(op: nest.ComputeOp) -> tuple[int, int] | None:

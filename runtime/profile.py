@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nasir.summary import plain_table, rich_table
+from nasir.runtime.tables import plain_table, rich_table
 
 
 @dataclass(frozen=True)

@@ -53,46 +53,17 @@ from dataclasses import dataclass, field
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, UnitAttr, i64
-from xdsl.ir.affine import AffineBinaryOpExpr, AffineBinaryOpKind, AffineConstantExpr, AffineDimExpr, AffineExpr
+from xdsl.ir.affine import AffineDimExpr
 from xdsl.passes import ModulePass
 
 from nasir.dialects import nest, nn
-from nasir.dialects.nest import Schedule
+from nasir.dialects.nest import Schedule, linear_coefficient, stride_of
+from nasir.lowering.schedule.pack_activations import packed_tensors
 from nasir.dialects.nn import shape_of
 from nasir.lowering.bufferize import SCRATCH
-from nasir.lowering.llvm_target import CPUTarget, target_of
-from nasir.lowering.winograd import WINOGRAD, WinogradPlan, winograd_plan
+from nasir.lowering.target import CPUTarget, target_of
+from nasir.lowering.schedule.winograd import WINOGRAD, WinogradPlan, winograd_plan
 from nasir.transforms.schedule import operand_axes
-
-
-def linear_coefficient(expr: AffineExpr, dim: int) -> int | None:
-    """Coefficient of d`dim` in an affine expression, None if it appears under floordiv/mod."""
-    if isinstance(expr, AffineDimExpr):
-        return int(expr.position == dim)
-    if isinstance(expr, AffineConstantExpr):
-        return 0
-    assert isinstance(expr, AffineBinaryOpExpr)
-    lhs, rhs = linear_coefficient(expr.lhs, dim), linear_coefficient(expr.rhs, dim)
-    if lhs is None or rhs is None:
-        return None
-    if expr.kind == AffineBinaryOpKind.Add:
-        return lhs + rhs
-    if expr.kind == AffineBinaryOpKind.Mul:
-        const = expr.rhs if isinstance(expr.rhs, AffineConstantExpr) else expr.lhs
-        coef = lhs if isinstance(expr.rhs, AffineConstantExpr) else rhs
-        return coef * const.value if isinstance(const, AffineConstantExpr) else None
-    return None if lhs or rhs else 0
-
-
-def stride_of(amap, shape, dim: int) -> int | None:
-    """Elements moved in a row-major buffer of `shape` per step of d`dim` through `amap`."""
-    total = 0
-    for a, e in enumerate(amap.results):
-        c = linear_coefficient(e, dim)
-        if c is None:
-            return None
-        total += c * math.prod(shape[a + 1:])
-    return total
 
 
 @dataclass
@@ -710,8 +681,6 @@ class DefaultSchedulePass(ModulePass):
     name = "default-schedule"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        from nasir.lowering.pack_activations import packed_tensors
-
         target = target_of(op)
         # nests that run lanes over channels only if their input is stored channel-blocked (a max
         # pool after a stem, a depthwise conv): their channel schedule, and the spatial one to fall

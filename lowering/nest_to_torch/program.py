@@ -1,14 +1,13 @@
-"""The torch backend: a model's `@main` interpreted op by op in PyTorch.
+"""The torch backend: a module's `@main` interpreted op by op in PyTorch.
 
-`TorchProgram` is an `nn.Module` over a `Model`: weights of the store become Parameters (batch-norm
-running statistics become buffers), and `forward` walks `@main`, running nn ops through
-`torch_nn.LOWERINGS` and `nest.compute` ops through `torch_nest.run_compute`. In `train()` mode
+`TorchProgram` is an `nn.Module` over a nasir module: weights of its store become Parameters
+(batch-norm running statistics become buffers), and `forward` walks `@main`, running nn ops through
+`nn_ops.LOWERINGS` and `nest.compute` ops through `nest_ops.run_compute`. In `train()` mode
 batch-norm uses batch statistics (and updates its buffers), as `torch.nn.BatchNorm2d` does, so the
-same program serves Fisher Potential and training (`Model.to_torch`). `compile_torch` wraps it in an
-`Executable` (target "torch") for float32 inference under `torch.no_grad`.
+same program serves Fisher Potential and training (`Model.to_torch`);
+`nasir.runtime.torch_executable` runs it for inference.
 
-    exe = compile_torch(model)       # model: nn and/or nest ops
-    y = exe(x)                       # numpy in, numpy out
+    program = TorchProgram(module).train()      # module: nn and/or nest ops, with its weight store
 """
 
 from __future__ import annotations
@@ -17,24 +16,19 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
 
 from nasir.dialects import nest, nn
+from nasir.dialects.module import main_func, weights_of
 from nasir.errors import LoweringError
-from nasir.lowering.torch_nn import LOWERINGS
-from nasir.model import Model
-from nasir.runtime.executable import Executable
-
-
-def _run_nest(op: nest.ComputeOp, inputs: list[torch.Tensor]) -> torch.Tensor:
-    from nasir.lowering.torch_nest import run_compute
-
-    return run_compute(op, inputs)
+from nasir.lowering.nest_to_torch.nest_ops import run_compute
+from nasir.lowering.nest_to_torch.nn_ops import LOWERINGS
 
 
 def _kernel(op: Operation):
     if isinstance(op, nest.ComputeOp):
-        return _run_nest
+        return run_compute
     fn = LOWERINGS.get(type(op))
     if fn is None:
         raise LoweringError(f"the torch backend cannot run '{op.name}' "
@@ -45,14 +39,14 @@ def _kernel(op: Operation):
 class TorchProgram(torch.nn.Module):
     """`@main` of a model as a torch module; `weight(name)` is the tensor of store entry `name`."""
 
-    def __init__(self, model: Model, momentum: float = 0.1):
+    def __init__(self, module: ModuleOp, momentum: float = 0.1):
         super().__init__()
         self.momentum = momentum
-        self.func = model.func
+        self.func = main_func(module)
         self.params = torch.nn.ParameterDict()
         self.stats = torch.nn.Module()  # batch-norm running mean / var as buffers
         self.keys: dict[str, str] = {}  # store name -> ParameterDict / buffer key
-        store = model.weights
+        store = weights_of(module)
         stats = {o.owner.key for op in self.func.walk() if isinstance(op, nn.BatchNormOp)
                  for o in op.operands[3:] if isinstance(o.owner, nn.WeightOp)}
         self.steps: list[tuple[Operation, object, list[SSAValue]]] = []
@@ -101,24 +95,3 @@ class TorchProgram(torch.nn.Module):
         running = all(isinstance(o.owner, nn.WeightOp) for o in op.operands[3:])
         return F.batch_norm(x, mean if running else None, var if running else None, scale, bias,
                             training=True, momentum=self.momentum, eps=op.epsilon.value.data)
-
-
-class TorchExecutable(Executable):
-    """A model run by `TorchProgram` in eval mode, float32, without autograd."""
-
-    target = "torch"
-
-    def __init__(self, model: Model):
-        super().__init__(model.input_names, model.input_shapes, model.output_names)
-        self.program = TorchProgram(model).eval()
-
-    def _run(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
-        with torch.no_grad():
-            out = self.program(*(torch.from_numpy(a if a.flags.writeable else a.copy()) for a in arrays))
-        outs = out if isinstance(out, tuple) else (out,)
-        return [o.detach().cpu().numpy() for o in outs]
-
-
-def compile_torch(model: Model) -> TorchExecutable:
-    """Compile `model` for the torch backend."""
-    return TorchExecutable(model)

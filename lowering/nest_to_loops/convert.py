@@ -1,0 +1,145 @@
+"""convert-nest-to-loops: each bufferized compute op becomes a kernel function of scf loops.
+
+Runs after nest-bufferize. Every `to_tensor -> op -> materialize_in_destination` group in @main
+becomes `func.call @<layer>(%inputs..., %dest) {nasir.layer = "<layer>", nasir.macs = <MACs>}` of a
+private kernel whose arguments are the memrefs (the attributes name what the call computes, for
+profiles: `convert-loops-to-llvm{profile=true}`);
+ops that would give identical kernels (same nest, schedule and memref types) share one, named after
+the first such layer, so compile time grows with the distinct layer shapes, not the depth.
+A kernel follows the nest's schedule (data, see `nest.Schedule`):
+
+- loops in `Schedule.loops(domain)` order; parallel loops outside the first reduction loop are the
+  "outer" loops, `parallel` among them becomes `scf.parallel` (spread over threads);
+- the vector loop (innermost) becomes lanes of `vector<W x f32>` values; other parallel loops placed
+  inside the reductions must be fully unrolled (a register tile): one accumulator per tile point,
+  carried through the reduction loops as `scf.for` iter_args;
+- `unroll` replicates loop bodies; split tails (factor not dividing the extent) are guarded:
+  outer ones by `scf.if`, inner ones by lane masks; a spatial vector loop's last tile that holds
+  at most half a vector runs on narrower vectors (`NestEmitter.tail_width`); the taps of a
+  window unrolled along a strided tile row come by input phase (`NestEmitter.tap_order`: a
+  stride-2 7x7 conv's kw = 0, 2, 4, 6, 1, 3, 5);
+- input reads that may fall outside the input (padding) are masked: masked vector loads (or
+  clamped scalar loads + select) yield the combiner's identity, and `avg` counts in-bounds reads.
+
+    func.func private @conv(%x: memref<1x3x8x8xf32>, %w: memref<4x3x3x3xf32>, %y: memref<1x4x8x8xf32>) {
+      scf.parallel (%co) = (%c0) to (%c4) step (%c1) {
+        scf.for %oh = %c0 to %c8 step %c1 {
+          %r = scf.for %ci = ... iter_args(%acc = %zero) -> (vector<8xf32>) {
+            ... vector.maskedload %x[...], %mask, %zero ... math.fma ...
+          }
+          vector.store %r, %y[%c0, %co, %oh, %c0] : memref<1x4x8x8xf32>, vector<8xf32>
+        }
+      }
+    }
+
+The nn ops kept at the nest level (concat, pad with a value, reshape copies, lrn, batch_norm) are
+turned into internal nests (`Spec`) and share this code; softmax has its own small kernel. A channel
+concat into the workspace arena needs no kernel: its inputs are memcpys into views (`concat_copies`).
+"""
+
+from __future__ import annotations
+
+from xdsl.context import Context
+from xdsl.dialects import bufferization, func
+from xdsl.dialects.builtin import (
+    IntegerAttr,
+    MemRefType,
+    ModuleOp,
+    StringAttr,
+    i64,
+)
+from xdsl.ir import SSAValue
+from xdsl.passes import ModulePass
+
+from nasir.dialects.module import main_func, sanitize
+from nasir.dialects.nest import macs
+from nasir.errors import LoweringError
+from nasir.lowering.bufferize import SCRATCH_AT
+from nasir.lowering.nest_to_loops.kernels import (
+    aliased_arguments,
+    concat_copies,
+    emit_row_fused,
+    erase_group,
+    kernel_for,
+    kernel_key,
+    make_kernel,
+    scratch_view,
+)
+from nasir.lowering.nest_to_loops.spec import nest_spec
+from nasir.lowering.schedule.default_schedule import (
+    FUSE_ROWS,
+)
+from nasir.lowering.target import target_of
+
+
+class ConvertNestToLoopsPass(ModulePass):
+    """Lower every bufferized nest.compute / nn op in @main to a kernel of scf loops and a call."""
+
+    name = "convert-nest-to-loops"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        fn = main_func(op)
+        if fn.function_type.inputs.data and not isinstance(fn.function_type.inputs.data[0], MemRefType):
+            raise LoweringError("convert-nest-to-loops: run nest-bufferize first")
+        target = target_of(op)
+        taken: set[str] = {"main"}
+        shared: dict[tuple, str] = {}
+        kernels: list[func.FuncOp] = []
+        groups = [mat for mat in fn.body.block.ops if isinstance(mat, bufferization.MaterializeInDestinationOp)]
+        # producers whose rows a consumer's kernel computes (FUSE_ROWS): held until that consumer
+        fused_inputs = {mat.source.owner.operands[0].owner.memref for mat in groups
+                        if FUSE_ROWS in mat.source.owner.attributes}
+        for ref in fused_inputs:
+            readers = [use.operation for use in ref.uses if isinstance(use.operation, bufferization.ToTensorOp)]
+            if len(readers) != 1 or len(list(readers[0].tensor.uses)) != 1:
+                raise LoweringError(f"{FUSE_ROWS}: the fused pool must be the only reader of its input")
+        held: dict[SSAValue, tuple] = {}
+        for mat in groups:
+            compute = mat.source.owner
+            refs = []
+            for v in compute.operands:
+                assert isinstance(v.owner, bufferization.ToTensorOp)
+                refs.append(v.owner.memref)
+            refs.append(mat.dest)
+            if SCRATCH_AT in compute.attributes:
+                refs.append(scratch_view(compute, fn.body.block.args[-1], mat))
+            copies = concat_copies(compute, refs)
+            if copies is not None:
+                fn.body.block.insert_ops_before(copies, mat)
+                erase_group(mat, compute)
+                continue
+            layer = getattr(compute, "layer_name", "") or compute.name.split(".")[1]
+            if mat.dest in fused_inputs:
+                held[mat.dest] = (nest_spec(compute), refs, kernel_key(compute, [r.type for r in refs]), layer,
+                                  macs(compute))
+                erase_group(mat, compute)
+                continue
+            key = kernel_key(compute, [r.type for r in refs])
+            count = macs(compute)
+            if FUSE_ROWS in compute.attributes:
+                if refs[0] not in held:
+                    raise LoweringError(f"nest '{layer}': {FUSE_ROWS} needs its input written by a nest")
+                spec, producer_refs, producer_key, producer_layer, producer_macs = held.pop(refs[0])
+                refs = producer_refs + refs[1:]  # the pool's other operands (an epilogue's) and result
+                key, layer, count = (producer_key, key), f"{producer_layer}+{layer}", producer_macs + count
+                # the pool's operand k is argument len(producer_refs) + k - 1 (its input is not one)
+                aliased = aliased_arguments(compute, len(producer_refs) - 1, len(refs))
+                kernel = lambda name, types, c=compute, p=spec, n=len(producer_refs), a=aliased: make_kernel(  # noqa: E731
+                    name, types, lambda b, args: emit_row_fused(b, p, nest_spec(c), args[:n], args[n:], target), a)
+            else:
+                kernel = lambda name, types, c=compute: kernel_for(name, c, types, target)  # noqa: E731
+            name = shared.get(key)
+            if name is None:
+                name, n = sanitize(layer) or "kernel", 1
+                while name in taken:
+                    name, n = f"{sanitize(layer)}_{n}", n + 1
+                taken.add(name)
+                shared[key] = name
+                kernels.append(kernel(name, [r.type for r in refs]))
+            call = func.CallOp(name, refs, [])
+            call.attributes["nasir.layer"] = StringAttr(layer)
+            call.attributes["nasir.macs"] = IntegerAttr(count, i64)
+            fn.body.block.insert_op_before(call, mat)
+            erase_group(mat, compute)
+        for k in kernels:
+            op.body.block.add_op(k)

@@ -1,0 +1,223 @@
+"""Kernel functions of convert-nest-to-loops: the emitter a spec takes, row fusion, softmax, and
+the kernel of each bufferized op (shared between ops that would give identical kernels).
+"""
+
+from __future__ import annotations
+
+import math
+
+from xdsl.dialects import arith, bufferization, func, memref
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    DictionaryAttr,
+    IndexType,
+    IntegerAttr,
+    MemRefType,
+    UnitAttr,
+    f32,
+    i8,
+)
+from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.ir.affine import (
+    AffineDimExpr,
+)
+
+from nasir.dialects import nest, nn
+from nasir.dialects.nn import shape_of
+from nasir.errors import LoweringError
+from nasir.lowering.bufferize import IN_PLACE, SCRATCH, SCRATCH_AT
+from nasir.lowering.nest_to_loops.builder import LoopBuilder
+from nasir.lowering.nest_to_loops.emitter import NestEmitter
+from nasir.lowering.nest_to_loops.spec import Shape, Spec, nest_spec, nn_specs
+from nasir.lowering.nest_to_loops.winograd import WinogradEmitter
+from nasir.lowering.target import CPUTarget
+
+
+def emitter_for(b: LoopBuilder, spec: Spec, refs: list[SSAValue], target: CPUTarget) -> NestEmitter:
+    """The emitter of `spec` over kernel arguments `refs`: a Winograd conv's (`refs` end with its
+    scratch) or the plain one."""
+    if spec.winograd:
+        return WinogradEmitter(b, spec, refs[:-1], refs[-1], target)
+    return NestEmitter(b, spec, refs, target)
+
+
+def shared_loops(emitter: NestEmitter) -> tuple[str, str]:
+    """The outer loops of a nest that a row-fused kernel binds: the outermost loop over blocks of
+    the output's channels (axis 1) and the loop over its rows (axis 2, unsplit)."""
+    names = [n for n, _ in emitter.spec.dims]
+    results = emitter.spec.out_map.results
+    (channel,) = {names[d] for d in nest.used_dims(results[1])}
+    row = names[results[2].position] if isinstance(results[2], AffineDimExpr) else None
+    block = next((l for l in emitter.outer if emitter._origins(l) == {channel}), None)
+    if block is None or row not in emitter.outer:
+        raise LoweringError(f"nest '{emitter.spec.name}': no outer loops over channel blocks and rows to fuse")
+    return block, row
+
+
+def emit_row_fused(b: LoopBuilder, producer: Spec, consumer: Spec, made_args: list[SSAValue],
+                   use_args: list[SSAValue], target: CPUTarget) -> None:
+    """The consumer (a max pool) and the producer of its input in one kernel: threads take blocks of
+    channels, and for each output row of the consumer the producer first computes the input rows
+    it reaches that are not yet there, so the consumer reads them from L1/L2 instead of from
+    wherever the whole tensor went (ResNet-34's stem writes 3.2 MB):
+
+        parallel for cb in channel blocks:
+          for pr in consumer rows:
+            for sr in (hi(pr - 1), hi(pr)]:  producer row sr, channels of cb
+            consumer row pr, channels of cb        // hi(pr) = min(s * pr + reach, rows - 1)
+
+    `made_args`: the producer's kernel arguments (operands, result, a Winograd conv's scratch);
+    `use_args`: the consumer's but its input, the producer's result (epilogue operands, result)."""
+    made = emitter_for(b, producer, made_args, target)
+    use = NestEmitter(b, consumer, [made.out, *use_args], target)
+    (made_block, made_row), (use_block, use_row) = shared_loops(made), shared_loops(use)
+    blocks = made.extent[made_block]
+    if use.extent[use_block] != blocks:
+        raise LoweringError(f"nest '{consumer.name}': {use.extent[use_block]} channel blocks, its producer "
+                            f"'{producer.name}' {blocks}: cannot fuse their rows")
+    names = [n for n, _ in consumer.dims]
+    form = nest.linear_form(consumer.maps[0].results[2])
+    stride = form[0].get(names.index(use_row), 0)
+    reach = form[1] + sum(c * (consumer.dims[d][1] - 1) for d, c in form[0].items() if c > 0 and d >= consumer.npar)
+    rows = producer.out_shape[2]
+
+    def last_row(pr: SSAValue) -> SSAValue:
+        at = b.addi(b.muli(pr, b.idx(stride)), b.idx(reach))
+        return b.add(arith.MinSIOp(at, b.idx(rows - 1)))
+
+    def block_rows(cb: SSAValue) -> None:
+        def row(pr, carried):
+            first = b.add(arith.SelectOp(b.add(arith.CmpiOp(pr, b.idx(0), "eq")), b.idx(0),
+                                         b.addi(last_row(b.add(arith.SubiOp(pr, b.idx(1)))), b.idx(1))))
+            b.for_(first, b.addi(last_row(pr), b.idx(1)), 1, [], lambda sr, c: (
+                made.emit({made_block: b.lin(cb), made_row: b.lin(sr)}, threads=False), c)[1])
+            use.emit({use_block: b.lin(cb), use_row: b.lin(pr)}, threads=False)
+            return carried
+
+        b.loop(consumer.out_shape[2], 1, [], row)
+
+    made.prepare()
+    if blocks > 1:
+        b.parallel(blocks, block_rows)
+    else:
+        block_rows(b.idx(0))
+
+
+def softmax_kernel(b: LoopBuilder, shape: Shape, axis: int, x: SSAValue, y: SSAValue) -> None:
+    """y = exp(x - max) / sum(exp(x - max)) along `axis`, scalar loops (LLVM vectorises them)."""
+    others = [a for a in range(len(shape)) if a != axis]
+
+    def outer(i, at):
+        if i < len(others):
+            b.loop(shape[others[i]], 1, [], lambda iv, c: (outer(i + 1, {**at, others[i]: iv}), c)[1])
+            return
+
+        def index(iv):
+            return [iv if a == axis else at[a] for a in range(len(shape))]
+
+        n = shape[axis]
+        mx = b.loop(n, 1, [b.const(-math.inf, f32)], lambda iv, c: [b.binary("max", c[0], b.load(x, index(iv)))])[0]
+
+        def expsum(iv, c):
+            e = b.unary("exp", b.binary("sub", b.load(x, index(iv)), mx))
+            b.store(e, y, index(iv))
+            return [b.binary("add", c[0], e)]
+
+        total = b.loop(n, 1, [b.const(0.0, f32)], expsum)[0]
+        inv = b.binary("div", b.const(1.0, f32), total)
+        b.loop(n, 1, [], lambda iv, c: (b.store(b.binary("mul", b.load(y, index(iv)), inv), y, index(iv)), c)[1])
+
+    outer(0, {})
+
+
+def make_kernel(name: str, arg_types: list[MemRefType], emit, aliased: frozenset[int] = frozenset()) -> func.FuncOp:
+    """A private kernel `@name(args...)` with noalias memref arguments but the `aliased` ones (an
+    operand the result is written over, and the result); `emit(builder, args)` fills it."""
+    block = Block(arg_types=arg_types)
+    b = LoopBuilder(block)
+    emit(b, list(block.args))
+    b.block = block
+    b.add(func.ReturnOp())
+    noalias = DictionaryAttr({"llvm.noalias": UnitAttr()})
+    return func.FuncOp(name, (arg_types, []), Region(block), "private",
+                       arg_attrs=ArrayAttr([DictionaryAttr({}) if k in aliased else noalias
+                                            for k in range(len(arg_types))]))
+
+
+def kernel_for(name: str, op: Operation, arg_types: list[MemRefType], target: CPUTarget) -> func.FuncOp:
+    if isinstance(op, nn.SoftmaxOp):
+        return make_kernel(name, arg_types, lambda b, a: softmax_kernel(
+            b, shape_of(op.results[0]), op.axis.value.data % len(shape_of(op.results[0])), a[0], a[1]))
+    specs = [nest_spec(op)] if isinstance(op, nest.ComputeOp) else nn_specs(op, target)
+
+    def emit(b, args):
+        for spec in specs:
+            emitter = emitter_for(b, spec, args, target)
+            emitter.prepare()
+            emitter.emit()
+
+    return make_kernel(name, arg_types, emit, aliased_arguments(op, 0, len(arg_types)))
+
+
+def aliased_arguments(op: Operation, first: int, count: int) -> frozenset[int]:
+    """The kernel arguments (of `count`; operand k of `op` is argument `first + k`) that share
+    bytes: the operand nest-bufferize let `op` write over (`IN_PLACE`) and the result, last."""
+    over = op.attributes.get(IN_PLACE)
+    return frozenset() if over is None else frozenset({first + over.value.data, count - 1})
+
+
+def concat_copies(op: Operation, refs: list[SSAValue]) -> list[Operation] | None:
+    """A concat into a slice of the workspace arena along an axis with only unit dims before it
+    (NCHW channels, batch 1) needs no kernel: each input is one contiguous block of the output,
+    copied (`memref.copy`, a memcpy) into a `memref.view` at its byte offset. None otherwise.
+
+        %s1 = arith.addi %shift, %c1024 : index   // %dest = memref.view %ws[%shift]
+        %d1 = memref.view %ws[%s1][] : memref<4096xi8> to memref<1x4x8x8xf32>
+        memref.copy %x1, %d1 : memref<1x4x8x8xf32> to memref<1x4x8x8xf32>
+    """
+    view = refs[-1].owner
+    if not isinstance(op, nn.ConcatOp) or not isinstance(view, memref.ViewOp):
+        return None
+    out = shape_of(op.results[0])
+    axis = op.axis.value.data % len(out)
+    if any(d != 1 for d in out[:axis]) or any(r.type.element_type != f32 for r in refs):
+        return None
+    ops: list[Operation] = []
+    offset = 0
+    for src in refs[:-1]:
+        shift = arith.ConstantOp(IntegerAttr(4 * offset, IndexType()))
+        at = arith.AddiOp(view.byte_shift, shift)
+        part = memref.ViewOp(view.source, at, [], src.type)
+        ops += [shift, at, part, memref.CopyOp(src, part)]
+        offset += math.prod(src.type.get_shape())
+    return ops
+
+
+def scratch_view(op: Operation, workspace: SSAValue, before: Operation) -> SSAValue:
+    """The workspace bytes nest-bufferize reserved for `op`'s kernel (`SCRATCH_AT`), as a view
+    inserted before `before`."""
+    at = arith.ConstantOp(IntegerAttr(op.attributes[SCRATCH_AT].value.data, IndexType()))
+    size = op.attributes[SCRATCH].value.data
+    view = memref.ViewOp(workspace, at, [], MemRefType(i8, [size]))
+    before.parent_block().insert_ops_before([at, view], before)
+    return view.result
+
+
+def erase_group(mat: bufferization.MaterializeInDestinationOp, compute: Operation) -> None:
+    """Drop a lowered `to_tensor -> op -> materialize_in_destination` group."""
+    tensors = [v.owner for v in compute.operands]
+    mat.detach(); mat.erase()
+    compute.detach(); compute.erase()
+    for t in tensors:
+        if not t.tensor.uses:
+            t.detach(); t.erase()
+
+
+def kernel_key(op: Operation, arg_types: list[MemRefType]) -> tuple:
+    """Ops with equal keys get one shared kernel: everything the kernel is generated from (op kind,
+    properties and attributes but the layer name, memref types), e.g. the identical convs of the
+    blocks of one ResNet stage."""
+    def attrs(d):
+        return tuple(sorted((k, str(v)) for k, v in d.items() if k not in ("name", SCRATCH_AT)))
+
+    return op.name, attrs(op.properties), attrs(op.attributes), tuple(str(t) for t in arg_types)

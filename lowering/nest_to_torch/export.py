@@ -1,0 +1,69 @@
+"""Export of a (transformed) model: a trainable PyTorch module, and an ONNX file.
+
+The end of the search flow: a candidate network found by transforming IR leaves nasir to be trained
+or deployed elsewhere. Both exports are the torch backend's `TorchProgram` (the reference semantics
+of every nest: fast paths to `torch.nn.functional` for recognised convs and pools, gather + einsum
+for anything else), so what is exported computes what nasir's backends compute.
+
+    program = to_torch(module)            # nn.Module: parameters = the weight store, train()/eval()
+    ...train program...
+    trained = from_torch(module, program)    # a copy of the IR with the trained weights
+    to_onnx(module, "net.onnx")           # Conv/Einsum/Gather/... nodes; ONNX Runtime runs it
+
+ONNX export uses torch's TorchScript exporter (`dynamo=False`): it works offline and traces the
+interpreter loop into a flat graph (index tensors of the generic path become constants).
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+from xdsl.dialects.builtin import ModuleOp
+
+from nasir.dialects.module import WeightStore, attach_weights, io_names, io_shapes, weights_of
+from nasir.errors import NasirError
+from nasir.lowering.nest_to_torch.program import TorchProgram
+
+
+def to_torch(module: ModuleOp) -> TorchProgram:
+    """A trainable `torch.nn.Module` computing `module` (in training mode, as torch modules start)."""
+    return TorchProgram(module).train()
+
+
+def from_torch(module: ModuleOp, program: TorchProgram) -> ModuleOp:
+    """A copy of `module` whose weights are the current parameters and buffers of `program`.
+
+    `program` is a `to_torch(module)` result (or one with the same state_dict keys, e.g. after
+    `load_state_dict`); the original module is unchanged.
+    """
+    if not isinstance(program, TorchProgram):
+        raise NasirError(f"from_torch takes the module made by to_torch, got {type(program).__name__}")
+    store = WeightStore(weights_of(module))
+    for name in program.keys:
+        if name not in store:
+            raise NasirError(f"from_torch: weight '{name}' of the module is not in the model")
+        value = program.weight(name).detach().cpu().numpy().astype(np.float32)
+        if value.shape != store[name].shape:
+            raise NasirError(f"from_torch: weight '{name}' has shape {value.shape}, the model {store[name].shape}")
+        store[name] = value
+    out = module.clone()
+    attach_weights(out, store)
+    return out
+
+
+def to_onnx(module: ModuleOp, path: str | Path, opset: int = 17) -> Path:
+    """Write `module` (inference form: batch-norm with running statistics) as an ONNX file."""
+    program = to_torch(module).eval()
+    examples = tuple(torch.zeros(shape) for shape in io_shapes(module)[0])
+    inputs, outputs = io_names(module)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # TorchScript exporter deprecation and tracer notices
+        with torch.no_grad():
+            torch.onnx.export(program, examples, str(path), dynamo=False, export_params=True,
+                              opset_version=opset, input_names=inputs, output_names=outputs)
+    return path

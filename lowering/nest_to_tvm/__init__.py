@@ -1,0 +1,1 @@
+"""nest -> TVM: where the GPU backend's conversion goes (issue 27); nothing is here yet."""

@@ -1,0 +1,1 @@
+"""nn -> nest: convert-nn-to-nest (`convert`) and lower-batch-norm (`batch_norm`)."""
