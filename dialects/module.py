@@ -16,8 +16,9 @@ import weakref
 
 import numpy as np
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
+from xdsl.dialects.builtin import ModuleOp
 
+from nasir.dialects.attributes import INPUTS, OUTPUTS
 from nasir.dialects.nn import shape_of
 from nasir.errors import NasirError
 
@@ -62,25 +63,19 @@ def main_func(module: ModuleOp) -> func.FuncOp:
     raise NasirError("the module has no func.func @main")
 
 
-INPUTS = "nasir.inputs"
-OUTPUTS = "nasir.outputs"
-
-
 def io_names(module: ModuleOp) -> tuple[list[str], list[str]]:
     """Names of @main's inputs and outputs: the module's `nasir.inputs` / `nasir.outputs`, else
     `input` / `output` (numbered when there are several)."""
     fn_type = main_func(module).function_type
     names = []
     for key, base, n in ((INPUTS, "input", len(fn_type.inputs)), (OUTPUTS, "output", len(fn_type.outputs))):
-        given = module.attributes.get(key)
-        names.append([a.data for a in given.data] if given is not None
-                     else [f"{base}{i}" if n > 1 else base for i in range(n)])
+        names.append(key.get(module, None) or [f"{base}{i}" if n > 1 else base for i in range(n)])
     return names[0], names[1]
 
 
 def set_io_names(module: ModuleOp, inputs: list[str], outputs: list[str]) -> None:
-    module.attributes[INPUTS] = ArrayAttr([StringAttr(n) for n in inputs])
-    module.attributes[OUTPUTS] = ArrayAttr([StringAttr(n) for n in outputs])
+    INPUTS.set(module, inputs)
+    OUTPUTS.set(module, outputs)
 
 
 def io_shapes(module: ModuleOp) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:

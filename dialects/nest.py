@@ -68,7 +68,7 @@ from xdsl.printer import Printer
 from xdsl.traits import Pure
 from xdsl.utils.exceptions import VerifyException
 
-from nasir.dialects.nn import Conv2DOp, GemmOp, MatMulOp, shape_of, tensor
+from nasir.dialects.nn import Conv2DOp, GemmOp, MatMulOp, Shape, shape_of, tensor
 
 COMBINERS = {"mac": 2, "max": 1, "avg": 1, "copy": 1}
 """Combiner name -> number of leading inputs it reads; later inputs serve the epilogue."""
@@ -406,6 +406,44 @@ class ComputeOp(IRDLOperation):
             self.get_schedule().verify(dom)
 
 
+@dataclass
+class NestView:
+    """One nest as the scheduler, the emitters and the summary read it: its domain (`dims`, the
+    first `npar` parallel), access maps, buffer shapes and combiner, in plain Python values.
+
+        view = NestView.of(op)     # a 3x3 conv: dims [("n", 1), ("co", 64), ("oh", 56), ("ow", 56),
+                                   #   ("ci", 64), ("kh", 3), ("kw", 3)], npar 4, combiner "mac"
+
+    `weight_layouts`: the inputs that are weights (packable at compile time) with their axis letters
+    ("OIHW"), where the reader knows them (default-schedule).
+    """
+
+    name: str
+    dims: list[tuple[str, int]]
+    npar: int
+    maps: list[AffineMap]
+    out_map: AffineMap
+    in_shapes: list[Shape]
+    out_shape: Shape
+    combiner: str
+    weight_layouts: dict[int, str] = field(default_factory=dict)
+
+    @staticmethod
+    def of(op: ComputeOp, weight_layouts: dict[int, str] | None = None) -> NestView:
+        dom = op.domain
+        return NestView(op.layer_name, dom.dims, dom.num_parallel.data, op.access_maps, op.output_map,
+                        [shape_of(v) for v in op.inputs], shape_of(op.result), op.kind, weight_layouts or {})
+
+    @property
+    def domain(self) -> DomainAttr:
+        return DomainAttr.make(self.dims[: self.npar], self.dims[self.npar:])
+
+    @property
+    def macs(self) -> int:
+        """Multiply-accumulates (see `macs`)."""
+        return math.prod(e for _, e in self.dims) if self.combiner == "mac" else 0
+
+
 def macs(op: Operation) -> int:
     """Multiply-accumulates of one op: a `nest.compute` with the `mac` combiner its domain size, a conv
     N*Co*OH*OW*(Ci/G)*KH*KW, gemm and matmul M*N*K (times the batch); 0 for any other op."""
@@ -424,6 +462,41 @@ def macs(op: Operation) -> int:
 
 
 # --- schedule ----------------------------------------------------------------------------------
+
+class Loop(str):
+    """The name of a schedule's loop, which says what it runs: a domain dim (`co`), the outer or
+    inner part of a split (`co.o`, `co.i`; split again, `co.o.i`), or a fusion of loops (`oh*ow`).
+
+        Loop.outer("co") == "co.o"      Loop("co.o.i").dim == "co"      Loop("co.i*ci").dims == {"co", "ci"}
+    """
+
+    @staticmethod
+    def outer(loop: str) -> Loop:
+        return Loop(f"{loop}.o")
+
+    @staticmethod
+    def inner(loop: str) -> Loop:
+        return Loop(f"{loop}.i")
+
+    @property
+    def dims(self) -> set[str]:
+        """The domain dims the loop enumerates."""
+        return {part.split(".")[0] for part in self.split("*")}
+
+    @property
+    def dim(self) -> str:
+        """The domain dim of a loop that is not a fusion."""
+        return self.split(".")[0]
+
+    @property
+    def parent(self) -> str:
+        """The loop a split part was split from."""
+        return self.rsplit(".", 1)[0]
+
+    @property
+    def is_inner(self) -> bool:
+        return self.endswith(".i")
+
 
 @dataclass
 class Schedule:
@@ -461,8 +534,8 @@ class Schedule:
                 raise VerifyException(f"schedule: split factor of '{name}' must be positive")
             extent = loops.pop(name)
             pos = created.index(name)
-            created[pos: pos + 1] = [f"{name}.o", f"{name}.i"]
-            loops[f"{name}.o"], loops[f"{name}.i"] = -(-extent // factor), factor
+            created[pos: pos + 1] = [Loop.outer(name), Loop.inner(name)]
+            loops[Loop.outer(name)], loops[Loop.inner(name)] = -(-extent // factor), factor
         for outer, inner in self.fusions:
             if outer not in loops or inner not in loops:
                 raise VerifyException(f"schedule: cannot fuse unknown loops '{outer}', '{inner}'")

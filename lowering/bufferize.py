@@ -42,44 +42,40 @@ from dataclasses import dataclass, field
 from xdsl.context import Context
 from xdsl.dialects import arith, bufferization, func, memref
 from xdsl.dialects.builtin import (
-    DictionaryAttr,
     IndexType,
     IntegerAttr,
     MemRefType,
     ModuleOp,
-    StringAttr,
     UnitAttr,
     f32,
     i8,
-    i64,
 )
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from nasir.dialects import nest, nn
+from nasir.dialects.attributes import (
+    IN_PLACE,
+    NUM_OUTPUTS,
+    SCRATCH_BYTES,
+    SCRATCH_OFFSET,
+    WEIGHT,
+    WEIGHT_OFFSETS,
+    WEIGHTS_BYTES,
+    WORKSPACE_BYTES,
+)
+from nasir.dialects.module import main_func
 from nasir.dialects.nn import shape_of
 from nasir.errors import LoweringError
-from nasir.dialects.module import main_func
 
 ALIGN = 64
 """Byte alignment of every buffer in the weights and the arena (one AVX-512 cache line), and of
 the weights and workspace the runtime allocates."""
-WORKSPACE_BYTES = "nasir.workspace_bytes"
-"""Module attribute: bytes of the workspace @main takes (the arena, then profile counters)."""
 
 COMPUTE_OPS = (nest.ComputeOp, nn.ConcatOp, nn.ReshapeOp, nn.SoftmaxOp, nn.LRNOp, nn.PadOp, nn.BatchNormOp)
 """Ops that do work at the nest level: wrapped by this pass, lowered by convert-nest-to-loops."""
 
 
-IN_PLACE = "nasir.in_place"
-"""Attribute of a bufferized nest that writes its result over operand <value> (same bytes)."""
-
-SCRATCH = "nasir.scratch_bytes"
-"""Attribute of a compute op whose kernel needs that many bytes of its own while it runs (a
-Winograd conv's transformed input and weights); this pass places them in the arena."""
-
-SCRATCH_AT = "nasir.scratch_offset"
-"""Attribute of a bufferized op with SCRATCH: the arena offset of its scratch bytes."""
 
 
 def memref_of(shape) -> MemRefType:
@@ -147,7 +143,7 @@ def plan(body: list[Operation], returned: list[SSAValue]
          ) -> tuple[dict[SSAValue, int], int, set[SSAValue], dict[Operation, int], dict[Operation, int]]:
     """Arena offsets of intermediates (values not returned), the peak bytes, the reshape views,
     the ops that write their result over an operand (`in_place_operand`), and the offsets of the
-    ops' scratch (`SCRATCH`: bytes that live as long as the op's result, since a fused reader's
+    ops' scratch (`SCRATCH_BYTES`: bytes that live as long as the op's result, since a fused reader's
     kernel may be the one that runs the op).
 
     A reshape of an arena value (not returned) is a view: it shares its source's bytes, and the
@@ -177,7 +173,7 @@ def plan(body: list[Operation], returned: list[SSAValue]
         arena.release(offsets[r], nbytes(shape_of(r)))
         if r in held:
             op = held.pop(r)
-            arena.release(scratch[op], op.attributes[SCRATCH].value.data)
+            arena.release(scratch[op], SCRATCH_BYTES.get(op))
 
     for i, op in enumerate(body):
         over = None
@@ -188,8 +184,8 @@ def plan(body: list[Operation], returned: list[SSAValue]
         for r in op.results:
             if root.get(r) is r:
                 offsets[r] = offsets[over] if over is not None else arena.alloc(nbytes(shape_of(r)))
-        if SCRATCH in op.attributes:  # held as long as the result: a fused reader's kernel runs the op
-            scratch[op] = arena.alloc(op.attributes[SCRATCH].value.data)
+        if SCRATCH_BYTES.on(op):  # held as long as the result: a fused reader's kernel runs the op
+            scratch[op] = arena.alloc(SCRATCH_BYTES.get(op))
             if op.results[0] in root:
                 held[op.results[0]] = op
         for r in {root[v] for v in op.operands if v in root}:
@@ -199,7 +195,7 @@ def plan(body: list[Operation], returned: list[SSAValue]
             if root.get(r) is r and r not in last:
                 release(r)
         if op in scratch and op.results[0] not in root:  # a returned result: the op alone uses it
-            arena.release(scratch[op], op.attributes[SCRATCH].value.data)
+            arena.release(scratch[op], SCRATCH_BYTES.get(op))
     for v in views:
         offsets[v] = offsets[root[v]]
     return offsets, arena.peak, views, in_place, scratch
@@ -261,7 +257,7 @@ class NestBufferizePass(ModulePass):
         for o in body:
             if isinstance(o, nn.WeightOp):
                 w = view(weights_arg, weight_offsets[o.key], shape_of(o.result))
-                w.owner.attributes["nasir.weight"] = StringAttr(o.key)
+                WEIGHT.set(w.owner, o.key)
                 buf[o.result] = w
                 continue
             r = o.results[0]
@@ -278,9 +274,9 @@ class NestBufferizePass(ModulePass):
             for i, t in enumerate(tensors):
                 new.operands[i] = t
             if o in in_place:
-                new.attributes[IN_PLACE] = IntegerAttr(in_place[o], i64)
+                IN_PLACE.set(new, in_place[o])
             if o in scratch:
-                new.attributes[SCRATCH_AT] = IntegerAttr(scratch[o], i64)
+                SCRATCH_OFFSET.set(new, scratch[o])
             ops.append(new)
             ops.append(bufferization.MaterializeInDestinationOp(
                 operands=[new.results[0], dest], result_types=[[]], properties={"writable": UnitAttr()}))
@@ -296,11 +292,10 @@ class NestBufferizePass(ModulePass):
         fn.detach()
         fn.erase()
         op.body.block.add_op(new_fn)
-        op.attributes[WORKSPACE_BYTES] = IntegerAttr(peak, i64)
-        op.attributes["nasir.weights_bytes"] = IntegerAttr(wbytes, i64)
-        op.attributes["nasir.weight_offsets"] = DictionaryAttr(
-            {k: IntegerAttr(v, i64) for k, v in weight_offsets.items()})
-        op.attributes["nasir.num_outputs"] = IntegerAttr(n_out, i64)
+        WORKSPACE_BYTES.set(op, peak)
+        WEIGHTS_BYTES.set(op, wbytes)
+        WEIGHT_OFFSETS.set(op, weight_offsets)
+        NUM_OUTPUTS.set(op, n_out)
 
 
 def _layer(op: Operation) -> str:

@@ -31,9 +31,9 @@ from pathlib import Path
 
 from xdsl.dialects.builtin import DictionaryAttr, FloatAttr, IntegerAttr, ModuleOp, StringAttr, f64, i64
 
+from nasir.dialects.attributes import TARGET
 from nasir.errors import NasirError
 
-TARGET = "nasir.target"
 """Module attribute: the CPU a module is compiled for (see the module docstring)."""
 CPU_ENV = "NASIR_CPU"
 """Environment variable naming the CPU of modules that name none (default: the host)."""
@@ -200,17 +200,17 @@ def resolve_target(cpu: str | CPUTarget | None) -> CPUTarget:
 
 def target_of(module: ModuleOp) -> CPUTarget:
     """The target `module` is compiled for: its `nasir.target`, else `resolve_target(None)`."""
-    attr = module.attributes.get(TARGET)
+    attr = TARGET.get(module, None)
     if not isinstance(attr, DictionaryAttr):
         return resolve_target(None)
     fields = {k: v.data if isinstance(v, StringAttr) else v.value.data for k, v in attr.data.items()}
     if "cpu" not in fields:
-        raise NasirError(f"{TARGET} names no cpu: {attr}")
+        raise NasirError(f"{TARGET.name} names no cpu: {attr}")
     return cpu_target(fields.pop("cpu")).with_overrides(**fields)
 
 
 def set_target(module: ModuleOp, cpu: str | CPUTarget | None) -> CPUTarget:
     """Mark `module` as compiled for `cpu` (see `resolve_target`); returns its description."""
     target = resolve_target(cpu)
-    module.attributes[TARGET] = target.to_attr()
+    TARGET.set(module, target.to_attr())
     return target

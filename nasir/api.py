@@ -2,14 +2,30 @@
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from pathlib import Path
 
 from nasir.errors import FrontendError, NasirError
 from nasir.model import Model, load_text
+from nasir.runtime.llvm_executable import compile_llvm
 
-TARGET_OPTIONS = {"llvm": ("threads", "profile", "cpu", "checked"), "torch": ()}
-"""The targets and the keyword options each one's compile takes (`threads` counts where it is not 1)."""
-TARGETS = tuple(TARGET_OPTIONS)
+TARGETS = ("llvm", "torch")
+
+
+def backend_compiler(target: str) -> Callable:
+    """The compile function of `target`'s backend; its keyword parameters are the options
+    `compile` takes for that target (the torch backend is imported only when asked for)."""
+    if target == "torch":
+        from nasir.runtime.torch_executable import compile_torch
+
+        return compile_torch
+    return compile_llvm
+
+
+def target_options(target: str) -> tuple[str, ...]:
+    """The keyword options `compile(model, target=...)` takes (`threads` counts where it is not 1)."""
+    return tuple(list(inspect.signature(backend_compiler(target)).parameters)[1:])
 
 
 def load(path: str | Path, input_shapes: dict[str, tuple[int, ...]] | list[tuple[int, ...]] | None = None) -> Model:
@@ -44,17 +60,11 @@ def compile(model: Model, target: str = "llvm", threads: int = 1, **options):
     if target not in TARGETS:
         raise NasirError(f"unknown target '{target}' (choose from {', '.join(TARGETS)})")
     given = {**options, **({"threads": threads} if threads != 1 else {})}
+    takes = target_options(target)
     for option in given:
-        if option not in TARGET_OPTIONS[target]:
-            takes = ", ".join(TARGET_OPTIONS[target]) or "none"
-            raise NasirError(f"target '{target}' takes no option '{option}' (it takes: {takes})")
-    if target == "torch":
-        from nasir.runtime.torch_executable import compile_torch
-
-        return compile_torch(model.module)
-    from nasir.runtime.llvm_executable import compile_llvm
-
-    return compile_llvm(model.module, threads=threads, **options)
+        if option not in takes:
+            raise NasirError(f"target '{target}' takes no option '{option}' (it takes: {', '.join(takes) or 'none'})")
+    return backend_compiler(target)(model.module, **given)
 
 
 def fisher_potential(model: Model, inputs, labels, seed: int = 0):

@@ -137,10 +137,11 @@ class Model:
 
 
 def _text_with_blobs(model: Model) -> str:
+    import io
+
     from xdsl.dialect_interfaces.op_asm import OpAsmDialectInterface
     from xdsl.dialects.builtin import Builtin
     from xdsl.printer import Printer
-    import io
 
     module = model.module.clone()
     store = model.weights

@@ -14,8 +14,8 @@ from functools import cache
 from pathlib import Path
 
 from nasir.errors import LoweringError
-from nasir.lowering.target import CPUTarget
 from nasir.lowering.loops_to_llvm.convert import THREADS_GLOBAL
+from nasir.lowering.target import CPUTarget
 
 ENTRY = "main"
 

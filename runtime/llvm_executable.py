@@ -18,14 +18,23 @@ from pathlib import Path
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
+from nasir.dialects.attributes import (
+    BOUNDS_CHECKS,
+    PROFILE,
+    PROFILE_OFFSET,
+    TARGET,
+    WEIGHT_OFFSETS,
+    WEIGHTS_BYTES,
+    WORKSPACE_BYTES,
+)
 from nasir.dialects.module import WeightStore, attach_weights, io_names, io_shapes, weights_of
 from nasir.errors import BoundsError, ForeignCPUError, NasirError
-from nasir.lowering.bufferize import ALIGN, WORKSPACE_BYTES
-from nasir.lowering.loops_to_llvm.convert import BOUNDS_CHECKS, BOUNDS_GLOBALS
+from nasir.lowering.bufferize import ALIGN
+from nasir.lowering.loops_to_llvm.convert import BOUNDS_GLOBALS
 from nasir.lowering.loops_to_llvm.llvm_ir import optimize, to_llvm_ir
 from nasir.lowering.passes import gc_paused, run_pipeline
 from nasir.lowering.pipeline import LLVM_PIPELINE
-from nasir.lowering.target import TARGET, CPUTarget, host_target, set_target, target_of
+from nasir.lowering.target import CPUTarget, host_target, set_target, target_of
 from nasir.runtime.executable import Executable
 from nasir.runtime.jit import JITModule, SharedLibrary, write_shared_library
 from nasir.runtime.profile import Profile
@@ -151,7 +160,7 @@ def lower_to_llvm_dialect(module: ModuleOp, profile: bool = False, cpu: str | CP
     loops = stages.index("convert-nest-to-loops")
     out = module.clone()
     attach_weights(out, WeightStore(weights_of(module)))
-    if cpu is not None or TARGET not in out.attributes:
+    if cpu is not None or not TARGET.on(out):
         set_target(out, cpu)
     run_pipeline(out, ",".join(stages[:loops]))
     run_pipeline(out, ",".join(stages[loops:]), verify=False)
@@ -161,10 +170,11 @@ def lower_to_llvm_dialect(module: ModuleOp, profile: bool = False, cpu: str | CP
 @gc_paused()
 def compile_llvm(module: ModuleOp, threads: int = 1, profile: bool = False,
                  cpu: str | CPUTarget | None = None, checked: bool = False) -> LLVMExecutable:
-    """Compile `module` (nn and/or nest ops, with its weight store) to native code for `cpu` (by default the host; see the module docstring and
-    `lower_to_llvm_dialect`); `profile` times every kernel call for `LLVMExecutable.profile` (two
-    counter reads and an add a call); `checked` makes a call that reads or writes outside a buffer
-    raise `BoundsError` instead."""
+    """Compile `module` (nn and/or nest ops, with its weight store) to native code for `cpu` (by
+    default the host; see the module docstring and `lower_to_llvm_dialect`); `profile` times every
+    kernel call for `LLVMExecutable.profile` (two counter reads and an add a call); `checked` makes a
+    call that reads or writes outside a buffer raise `BoundsError` instead. Its keyword parameters
+    are the options `nasir.compile` takes for the llvm target."""
     start = time.perf_counter()
     return executable_of(module, lower_to_llvm_dialect(module, profile, cpu, checked), threads, start)
 
@@ -174,22 +184,19 @@ def executable_of(module: ModuleOp, lowered: ModuleOp, threads: int = 1, start: 
     with its profile counters or bounds checks if that pass made them)."""
     start = time.perf_counter() if start is None else start
     target = target_of(lowered)
-    attrs = lowered.attributes
     (input_names, output_names), (input_shapes, output_shapes) = io_names(module), io_shapes(module)
-    offsets = {k: v.value.data for k, v in attrs["nasir.weight_offsets"].data.items()}
+    offsets = WEIGHT_OFFSETS.get(lowered)
     meta = {
         "input_names": input_names, "output_names": output_names,
         "input_shapes": [list(s) for s in input_shapes], "output_shapes": [list(s) for s in output_shapes],
-        "workspace_bytes": attrs[WORKSPACE_BYTES].value.data,
-        "weights_bytes": attrs["nasir.weights_bytes"].value.data,
+        "workspace_bytes": WORKSPACE_BYTES.get(lowered),
+        "weights_bytes": WEIGHTS_BYTES.get(lowered),
         "cpu": target.cpu, "lanes": target.lanes,
     }
-    if BOUNDS_CHECKS in attrs:
-        meta["bounds_checks"] = [{k: v.data for k, v in c.data.items()} for c in attrs[BOUNDS_CHECKS].data]
-    if "nasir.profile" in attrs:
-        meta["profile"] = {"offset": attrs["nasir.profile_offset"].value.data, "calls": [
-            {"layer": c.data["layer"].data, "kernel": c.data["kernel"].data, "macs": c.data["macs"].value.data}
-            for c in attrs["nasir.profile"].data]}
+    if BOUNDS_CHECKS.on(lowered):
+        meta["bounds_checks"] = BOUNDS_CHECKS.get(lowered)
+    if PROFILE.on(lowered):
+        meta["profile"] = {"offset": PROFILE_OFFSET.get(lowered), "calls": PROFILE.get(lowered)}
     weights = pack_weights(weights_of(lowered), offsets, meta["weights_bytes"])
     optimized = optimize(to_llvm_ir(lowered), target)
     native = JITModule(optimized, target)

@@ -12,15 +12,15 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from test_llvm_backend import build, rand
 from xdsl.dialects import arith, memref, vector
 from xdsl.dialects.builtin import IndexType, IntegerAttr
 
 import nasir
-from nasir.errors import BoundsError
 from nasir.dialects import nn
+from nasir.errors import BoundsError
 from nasir.lowering.pipeline import LLVM_PIPELINE
 from nasir.runtime.llvm_executable import executable_of
-from test_llvm_backend import build, rand
 
 pytestmark = pytest.mark.usefixtures("cpu")
 

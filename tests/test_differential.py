@@ -15,12 +15,12 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnxruntime as ort
+from conftest import CASES, WIDTHS
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 import nasir
-from conftest import CASES, WIDTHS
 
 CPUS = [cpu for cpu, _ in WIDTHS.values()]
 

@@ -14,10 +14,10 @@ import onnxruntime as ort
 import pytest
 import torch
 import torch.nn.functional as F
+from test_fisher import SmallNet, export
 
 from nasir.errors import NasirError
 from nasir.runtime.torch_executable import compile_torch
-from test_fisher import SmallNet, export
 
 BATCH = 2
 

@@ -16,8 +16,8 @@ from nasir import zoo
 from nasir.dialects import nn
 from nasir.errors import FrontendError, ShapeError, UnsupportedOpError
 from nasir.frontend.onnx_import import import_onnx
-from nasir.runtime.torch_executable import compile_torch
 from nasir.runtime.llvm_executable import compile_llvm
+from nasir.runtime.torch_executable import compile_torch
 
 RNG = np.random.default_rng(0)
 

@@ -13,10 +13,10 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, Region
 
 from nasir.dialects import nest, nn
-from nasir.errors import RuntimeInputError
 from nasir.dialects.module import WeightStore
-from nasir.model import Model
+from nasir.errors import RuntimeInputError
 from nasir.lowering.passes import gc_paused
+from nasir.model import Model
 from nasir.runtime.llvm_executable import compile_llvm
 
 RNG = np.random.default_rng(0)
@@ -398,8 +398,8 @@ def test_average_pool_counts_the_lanes_of_a_narrower_last_tile(width):
 
 def test_llvm_ir_of_a_conv_has_vector_types():
     from nasir.lowering.loops_to_llvm.llvm_ir import optimize, to_llvm_ir
-    from nasir.lowering.target import resolve_target
     from nasir.lowering.pipeline import LLVM_PIPELINE
+    from nasir.lowering.target import resolve_target
 
     wt = rand(32, 16, 3, 3)
     model = build([(1, 16, 20, 20)], lambda a, W: [nn.Conv2DOp.new(a[0], W("w", wt), pads=(1, 1, 1, 1))])
@@ -523,7 +523,7 @@ def test_max_pool_kernel_computes_its_producers_rows(case, threads):
     """A max pool that alone reads a conv with outer loops over channel blocks and rows runs in
     one kernel with it (FUSE_ROWS): threads take channel blocks, the conv's rows are computed
     as the pool's rows need them; @main makes one call. torch's numbers."""
-    from nasir.lowering.schedule.default_schedule import FUSE_ROWS
+    from nasir.dialects.attributes import FUSE_ROWS, LAYER
     from nasir.lowering.pipeline import LLVM_PIPELINE
 
     got, want, _ = stem_and_pool(*case, threads=threads)
@@ -532,10 +532,10 @@ def test_max_pool_kernel_computes_its_producers_rows(case, threads):
     model = build([(1, c, h, h)], lambda a, W: [
         conv := nn.Conv2DOp.new(a[0], W("w", rand(o, c, k, k)), strides=(stride,) * 2, pads=(pad,) * 4).named("conv"),
         nn.MaxPoolOp.new(conv.results[0], (pk, pk), strides=(ps, ps), pads=(pp,) * 4, ceil_mode=ceil).named("pool")])
-    assert FUSE_ROWS in scheduled_nests(model)["pool"].attributes
+    assert FUSE_ROWS.on(scheduled_nests(model)["pool"])
     lowered = model.transform(LLVM_PIPELINE.split(",convert-loops-to-llvm")[0])
     calls = [op for op in lowered.module.walk() if isinstance(op, func.CallOp)]
-    assert [call.attributes["nasir.layer"].data for call in calls] == ["conv+pool"]
+    assert [LAYER.get(call) for call in calls] == ["conv+pool"]
 
 
 WINOGRAD_CONVS = [  # (c, o, h, w, k, stride, pad, row dilation): convs that run as 1-D Winograd
@@ -553,14 +553,14 @@ WINOGRAD_CONVS = [  # (c, o, h, w, k, stride, pad, row dilation): convs that run
 def test_winograd_conv(c, o, h, w, k, stride, pad, dil, threads):
     """Convs with a wide strided row window take the Winograd kernel (`nasir.winograd`) and give
     torch's numbers, bias and ReLU included."""
-    from nasir.lowering.schedule.winograd import WINOGRAD
+    from nasir.dialects.attributes import WINOGRAD
 
     wt, b, x = rand(o, c, k, k), rand(o), rand(1, c, h, w)
     pads = (dil * (k // 2), pad, dil * (k // 2), pad)
     model = build([(1, c, h, w)], lambda a, W: [
         conv := nn.Conv2DOp.new(a[0], W("w", wt), W("b", b), (stride, stride), pads, (dil, 1)).named("conv"),
         nn.ReluOp.new(conv.results[0]).named("relu")])
-    assert WINOGRAD in scheduled_nests(model)["conv"].attributes
+    assert WINOGRAD.on(scheduled_nests(model)["conv"])
     want = F.conv2d(torch.tensor(x), torch.tensor(wt), torch.tensor(b), stride, (pads[0], pad), (dil, 1)).relu()
     np.testing.assert_allclose(run(model, x, threads=threads), want.numpy(), rtol=1e-4, atol=1e-4)
 
@@ -569,18 +569,17 @@ def test_winograd_conv(c, o, h, w, k, stride, pad, dil, threads):
 def test_winograd_is_kept_for_wide_strided_windows(k, stride, groups, batch):
     """A 3x3 stride-1 conv (6 products for 12), a 5x5 stride-2 one (11 for 20), a grouped stem and
     a batch of 2 run direct."""
-    from nasir.lowering.schedule.winograd import WINOGRAD
+    from nasir.dialects.attributes import WINOGRAD
 
     model = build([(batch, 6, 32, 32)], lambda a, W: [nn.Conv2DOp.new(
         a[0], W("w", rand(48, 6 // groups, k, k)), strides=(stride,) * 2, pads=(k // 2,) * 4, groups=groups).named("conv")])
-    assert WINOGRAD not in scheduled_nests(model)["conv"].attributes
+    assert not WINOGRAD.on(scheduled_nests(model)["conv"])
 
 
 def test_winograd_scratch_outlives_the_fused_pool():
     """The stem's scratch lives until its max pool, whose kernel computes the stem's rows: a conv
     placed between them in @main (whose result the pool's output is added to) keeps its bytes."""
-    from nasir.lowering.schedule.default_schedule import FUSE_ROWS
-    from nasir.lowering.schedule.winograd import WINOGRAD
+    from nasir.dialects.attributes import FUSE_ROWS, WINOGRAD
 
     ws, wd, x = rand(32, 3, 7, 7), rand(32, 3, 1, 1), rand(1, 3, 64, 64)
 
@@ -592,7 +591,7 @@ def test_winograd_scratch_outlives_the_fused_pool():
 
     model = build([(1, 3, 64, 64)], body)
     nests = scheduled_nests(model)
-    assert WINOGRAD in nests["stem"].attributes and FUSE_ROWS in nests["pool"].attributes
+    assert WINOGRAD.on(nests["stem"]) and FUSE_ROWS.on(nests["pool"])
     xt = torch.tensor(x)
     want = F.max_pool2d(F.conv2d(xt, torch.tensor(ws), None, 2, 3), 3, 2, 1) + F.conv2d(xt, torch.tensor(wd), None, 4)
     np.testing.assert_allclose(run(model, x), want.numpy(), rtol=1e-4, atol=1e-4)
@@ -647,16 +646,15 @@ def test_conv_into_global_pool_packs_unless_its_epilogue_reads_nchw(residual):
 def test_fused_rows_need_a_producing_nest():
     """`nasir.fuse_rows` on a max pool of the function's input (set by hand: default-schedule sets
     it only where a nest writes the input for the pool alone) is refused with a LoweringError."""
-    from xdsl.dialects.builtin import UnitAttr
 
+    from nasir.dialects.attributes import FUSE_ROWS
     from nasir.errors import LoweringError
-    from nasir.lowering.schedule.default_schedule import FUSE_ROWS
     from nasir.lowering.passes import run_pipeline
 
     model = build([(1, 16, 9, 9)], lambda a, W: [nn.MaxPoolOp.new(a[0], (3, 3), strides=(2, 2)).named("pool")])
     run_pipeline(model.module, "convert-nn-to-nest,default-schedule")
     [pool] = [op for op in model.module.walk() if isinstance(op, nest.ComputeOp)]
-    pool.attributes[FUSE_ROWS] = UnitAttr()
+    FUSE_ROWS.set(pool, True)
     with pytest.raises(LoweringError, match="pool.*needs its input written by a nest"):
         run_pipeline(model.module, "nest-bufferize,convert-nest-to-loops")
 

@@ -8,10 +8,10 @@ import os
 
 import numpy as np
 import pytest
+from test_onnx_node_tests import DATA, SUITES, SUPPORTED, _load_set
 
 from nasir.frontend.onnx_import import import_onnx
 from nasir.runtime.llvm_executable import compile_llvm
-from test_onnx_node_tests import DATA, SUITES, SUPPORTED, _load_set
 
 CASES = [(s, n) for s in SUITES for n in sorted(os.listdir(os.path.join(DATA, s))) if n in SUPPORTED]
 

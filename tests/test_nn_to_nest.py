@@ -18,11 +18,11 @@ from xdsl.ir.affine import AffineExpr
 from xdsl.utils.exceptions import VerifyException
 
 from nasir.dialects import nest, nn
+from nasir.dialects.module import WeightStore, attach_weights, weights_of
 from nasir.dialects.nn import shape_of, tensor
 from nasir.lowering.nest_to_torch import nest_ops as torch_nest
-from nasir.lowering.nn_to_nest.convert import amap, dims_of
 from nasir.lowering.nest_to_torch.nest_ops import run_compute
-from nasir.dialects.module import WeightStore, attach_weights, weights_of
+from nasir.lowering.nn_to_nest.convert import amap, dims_of
 from nasir.lowering.passes import run_pipeline
 
 TOL = dict(rtol=1e-4, atol=1e-4)

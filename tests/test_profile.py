@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from test_llvm_backend import build, rand
 
 from nasir import runtime
 from nasir.dialects import nn
 from nasir.errors import NasirError
 from nasir.runtime.llvm_executable import compile_llvm
 from nasir.tools import cli
-from test_llvm_backend import build, rand
 
 C, H = 16, 32
 W_SMALL, W_LARGE, B_LARGE = rand(C, C, 1, 1), rand(64, C, 3, 3), rand(64)

@@ -20,6 +20,8 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import WIDTHS
+from test_llvm_backend import build, rand, run
 
 from nasir.dialects import nest, nn
 from nasir.lowering.schedule.default_schedule import (
@@ -30,9 +32,7 @@ from nasir.lowering.schedule.default_schedule import (
     schedule_for,
     spatial_vector_schedule,
 )
-from conftest import WIDTHS
 from nasir.lowering.target import CPU_ENV, cpu_target
-from test_llvm_backend import build, rand, run
 
 AVX512 = cpu_target(WIDTHS["avx512"][0])
 """The target the cost model's constants were measured on (Zen 4 and Zen 5)."""

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from nasir.dialects.context import parse_module
-from nasir.errors import LegalityError, LoweringError, PassError
 from nasir.dialects.module import WeightStore
+from nasir.dialects.nest import Loop
+from nasir.errors import LegalityError, LoweringError, PassError
 from nasir.model import Model
-from nasir.transforms.dependences import carried_loops, loop_dims
+from nasir.transforms.dependences import carried_loops
 
 IR = """
 func.func @main(%x: tensor<1x4x6x6xf32>) -> tensor<1x8x6x6xf32> {
@@ -49,7 +50,7 @@ def conv_of(model):
 
 
 def test_loop_dims_and_carried_loops(model):
-    assert loop_dims("co.o.i") == {"co"} and loop_dims("co.i*ci") == {"co", "ci"}
+    assert Loop("co.o.i").dims == {"co"} and Loop("co.i*ci").dims == {"co", "ci"}
     t = model.transform('strip-mine{dim=ci factor=2},fuse{dims=oh,ow}')
     assert carried_loops(conv_of(t)) == ["ci.o", "ci.i", "kh", "kw"]
 

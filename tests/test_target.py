@@ -9,13 +9,14 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from test_llvm_backend import build, rand
 
 import nasir
 from nasir.dialects import nest, nn
+from nasir.dialects.attributes import TARGET
 from nasir.errors import ForeignCPUError, NasirError
-from nasir.lowering.target import TARGET, cpu_target, host_target, set_target, target_of
+from nasir.lowering.target import cpu_target, host_target, set_target, target_of
 from nasir.runtime.llvm_executable import compile_llvm
-from test_llvm_backend import build, rand
 
 
 @pytest.mark.parametrize("cpu,lanes,registers", [("x86-64-v3", 8, 16), ("znver3", 8, 16), ("haswell", 8, 16),
@@ -57,7 +58,7 @@ def test_the_module_carries_its_target_and_overrides():
     module = model.transform("convert-nn-to-nest").module
     small_l2 = cpu_target("x86-64-v4").with_overrides(l2_bytes=16 * 1024)
     set_target(module, small_l2)
-    assert str(module.attributes[TARGET]) == '{cpu = "x86-64-v4", l2_bytes = 16384 : i64}'
+    assert str(TARGET.get(module)) == '{cpu = "x86-64-v4", l2_bytes = 16384 : i64}'
     assert target_of(module) == small_l2
 
     def order(target):

@@ -14,8 +14,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from nasir import zoo
-from nasir.dialects.context import parse_module
 from nasir.dialects import nest, nn
+from nasir.dialects.context import parse_module
 from nasir.model import load_text
 from nasir.tools import cli
 from nasir.tools import nasir_opt as opt_tool

@@ -16,10 +16,10 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_fisher import SmallNet, export
 
 import nasir
 from nasir.errors import NasirError
-from test_fisher import SmallNet, export
 
 CONV = '"conv[23].*"'
 TRANSFORMS = [

@@ -38,9 +38,10 @@ from xdsl.ir.affine import AffineExpr, AffineMap
 from xdsl.passes import ModulePass
 
 from nasir.dialects import nest, nn
+from nasir.dialects.module import WeightStore, weights_of
+from nasir.dialects.nest import Loop
 from nasir.dialects.nn import shape_of, tensor
 from nasir.errors import LegalityError, PassError
-from nasir.dialects.module import WeightStore, weights_of
 from nasir.transforms.schedule import select_nests
 
 INITS = ("kaiming", "inherit")
@@ -191,7 +192,7 @@ class NestSpec:
         group.insert(pos, [name, extent])
         if self.schedule is not None and self.schedule.order:
             order = self.schedule.order
-            loops = [i for i, loop in enumerate(order) if _loop_dims(loop) & {anchor}]
+            loops = [i for i, loop in enumerate(order) if Loop(loop).dims & {anchor}]
             order.insert(loops[0] if before else loops[-1] + 1, name)
 
     def drop_dim(self, name: str) -> None:
@@ -230,11 +231,6 @@ class NestSpec:
         out_map = AffineMap(len(names), 0, tuple(f.expr(names) for f in self.out))
         return nest.ComputeOp.make(self.name, self.inputs, domain, maps, out_map, self.out_shape, self.combiner,
                                    self.epilogue, self.schedule)
-
-
-def _loop_dims(loop: str) -> set[str]:
-    """Domain dims a schedule loop is made of: `co.o` -> {co}, `oh*ow` -> {oh, ow}."""
-    return {part.split(".")[0] for part in loop.split("*")}
 
 
 def is_weight(value: SSAValue) -> bool:

@@ -22,7 +22,7 @@ more. Hence:
 - `fuse` of a parallel with a reduction loop is illegal for the same reason: the fused loop's
   iterations would both write distinct outputs and accumulate into shared ones.
 
-Loop names follow `nest.Schedule`: a split makes `co.o` / `co.i`, a fusion `co*ci`; `loop_dims`
+Loop names follow `nest.Schedule`: a split makes `co.o` / `co.i`, a fusion `co*ci`; `nest.Loop.dims`
 recovers the domain dims behind a loop name.
 
     %y = nest.compute ... {domain = #nest.domain<[n = 1, co = 8, oh = 4, ow = 4], [ci = 3, kh = 3, kw = 3]>,
@@ -33,17 +33,8 @@ recovers the domain dims behind a loop name.
 from __future__ import annotations
 
 from nasir.dialects import nest
+from nasir.dialects.nest import Loop
 from nasir.errors import LegalityError
-
-
-def loop_dims(loop: str) -> set[str]:
-    """Domain dims a loop enumerates: `co.o` -> {co}; `co.i*ci` -> {co, ci}."""
-    dims = set()
-    for part in loop.split("*"):
-        while part.endswith((".o", ".i")):
-            part = part[:-2]
-        dims.add(part)
-    return dims
 
 
 def reduction_dims(op: nest.ComputeOp) -> set[str]:
@@ -53,7 +44,7 @@ def reduction_dims(op: nest.ComputeOp) -> set[str]:
 
 def carries(op: nest.ComputeOp, loop: str) -> bool:
     """Whether iterations of `loop` accumulate into the same output elements."""
-    return bool(loop_dims(loop) & reduction_dims(op))
+    return bool(Loop(loop).dims & reduction_dims(op))
 
 
 def carried_loops(op: nest.ComputeOp) -> list[str]:
@@ -64,7 +55,7 @@ def carried_loops(op: nest.ComputeOp) -> list[str]:
 def check_parallel(op: nest.ComputeOp, loop: str) -> None:
     """LegalityError unless `loop`'s iterations may run on different threads."""
     if carries(op, loop):
-        dims = sorted(loop_dims(loop) & reduction_dims(op))
+        dims = sorted(Loop(loop).dims & reduction_dims(op))
         raise LegalityError(
             f"parallel: loop '{loop}' of nest '{op.layer_name}' carries the '{op.kind}' accumulation over "
             f"reduction dim(s) {', '.join(dims)} (its iterations update the same output element); "

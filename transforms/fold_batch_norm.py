@@ -22,8 +22,8 @@ from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, RewritePattern, op_type_rewrite_pattern
 
 from nasir.dialects import nn
-from nasir.dialects.nn import shape_of
 from nasir.dialects.module import WeightStore, weights_of
+from nasir.dialects.nn import shape_of
 
 
 def _weight(store: WeightStore, value: SSAValue) -> np.ndarray | None:

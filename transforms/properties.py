@@ -38,9 +38,9 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from nasir.dialects import nest, nn
+from nasir.dialects.module import main_func
 from nasir.dialects.nn import shape_of
 from nasir.errors import PassError
-from nasir.dialects.module import main_func
 
 LEVELS = "xoma"
 Matrix = list[list[str]]

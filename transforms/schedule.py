@@ -38,6 +38,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
 from nasir.dialects import nest, nn
+from nasir.dialects.nest import Loop
 from nasir.dialects.nn import shape_of
 from nasir.errors import LegalityError, PassError
 from nasir.transforms import dependences
@@ -136,7 +137,7 @@ def _split(sched: nest.Schedule, order: list[str], loop: str, factor: int, exten
     _check_unmarked(sched, loop, action, layer)
     sched.splits.append((loop, factor))
     pos = order.index(loop)
-    sched.order = order[:pos] + [f"{loop}.o", f"{loop}.i"] + order[pos + 1:]
+    sched.order = order[:pos] + [Loop.outer(loop), Loop.inner(loop)] + order[pos + 1:]
     return sched.order
 
 
@@ -206,9 +207,9 @@ class TilePass(ScheduleEdit):
     def edit(self, op, sched, order):
         for dim, factor in zip(self.dims, self.factors):
             order = _split(sched, order, dim, factor, _extent(op, sched, dim), op.layer_name, self.name)
-        inner = [f"{dim}.i" for dim in self.dims]
+        inner = [Loop.inner(dim) for dim in self.dims]
         rest = [loop for loop in order if loop not in inner]
-        last = max(rest.index(f"{dim}.o") for dim in self.dims)
+        last = max(rest.index(Loop.outer(dim)) for dim in self.dims)
         _reorder(sched, rest[:last + 1] + inner + rest[last + 1:], op.layer_name, self.name)
 
 

@@ -60,7 +60,8 @@ from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from nasir.errors import LoweringError
-from nasir.lowering.bufferize import WORKSPACE_BYTES, aligned
+from nasir.lowering.bufferize import aligned
+from nasir.dialects.attributes import WORKSPACE_BYTES
 from nasir.dialects.llvm import FCmpOp, SelectOp
 from nasir.dialects.loops import PrefetchOp
 from nasir.dialects.module import main_func
@@ -647,14 +648,14 @@ class ConvertLoopsToLLVMPass(ModulePass):
     def profile_counters(op: ModuleOp) -> tuple[dict[Operation, int], int]:
         """Counter slots of @main's kernel calls; records them (`nasir.profile`) and makes room
         for the counters after the arena (`nasir.profile_offset`, `nasir.workspace_bytes` grows)."""
-        if WORKSPACE_BYTES not in op.attributes:
+        if not WORKSPACE_BYTES.on(op):
             raise LoweringError("convert-loops-to-llvm{profile=true}: run nest-bufferize first")
         calls = [c for c in main_func(op).body.block.ops if isinstance(c, func.CallOp)]
-        offset = aligned(op.attributes[WORKSPACE_BYTES].value.data)
+        offset = aligned(WORKSPACE_BYTES.get(op))
         op.attributes["nasir.profile"] = ArrayAttr([DictionaryAttr({
             "layer": c.attributes.get("nasir.layer", StringAttr(c.callee.root_reference.data)),
             "kernel": StringAttr(c.callee.root_reference.data),
             "macs": c.attributes.get("nasir.macs", IntegerAttr(0, i64))}) for c in calls])
         op.attributes["nasir.profile_offset"] = IntegerAttr(offset, i64)
-        op.attributes[WORKSPACE_BYTES] = IntegerAttr(offset + 8 * (len(calls) + 1), i64)
+        WORKSPACE_BYTES.set(op, offset + 8 * (len(calls) + 1))
         return {c: k for k, c in enumerate(calls)}, offset

@@ -42,19 +42,16 @@ from __future__ import annotations
 from xdsl.context import Context
 from xdsl.dialects import bufferization, func
 from xdsl.dialects.builtin import (
-    IntegerAttr,
     MemRefType,
     ModuleOp,
-    StringAttr,
-    i64,
 )
 from xdsl.ir import SSAValue
 from xdsl.passes import ModulePass
 
+from nasir.dialects.attributes import FUSE_ROWS, LAYER, MACS, SCRATCH_OFFSET
 from nasir.dialects.module import main_func, sanitize
 from nasir.dialects.nest import macs
 from nasir.errors import LoweringError
-from nasir.lowering.bufferize import SCRATCH_AT
 from nasir.lowering.nest_to_loops.kernels import (
     aliased_arguments,
     concat_copies,
@@ -66,9 +63,6 @@ from nasir.lowering.nest_to_loops.kernels import (
     scratch_view,
 )
 from nasir.lowering.nest_to_loops.spec import nest_spec
-from nasir.lowering.schedule.default_schedule import (
-    FUSE_ROWS,
-)
 from nasir.lowering.target import target_of
 
 
@@ -88,11 +82,11 @@ class ConvertNestToLoopsPass(ModulePass):
         groups = [mat for mat in fn.body.block.ops if isinstance(mat, bufferization.MaterializeInDestinationOp)]
         # producers whose rows a consumer's kernel computes (FUSE_ROWS): held until that consumer
         fused_inputs = {mat.source.owner.operands[0].owner.memref for mat in groups
-                        if FUSE_ROWS in mat.source.owner.attributes}
+                        if FUSE_ROWS.on(mat.source.owner)}
         for ref in fused_inputs:
             readers = [use.operation for use in ref.uses if isinstance(use.operation, bufferization.ToTensorOp)]
             if len(readers) != 1 or len(list(readers[0].tensor.uses)) != 1:
-                raise LoweringError(f"{FUSE_ROWS}: the fused pool must be the only reader of its input")
+                raise LoweringError(f"{FUSE_ROWS.name}: the fused pool must be the only reader of its input")
         held: dict[SSAValue, tuple] = {}
         for mat in groups:
             compute = mat.source.owner
@@ -101,7 +95,7 @@ class ConvertNestToLoopsPass(ModulePass):
                 assert isinstance(v.owner, bufferization.ToTensorOp)
                 refs.append(v.owner.memref)
             refs.append(mat.dest)
-            if SCRATCH_AT in compute.attributes:
+            if SCRATCH_OFFSET.on(compute):
                 refs.append(scratch_view(compute, fn.body.block.args[-1], mat))
             copies = concat_copies(compute, refs)
             if copies is not None:
@@ -116,9 +110,9 @@ class ConvertNestToLoopsPass(ModulePass):
                 continue
             key = kernel_key(compute, [r.type for r in refs])
             count = macs(compute)
-            if FUSE_ROWS in compute.attributes:
+            if FUSE_ROWS.on(compute):
                 if refs[0] not in held:
-                    raise LoweringError(f"nest '{layer}': {FUSE_ROWS} needs its input written by a nest")
+                    raise LoweringError(f"nest '{layer}': {FUSE_ROWS.name} needs its input written by a nest")
                 spec, producer_refs, producer_key, producer_layer, producer_macs = held.pop(refs[0])
                 refs = producer_refs + refs[1:]  # the pool's other operands (an epilogue's) and result
                 key, layer, count = (producer_key, key), f"{producer_layer}+{layer}", producer_macs + count
@@ -137,8 +131,8 @@ class ConvertNestToLoopsPass(ModulePass):
                 shared[key] = name
                 kernels.append(kernel(name, [r.type for r in refs]))
             call = func.CallOp(name, refs, [])
-            call.attributes["nasir.layer"] = StringAttr(layer)
-            call.attributes["nasir.macs"] = IntegerAttr(count, i64)
+            LAYER.set(call, layer)
+            MACS.set(call, count)
             fn.body.block.insert_op_before(call, mat)
             erase_group(mat, compute)
         for k in kernels:

@@ -27,7 +27,7 @@ from xdsl.ir.affine import (
 )
 
 from nasir.dialects import nest
-from nasir.dialects.nest import expr_bounds, expr_range, linear_coefficient, stride_of
+from nasir.dialects.nest import Loop, expr_bounds, expr_range, linear_coefficient, stride_of
 from nasir.errors import LoweringError
 from nasir.lowering.nest_to_loops.builder import Lin, LoopBuilder
 from nasir.lowering.nest_to_loops.spec import IDENTITY, Shape, Spec
@@ -106,7 +106,7 @@ class NestEmitter:
         for name, factor in self.spec.schedule.splits:
             split_extents[name] = (loops[name], factor)
             e = loops.pop(name)
-            loops[f"{name}.o"], loops[f"{name}.i"] = -(-e // factor), factor
+            loops[Loop.outer(name)], loops[Loop.inner(name)] = -(-e // factor), factor
         fused_into = {}
         for a, b_ in self.spec.schedule.fusions:
             fused = f"{a}*{b_}"
@@ -122,14 +122,14 @@ class NestEmitter:
             return self._origins(a) | self._origins(b_)
         if loop in dict(self.spec.dims):
             return {loop}
-        return self._origins(loop.rsplit(".", 1)[0])
+        return self._origins(Loop(loop).parent)
 
     def _loops_of(self, name: str) -> set[str]:
         if name in self.extent:
             return {name}
         if name in self.fused_into:
             return self._loops_of(self.fused_into[name][0])
-        return self._loops_of(f"{name}.o") | self._loops_of(f"{name}.i")
+        return self._loops_of(Loop.outer(name)) | self._loops_of(Loop.inner(name))
 
     def value(self, name: str) -> Lin:
         """Value of a dim or intermediate loop name from the loop ivs bound so far."""
@@ -144,7 +144,7 @@ class NestEmitter:
             kind = arith.FloorDivSIOp if name == outer else arith.RemSIOp
             return Lin(b.add(kind(b.scalar(f), b.idx(inner_extent))))
         _, factor = self.split_extents[name]
-        return b.lin_add(b.lin_scale(self.value(f"{name}.o"), factor), self.value(f"{name}.i"))
+        return b.lin_add(b.lin_scale(self.value(Loop.outer(name)), factor), self.value(Loop.inner(name)))
 
     def guards(self) -> list[tuple[str, int]]:
         return [(n, e) for n, (e, f) in self.split_extents.items() if e % f]
@@ -202,7 +202,7 @@ class NestEmitter:
         if name in self.fused_into:
             return 0, dict(self.spec.dims)[name] - 1
         _, factor = self.split_extents[name]
-        (olo, ohi), (ilo, ihi) = self.dim_range(f"{name}.o"), self.dim_range(f"{name}.i")
+        (olo, ohi), (ilo, ihi) = self.dim_range(Loop.outer(name)), self.dim_range(Loop.inner(name))
         return olo * factor + ilo, ohi * factor + ihi
 
     def read_bounds(self, k: int) -> list[tuple[int, int, int]]:
@@ -328,7 +328,7 @@ class NestEmitter:
         if name not in names or not self.spec.maps:
             return None
         for loop in self.tile:
-            window = row_window(self.spec, names.index(loop.split(".")[0]))
+            window = row_window(self.spec, names.index(Loop(loop).dim))
             if window is not None and names[window.dim] == name and abs(window.stride) > 1:
                 stride = abs(window.stride)
                 return sorted(range(window.taps), key=lambda tap: ((tap * window.dilation) % stride, tap))
@@ -555,7 +555,7 @@ class NestEmitter:
         tail = self.tail_width()
         if tail is None:
             return self._guarded_tile_of_width()
-        loop = f"{self._vector_dim()}.o"
+        loop = Loop.outer(self._vector_dim())
         last, lo = self.extent[loop] - 1, self.dim_range(loop)[0]
 
         def version(first: int, final: int, width: int) -> Callable[[], None]:
@@ -575,7 +575,7 @@ class NestEmitter:
         b.if_(at_last, version(last, last, tail), version(lo, last - 1, self.width))
 
     def _vector_dim(self) -> str:
-        return self.vec.rsplit(".", 1)[0]
+        return Loop(self.vec).parent
 
     def tail_width(self) -> int | None:
         """Lanes of the vectors of the last tile of a vector loop split with a tail of at most half
@@ -583,13 +583,13 @@ class NestEmitter:
         when the lanes are contiguous in the output (a spatial schedule); None otherwise. Such
         a tile's FMAs are half as wide; where the CPU splits 16-lane FMAs in two (Zen 4), it runs
         them twice as fast (ResNet-34 group16's 56-wide grouped convs: 0.88x the time)."""
-        if self.vec is None or not self.vec.endswith(".i") or self.transposed_row() is not None:
+        if self.vec is None or not Loop(self.vec).is_inner or self.transposed_row() is not None:
             return None
         dim = self._vector_dim()
         extent, factor = self.split_extents.get(dim, (0, 0))
         tail = extent % factor if factor == self.width else 0
         narrow = max(4, 1 << max(tail - 1, 0).bit_length())
-        loop = f"{dim}.o"
+        loop = Loop.outer(dim)
         if not tail or narrow > self.width // 2 or loop not in self.outer:
             return None
         return narrow if self.dim_range(loop)[1] == self.extent[loop] - 1 else None

@@ -23,9 +23,9 @@ from xdsl.ir.affine import (
 )
 
 from nasir.dialects import nest, nn
+from nasir.dialects.attributes import IN_PLACE, SCRATCH_BYTES, SCRATCH_OFFSET
 from nasir.dialects.nn import shape_of
 from nasir.errors import LoweringError
-from nasir.lowering.bufferize import IN_PLACE, SCRATCH, SCRATCH_AT
 from nasir.lowering.nest_to_loops.builder import LoopBuilder
 from nasir.lowering.nest_to_loops.emitter import NestEmitter
 from nasir.lowering.nest_to_loops.spec import Shape, Spec, nest_spec, nn_specs
@@ -162,8 +162,8 @@ def kernel_for(name: str, op: Operation, arg_types: list[MemRefType], target: CP
 def aliased_arguments(op: Operation, first: int, count: int) -> frozenset[int]:
     """The kernel arguments (of `count`; operand k of `op` is argument `first + k`) that share
     bytes: the operand nest-bufferize let `op` write over (`IN_PLACE`) and the result, last."""
-    over = op.attributes.get(IN_PLACE)
-    return frozenset() if over is None else frozenset({first + over.value.data, count - 1})
+    over = IN_PLACE.get(op, None)
+    return frozenset() if over is None else frozenset({first + over, count - 1})
 
 
 def concat_copies(op: Operation, refs: list[SSAValue]) -> list[Operation] | None:
@@ -194,10 +194,10 @@ def concat_copies(op: Operation, refs: list[SSAValue]) -> list[Operation] | None
 
 
 def scratch_view(op: Operation, workspace: SSAValue, before: Operation) -> SSAValue:
-    """The workspace bytes nest-bufferize reserved for `op`'s kernel (`SCRATCH_AT`), as a view
+    """The workspace bytes nest-bufferize reserved for `op`'s kernel (`SCRATCH_OFFSET`), as a view
     inserted before `before`."""
-    at = arith.ConstantOp(IntegerAttr(op.attributes[SCRATCH_AT].value.data, IndexType()))
-    size = op.attributes[SCRATCH].value.data
+    at = arith.ConstantOp(IntegerAttr(SCRATCH_OFFSET.get(op), IndexType()))
+    size = SCRATCH_BYTES.get(op)
     view = memref.ViewOp(workspace, at, [], MemRefType(i8, [size]))
     before.parent_block().insert_ops_before([at, view], before)
     return view.result
@@ -218,6 +218,6 @@ def kernel_key(op: Operation, arg_types: list[MemRefType]) -> tuple:
     properties and attributes but the layer name, memref types), e.g. the identical convs of the
     blocks of one ResNet stage."""
     def attrs(d):
-        return tuple(sorted((k, str(v)) for k, v in d.items() if k not in ("name", SCRATCH_AT)))
+        return tuple(sorted((k, str(v)) for k, v in d.items() if k not in ("name", SCRATCH_OFFSET.name)))
 
     return op.name, attrs(op.properties), attrs(op.attributes), tuple(str(t) for t in arg_types)

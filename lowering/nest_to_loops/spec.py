@@ -16,13 +16,13 @@ from xdsl.ir.affine import (
 )
 
 from nasir.dialects import nest, nn
-from nasir.dialects.nest import Schedule
+from nasir.dialects.attributes import WINOGRAD
+from nasir.dialects.nest import NestView, Schedule
 from nasir.dialects.nn import shape_of
 from nasir.errors import LoweringError
 from nasir.lowering.schedule.default_schedule import (
     schedule_for,
 )
-from nasir.lowering.schedule.winograd import WINOGRAD
 from nasir.lowering.target import CPUTarget
 
 Shape = tuple[int, ...]
@@ -31,41 +31,29 @@ IDENTITY = {"mac": 0.0, "avg": 0.0, "max": -math.inf}
 """The value a reduction starts from, by combiner (and what a read of padding gives)."""
 
 
-@dataclass
-class Spec:
-    """One loop nest to emit: a nest.compute's attributes, or an internal nest built for an nn op.
+@dataclass(kw_only=True)
+class Spec(NestView):
+    """One loop nest to emit: a nest.compute's view and schedule, or an internal nest built for an
+    nn op.
 
-    Inputs and the output are kernel arguments by position; `out_map` may address a part of the
-    output (concat). `pad` is what out-of-bounds reads of a `copy` yield. Internal epilogue steps
-    (`lrn`, `batch_norm`) exist only here.
+    Inputs and the output are kernel arguments by position (`args`: the argument of each input);
+    `out_map` may address a part of the output (concat). `pad` is what out-of-bounds reads of a
+    `copy` yield. Internal epilogue steps (`lrn`, `batch_norm`) exist only here.
     """
 
-    name: str
-    dims: list[tuple[str, int]]
-    npar: int
-    maps: list[AffineMap]
-    out_map: AffineMap
-    combiner: str
     steps: list[tuple[str, list[int], list[float]]]
     schedule: Schedule
-    in_shapes: list[Shape]
-    out_shape: Shape
-    args: list[int] = field(default_factory=list)  # kernel argument of each input
+    args: list[int] = field(default_factory=list)
     pad: float = 0.0
     winograd: bool = False  # a conv run as 1-D Winograd (WINOGRAD); its scratch is the last argument
-
-    @property
-    def domain(self) -> nest.DomainAttr:
-        return nest.DomainAttr.make(self.dims[: self.npar], self.dims[self.npar:])
 
 
 # --- specs from ops -----------------------------------------------------------------------------
 
 def nest_spec(op: nest.ComputeOp) -> Spec:
-    dom = op.domain
-    return Spec(op.layer_name, dom.dims, dom.num_parallel.data, op.access_maps, op.output_map, op.kind,
-                op.steps, op.get_schedule(), [shape_of(v) for v in op.inputs], shape_of(op.result),
-                list(range(len(op.inputs))), winograd=WINOGRAD in op.attributes)
+    view = NestView.of(op)
+    return Spec(**vars(view), steps=op.steps, schedule=op.get_schedule(), args=list(range(len(op.inputs))),
+                winograd=WINOGRAD.on(op))
 
 
 def _elementwise(target: CPUTarget, name: str, shape: Shape, reads: list[AffineMap], in_shapes,
@@ -74,8 +62,9 @@ def _elementwise(target: CPUTarget, name: str, shape: Shape, reads: list[AffineM
     """A nest over `shape`, writing the output (of `out_shape`, default `shape`) through `out_map`,
     with its default schedule for `target`."""
     dims = list(zip([f"i{k}" for k in range(len(shape))], shape)) + list(red)
-    spec = Spec(name, dims, len(shape), reads, out_map or AffineMap.identity(len(shape)), combiner, list(steps),
-                Schedule(), list(in_shapes), out_shape or shape, args or list(range(len(reads))), pad)
+    spec = Spec(name=name, dims=dims, npar=len(shape), maps=reads, out_map=out_map or AffineMap.identity(len(shape)),
+                in_shapes=list(in_shapes), out_shape=out_shape or shape, combiner=combiner, steps=list(steps),
+                schedule=Schedule(), args=args or list(range(len(reads))), pad=pad)
     spec.schedule = schedule_for(spec, target)
     return spec
 

@@ -49,8 +49,8 @@ from xdsl.pattern_rewriter import (
 )
 
 from nasir.dialects import nest, nn
-from nasir.dialects.nn import shape_of
 from nasir.dialects.module import weights_of
+from nasir.dialects.nn import shape_of
 
 Shape = tuple[int, ...]
 

@@ -49,36 +49,20 @@ FMA, masked edge vectors, epilogue of transposed tiles):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import IntegerAttr, ModuleOp, UnitAttr, i64
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir.affine import AffineDimExpr
 from xdsl.passes import ModulePass
 
 from nasir.dialects import nest, nn
-from nasir.dialects.nest import Schedule, linear_coefficient, stride_of
+from nasir.dialects.attributes import FUSE_ROWS, SCRATCH_BYTES, WINOGRAD
+from nasir.dialects.nest import Loop, NestView, Schedule, linear_coefficient, stride_of
 from nasir.lowering.schedule.pack_activations import packed_tensors
-from nasir.dialects.nn import shape_of
-from nasir.lowering.bufferize import SCRATCH
+from nasir.lowering.schedule.winograd import WinogradPlan, winograd_plan
 from nasir.lowering.target import CPUTarget, target_of
-from nasir.lowering.schedule.winograd import WINOGRAD, WinogradPlan, winograd_plan
 from nasir.transforms.schedule import operand_axes
-
-
-@dataclass
-class NestShape:
-    """What the default schedule looks at: a nest's domain, maps and buffer shapes."""
-
-    dims: list[tuple[str, int]]
-    npar: int
-    maps: list
-    out_map: object
-    in_shapes: list[tuple[int, ...]]
-    out_shape: tuple[int, ...]
-    combiner: str
-    weight_layouts: dict[int, str] = field(default_factory=dict)
-    """Inputs that are weights (packable at compile time), with their axis letters ("OIHW")."""
 
 
 def tile_input1_bytes(target: CPUTarget) -> int:
@@ -107,15 +91,15 @@ def _tile_loop(sched: Schedule, loops: list[str], name: str, extent: int, factor
         sched.unroll[name] = extent
         return [name]
     sched.splits.append((name, factor))
-    loops[loops.index(name)] = f"{name}.o"
-    sched.unroll[f"{name}.i"] = factor
-    return [f"{name}.i"]
+    loops[loops.index(name)] = Loop.outer(name)
+    sched.unroll[Loop.inner(name)] = factor
+    return [Loop.inner(name)]
 
 
-def schedule_for(n, target: CPUTarget) -> Schedule:
-    """The default schedule of a nest (anything with NestShape's fields) on `target`: vectorised
-    over output channels with packed weights where `channel_score` estimates that to be faster
-    than `spatial_score`, otherwise over the contiguous output dim (`spatial_vector_schedule`)."""
+def schedule_for(n: NestView, target: CPUTarget) -> Schedule:
+    """The default schedule of a nest on `target`: vectorised over output channels with packed
+    weights where `channel_score` estimates that to be faster than `spatial_score`, otherwise over
+    the contiguous output dim (`spatial_vector_schedule`)."""
     spatial = spatial_vector_schedule(n, target)
     channel = channel_vector_plan(n, target)
     if channel is not None and channel_score(channel, target) > spatial_score(n, spatial, target):
@@ -130,15 +114,15 @@ def channel_score(plan: "ChannelPlan", target: CPUTarget) -> float:
     return plan.efficiency * load_bound(channel_loads_per_fma(plan.r_col, plan.r_row, plan.window), target)
 
 
-def spatial_score(n, sched: Schedule, target: CPUTarget) -> float:
+def spatial_score(n: NestView, sched: Schedule, target: CPUTarget) -> float:
     """Estimated fraction of the FMA rate a spatial schedule keeps: its useful lanes, its loads per
     FMA, and the vectors of a row that read padding or end in a tail (they need masks, computed
     per tile: EDGE_COST each)."""
     width = target.lanes
     score = spatial_efficiency(n, sched, width)
-    if sched.vector is None or getattr(n, "combiner", "mac") != "mac" or len(n.maps) < 2:
+    if sched.vector is None or n.combiner != "mac" or len(n.maps) < 2:
         return score
-    pos = [name for name, _ in n.dims].index(sched.vector.split(".")[0])
+    pos = [name for name, _ in n.dims].index(Loop(sched.vector).dim)
     extent = n.dims[pos][1]
     vectors = -(-extent // width)
     extents = [e for _, e in n.dims]
@@ -162,7 +146,7 @@ def load_bound(loads_per_fma: float, target: CPUTarget) -> float:
     return min(1.0, target.loads_per_fma / loads_per_fma)
 
 
-def spatial_loads_per_fma(n, sched: Schedule) -> float:
+def spatial_loads_per_fma(n: NestView, sched: Schedule) -> float:
     """Loads per FMA of a spatial register tile of c output channels x r rows: each input vector
     feeds c FMAs, each broadcast weight r."""
     read0 = {n.dims[pos][0] for pos in nest.map_dims(n.maps[0])} if n.maps else set()
@@ -170,14 +154,14 @@ def spatial_loads_per_fma(n, sched: Schedule) -> float:
     rows = cols = 1
     for loop, factor in sched.unroll.items():
         if loop not in reductions:
-            if loop.split(".")[0] in read0:
+            if Loop(loop).dim in read0:
                 rows *= factor
             else:
                 cols *= factor
     return 1 / rows + 1 / cols
 
 
-def spatial_vector_schedule(n, target: CPUTarget) -> Schedule:
+def spatial_vector_schedule(n: NestView, target: CPUTarget) -> Schedule:
     """Vector lanes over the output dim that is contiguous (conv's ow), register tile co x oh."""
     width = target.lanes
     par = n.dims[: n.npar]
@@ -194,23 +178,23 @@ def spatial_vector_schedule(n, target: CPUTarget) -> Schedule:
         width = block or width
         if extent > width:
             sched.splits = [(name, width)]
-            loops[loops.index(name)] = f"{name}.o"
-            sched.vector = f"{name}.i"
+            loops[loops.index(name)] = Loop.outer(name)
+            sched.vector = Loop.inner(name)
         else:
             loops.remove(name)
             sched.vector = name
     tile = []
-    if getattr(n, "combiner", "mac") == "mac" and n.dims[n.npar:] and sched.vector and len(n.maps) >= 2:
+    if n.combiner == "mac" and n.dims[n.npar:] and sched.vector and len(n.maps) >= 2:
         read0, read1 = nest.map_dims(n.maps[0]), nest.map_dims(n.maps[1])
         col = next(((name, e) for pos, (name, e) in reversed(list(enumerate(par)))
                     if name in loops and pos not in read0 and pos in read1), None)
         row = next(((name, e) for pos, (name, e) in enumerate(par)
                     if name in loops and e > 1 and pos in read0 and pos not in read1), None)
         factors, vec_pos = (8, 4, 2), [name for name, _ in par].index(vec[0])
-        if col is None and f"{vec[0]}.o" in loops and vec_pos not in read0:
+        if col is None and Loop.outer(vec[0]) in loops and vec_pos not in read0:
             # the vector loop's blocks (a classifier's 1000 classes in 125 vectors of 8): each
             # broadcast input feeds several independent accumulators instead of one FMA chain
-            col, factors = (f"{vec[0]}.o", -(-vec[1] // width)), range(8, 1, -1)
+            col, factors = (Loop.outer(vec[0]), -(-vec[1] // width)), range(8, 1, -1)
         if col is not None:
             # bytes of input 1 one output channel reads (conv: ci * kh * kw floats)
             row_bytes = 4 * math.prod(e for _, e in n.dims[n.npar:])
@@ -243,7 +227,7 @@ def spatial_vector_schedule(n, target: CPUTarget) -> Schedule:
     return _finish(sched, n, loops, tile)
 
 
-def lane_packs(n, pos: int, width: int) -> tuple[int | None, dict[int, str]]:
+def lane_packs(n: NestView, pos: int, width: int) -> tuple[int | None, dict[int, str]]:
     """Weights whose output-channel axis the vector loop (dim `pos`) walks with a stride, as a
     gemm's [n, k] weight: packed with a block of lanes innermost so that each weight vector is one
     load, and the block (the largest power of two up to `width` dividing the axis, at least 4:
@@ -251,7 +235,7 @@ def lane_packs(n, pos: int, width: int) -> tuple[int | None, dict[int, str]]:
 
         W[n, k] : 1000 x 512, lanes over n  ->  pack = {1 = "OI8o"}, vector loop n split by 8
     """
-    for k, axes in getattr(n, "weight_layouts", {}).items():
+    for k, axes in n.weight_layouts.items():
         amap, shape = n.maps[k], n.in_shapes[k]
         coefs = [linear_coefficient(e, pos) for e in amap.results]
         if axes[0] != "O" or coefs[0] != 1 or any(coefs[1:]) or stride_of(amap, shape, pos) == 1:
@@ -300,12 +284,12 @@ def balanced(extent: int) -> bool:
     return extent > 1 and (extent & (extent - 1) == 0 or extent >= BALANCED_ITERATIONS)
 
 
-def spatial_efficiency(n, sched: Schedule, width: int) -> float:
+def spatial_efficiency(n: NestView, sched: Schedule, width: int) -> float:
     """Estimated fraction of vector lanes doing useful work under a spatial schedule: the vector
     loop's tail lanes are wasted and a strided input row costs a shuffle per read."""
     if sched.vector is None:
         return 1 / width
-    pos = [name for name, _ in n.dims].index(sched.vector.split(".")[0])
+    pos = [name for name, _ in n.dims].index(Loop(sched.vector).dim)
     extent = n.dims[pos][1]
     used = extent / (-(-extent // width) * width)
     return used * (0.5 if n.maps and stride_of(n.maps[0], n.in_shapes[0], pos) not in (0, 1) else 1.0)
@@ -323,7 +307,7 @@ class Window:
     dim: int
 
 
-def row_window(n, row: int) -> Window | None:
+def row_window(n: NestView, row: int) -> Window | None:
     """The window along parallel dim `row` in input 0: the innermost reduction dim read in the
     same input axis (conv's ow and kw: `ow * 2 + kw - 3` -> stride 2, 7 taps); None if none."""
     for expr in n.maps[0].results:
@@ -383,7 +367,7 @@ def l2_input_bytes(target: CPUTarget) -> int:
     return target.l2_bytes // 2
 
 
-def input_stream_bound(n, col_vectors: int, r_col: int, target: CPUTarget) -> float:
+def input_stream_bound(n: NestView, col_vectors: int, r_col: int, target: CPUTarget) -> float:
     """Fraction of the FMA rate left by re-reading input 0 once per block of r_col channel vectors
     when the bytes it reads (`read_fraction`) do not stay in L2: a strided 1x1 conv does few FMAs
     per input byte. (ResNeXt-29's 256 -> 512 shortcut reads half of its 1 MiB input, the odd rows
@@ -395,12 +379,12 @@ def input_stream_bound(n, col_vectors: int, r_col: int, target: CPUTarget) -> fl
     return min(1.0, target.l3_bytes_per_fma * vector_fmas / (in_bytes * col_vectors / r_col))
 
 
-def input_bytes_read(n) -> float:
+def input_bytes_read(n: NestView) -> float:
     """Bytes of input 0 a nest reads (see `read_fraction`)."""
     return 4 * math.prod(n.in_shapes[0]) * read_fraction(n)
 
 
-def read_fraction(n) -> float:
+def read_fraction(n: NestView) -> float:
     """Fraction of input 0's cache lines a nest reads: an axis before the contiguous one whose index
     is `s * p + r` reaches at most extent(p) * extent(r) of its positions (a 1x1 stride-2 conv reads
     every other row); the contiguous axis is read whole (a line holds many of its points)."""
@@ -448,14 +432,14 @@ def channel_tile_score(r_col: int, r_row: int, used: float, red: int, target: CP
     return score
 
 
-def channel_vector_plan(n, target: CPUTarget) -> ChannelPlan | None:
+def channel_vector_plan(n: NestView, target: CPUTarget) -> ChannelPlan | None:
     """The channel-vector plan of a contraction whose input 1 is a weight with output channels on
     its first axis (conv, gemm), None when the nest has no such shape. Its channel block's packed
     weights stream from L2 (at most its size of them)."""
     width = target.lanes
-    if getattr(n, "combiner", "mac") != "mac" or len(n.maps) < 2 or not n.dims[n.npar:]:
+    if n.combiner != "mac" or len(n.maps) < 2 or not n.dims[n.npar:]:
         return None
-    axes = getattr(n, "weight_layouts", {}).get(1)
+    axes = n.weight_layouts.get(1)
     if axes is None or axes[0] != "O":
         return None
     par = n.dims[: n.npar]
@@ -494,7 +478,7 @@ def channel_vector_plan(n, target: CPUTarget) -> ChannelPlan | None:
     return ChannelPlan(col[0], col[1], r_col, row[0], row[1], r_row, efficiency, window)
 
 
-def channel_vector_schedule(n, plan: ChannelPlan, target: CPUTarget) -> Schedule:
+def channel_vector_schedule(n: NestView, plan: ChannelPlan, target: CPUTarget) -> Schedule:
     """Lanes over output channels read from weights packed `OIHW16o` (one contiguous vector per
     weight element), each input element broadcast to `r_col` vectors of `r_row` tile points.
     Channel blocks come first unless the input does not stay in L2 (`l2_input_bytes`): then they
@@ -506,24 +490,24 @@ def channel_vector_schedule(n, plan: ChannelPlan, target: CPUTarget) -> Schedule
                        unroll = {ow = 7, co.o.i = 2, kw = 3, kh = 3}, parallel = "co.o.o"}
     """
     width = target.lanes
-    sched = Schedule(splits=[(plan.col, width)], vector=f"{plan.col}.i",
+    sched = Schedule(splits=[(plan.col, width)], vector=Loop.inner(plan.col),
                      pack={1: n.weight_layouts[1] + f"{width}o"})
-    loops = [f"{name}.o" if name == plan.col else name for name, _ in n.dims[: n.npar]]
+    loops = [Loop.outer(name) if name == plan.col else name for name, _ in n.dims[: n.npar]]
     # tile points row-major over (row, col): each broadcast input feeds r_col FMAs in a row and dies
     tile = _tile_loop(sched, loops, plan.row, plan.row_extent, plan.r_row)
-    tile += _tile_loop(sched, loops, f"{plan.col}.o", plan.col_extent // width, plan.r_col)
+    tile += _tile_loop(sched, loops, Loop.outer(plan.col), plan.col_extent // width, plan.r_col)
     _unroll_inner_reductions(sched, n)
-    blocks = next((l for l in loops if l.startswith(f"{plan.col}.o")), None)
+    blocks = next((l for l in loops if l.startswith(Loop.outer(plan.col))), None)
     if blocks is not None and input_bytes_read(n) > l2_input_bytes(target):
         # the input does not stay in L2: the channel blocks take turns on each row of the image,
         # whose inputs stay there (DenseNet-161 0.95x the time, ResNet-34 0.99x)
         loops.remove(blocks)
-        rows = next((i for i, l in enumerate(loops) if l in (plan.row, f"{plan.row}.o")), len(loops))
+        rows = next((i for i, l in enumerate(loops) if l in (plan.row, Loop.outer(plan.row))), len(loops))
         loops.insert(rows, blocks)
     return _finish(sched, n, loops, tile)
 
 
-def winograd_schedule(n, plan: WinogradPlan, target: CPUTarget) -> Schedule:
+def winograd_schedule(n: NestView, plan: WinogradPlan, target: CPUTarget) -> Schedule:
     """A conv that runs as 1-D Winograd (`WINOGRAD`): lanes over output channels, a register
     tile of one channel vector by two Winograd tiles along ow where their E x 2 accumulators fit
     the registers beside a weight vector and a broadcast (the stem's 26 of AVX-512's 32), else one
@@ -535,20 +519,13 @@ def winograd_schedule(n, plan: WinogradPlan, target: CPUTarget) -> Schedule:
                                                   tiles * plan.m, 1.0), target)
 
 
-def nest_shape(op: nest.ComputeOp) -> NestShape:
-    dom = op.domain
+def nest_shape(op: nest.ComputeOp) -> NestView:
+    """`op` as the default schedule reads it: with the axis letters of its weight inputs."""
     weights = {k: operand_axes(op, k) for k, v in enumerate(op.inputs) if isinstance(v.owner, nn.WeightOp)}
-    return NestShape(dom.dims, dom.num_parallel.data, op.access_maps, op.output_map,
-                     [shape_of(v) for v in op.inputs], shape_of(op.result), op.kind,
-                     {k: axes for k, axes in weights.items() if axes})
+    return NestView.of(op, {k: axes for k, axes in weights.items() if axes})
 
 
-FUSE_ROWS = "nasir.fuse_rows"
-"""Unit attribute of a max pool whose kernel also computes its input, which only it reads, row by
-row as it needs them (convert-nest-to-loops' `emit_row_fused`)."""
-
-
-def channel_pool_schedule(n, target: CPUTarget, blocks: int = 0) -> Schedule | None:
+def channel_pool_schedule(n: NestView, target: CPUTarget, blocks: int = 0) -> Schedule | None:
     """Lanes over channels for a max pool whose input pack-activations stores channel-blocked (its
     producer has lanes over the same channels): a register tile of points along the output row
     (the largest divisor of the row up to `width`), each a vector of `width` channels read with
@@ -575,13 +552,13 @@ def channel_pool_schedule(n, target: CPUTarget, blocks: int = 0) -> Schedule | N
     if extents[channel] % width or (blocks and vectors % blocks):
         return None
     per_block = vectors // blocks if blocks else 1
-    sched = Schedule(splits=[(channel, width)], vector=f"{channel}.i")
-    loops = [f"{name}.o" if name == channel else name for name in names[: n.npar]]
+    sched = Schedule(splits=[(channel, width)], vector=Loop.inner(channel))
+    loops = [Loop.outer(name) if name == channel else name for name in names[: n.npar]]
     most = width // per_block
     points = next((p for p in range(most, 1, -1) if extents[row] % p == 0), most)
     tile = _tile_loop(sched, loops, row, extents[row], points)
     if blocks:
-        tile += _tile_loop(sched, loops, f"{channel}.o", vectors, per_block)
+        tile += _tile_loop(sched, loops, Loop.outer(channel), vectors, per_block)
     _unroll_inner_reductions(sched, n)
     return _finish(sched, n, loops, tile)
 
@@ -601,13 +578,13 @@ def fused_row_blocks(pool: nest.ComputeOp) -> int:
     channel, row = names[results[1].position], names[results[2].position]
     reductions = names[producer.domain.num_parallel.data:]
     outer = sched.order[: next((i for i, l in enumerate(sched.order) if l in reductions), len(sched.order))]
-    block = next((l for l in outer if l.split(".")[0] == channel), None)
-    if row not in outer or block is None or sched.vector != f"{channel}.i":
+    block = next((l for l in outer if Loop(l).dim == channel), None)
+    if row not in outer or block is None or sched.vector != Loop.inner(channel):
         return 0
     return dict(sched.loops(producer.domain))[block]
 
 
-def depthwise_channel(n) -> str | None:
+def depthwise_channel(n: NestView) -> str | None:
     """The channel dim of a depthwise conv (each output channel reads only the same input channel,
     the reduction is the window alone), None for any other nest: the dim with extent > 1 that is
     the channel index of both input 0 and the output (`g`, beside `co = 1`)."""
@@ -638,7 +615,7 @@ def depthwise_points(taps: int, target: CPUTarget) -> int:
     return max(1, min(DEPTHWISE_POINTS, target.registers - 1 - min(taps, target.registers // 2)))
 
 
-def depthwise_channel_schedule(n, target: CPUTarget) -> Schedule | None:
+def depthwise_channel_schedule(n: NestView, target: CPUTarget) -> Schedule | None:
     """Lanes over channels for a depthwise conv whose input pack-activations stores channel-blocked
     (NCHW16c): each tap of a point is one aligned input load and one FMA with a weight vector
     packed `OIHW16o`, a register tile of points along the output row (the largest divisor of the
@@ -654,7 +631,7 @@ def depthwise_channel_schedule(n, target: CPUTarget) -> Schedule | None:
     channels, NCHW, with a weight packable by output channel."""
     width = target.lanes
     channel = depthwise_channel(n)
-    axes = getattr(n, "weight_layouts", {}).get(1)
+    axes = n.weight_layouts.get(1)
     if channel is None or axes is None or axes[0] != "O" or dict(n.dims)[channel] % width:
         return None
     names = [name for name, _ in n.dims]
@@ -662,8 +639,8 @@ def depthwise_channel_schedule(n, target: CPUTarget) -> Schedule | None:
     if not isinstance(row, AffineDimExpr) or stride_of(n.out_map, n.out_shape, row.position) != 1:
         return None
     row_name, row_extent = n.dims[row.position]
-    sched = Schedule(splits=[(channel, width)], vector=f"{channel}.i", pack={1: f"{axes}{width}o"})
-    loops = [f"{name}.o" if name == channel else name for name in names[: n.npar]]
+    sched = Schedule(splits=[(channel, width)], vector=Loop.inner(channel), pack={1: f"{axes}{width}o"})
+    loops = [Loop.outer(name) if name == channel else name for name in names[: n.npar]]
     taps = math.prod(e for _, e in n.dims[n.npar:])
     points = next(p for p in range(min(depthwise_points(taps, target), row_extent), 0, -1) if row_extent % p == 0)
     tile = _tile_loop(sched, loops, row_name, row_extent, points)
@@ -692,8 +669,8 @@ class DefaultSchedulePass(ModulePass):
                 winograd = winograd_plan(shape, target.lanes) if 1 in shape.weight_layouts else None
                 if winograd is not None:
                     nest_op.properties["schedule"] = winograd_schedule(shape, winograd, target).to_attr()
-                    nest_op.attributes[WINOGRAD] = IntegerAttr(winograd.m, i64)
-                    nest_op.attributes[SCRATCH] = IntegerAttr(winograd.scratch_bytes, i64)
+                    WINOGRAD.set(nest_op, winograd.m)
+                    SCRATCH_BYTES.set(nest_op, winograd.scratch_bytes)
                     continue
                 spatial = schedule_for(shape, target)
                 channel = channel_pool_schedule(shape, target) or depthwise_channel_schedule(shape, target)
@@ -716,4 +693,4 @@ class DefaultSchedulePass(ModulePass):
             fused = channel_pool_schedule(nest_shape(pool), target, blocks) if blocks > 1 else None
             if fused is not None:
                 pool.properties["schedule"] = fused.to_attr()
-                pool.attributes[FUSE_ROWS] = UnitAttr()
+                FUSE_ROWS.set(pool, True)

@@ -42,9 +42,8 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
 from nasir.dialects import nest
-from nasir.dialects.nest import stride_of, used_dims
+from nasir.dialects.nest import Loop, stride_of, used_dims
 from nasir.dialects.nn import shape_of
-
 from nasir.lowering.schedule.pack_weights import layout_exprs
 
 
@@ -56,7 +55,7 @@ def lane_dim(op: nest.ComputeOp) -> tuple[int, int] | None:
     sched = op.get_schedule()
     names = op.domain.dim_names
     return next(((names.index(dim), factor) for dim, factor in sched.splits
-                 if sched.vector == f"{dim}.i" and dim in names), None)
+                 if sched.vector == Loop.inner(dim) and dim in names), None)
 
 
 def channel_lane_block(op: nest.ComputeOp, amap: AffineMap, shape) -> int | None:

@@ -28,9 +28,7 @@ from fractions import Fraction
 import numpy as np
 
 from nasir.dialects import nest
-
-WINOGRAD = "nasir.winograd"
-"""Integer attribute of a conv nest that runs as 1-D Winograd: the outputs per tile (m)."""
+from nasir.dialects.nest import Loop, NestView
 
 TILE_OUTPUTS = 4
 """m: outputs per Winograd tile. With the window's up to 4 taps per phase that is at most 7
@@ -178,7 +176,7 @@ class WinogradPlan:
         return at, g, bts
 
 
-def winograd_plan(n, width: int) -> WinogradPlan | None:
+def winograd_plan(n: NestView, width: int) -> WinogradPlan | None:
     """The plan of a nest (NestShape's fields) if it is a batch-1 conv over an NCHW input whose
     row window is wide and strided enough (`MAX_PRODUCT_SHARE`), with `width`-lane vectors over
     whole blocks of output channels; None otherwise."""
@@ -223,10 +221,10 @@ def row_tile_loop(plan: WinogradPlan, sched, domain: nest.DomainAttr) -> str | N
     extent = dict(sched.loops(domain))
     order = list(extent)
     reductions = {d for d, _ in domain.reduction}
-    first = next(i for i, n in enumerate(order) if n.split(".")[0] in reductions)
-    tile = [n for n in order[first:] if n.split(".")[0] not in reductions and n != sched.vector]
-    along = [n for n in tile if n.split(".")[0] == "ow"]
+    first = next(i for i, n in enumerate(order) if Loop(n).dim in reductions)
+    tile = [n for n in order[first:] if Loop(n).dim not in reductions and n != sched.vector]
+    along = [n for n in tile if Loop(n).dim == "ow"]
     if len(along) != 1 or along[0] not in ("ow", "ow.i") or extent[along[0]] % plan.m \
-            or any(n.split(".")[0] not in ("ow", "co") for n in tile) or sched.unroll.get(along[0], 1) < extent[along[0]]:
+            or any(Loop(n).dim not in ("ow", "co") for n in tile) or sched.unroll.get(along[0], 1) < extent[along[0]]:
         return None
     return along[0]

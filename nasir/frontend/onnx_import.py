@@ -34,10 +34,10 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
 from nasir.dialects import nn
+from nasir.dialects.module import WeightStore, sanitize
 from nasir.errors import FrontendError, ShapeError, UnsupportedOpError
 from nasir.frontend.folding import FOLDERS, StaticShape, attributes, fold
 from nasir.frontend.onnx_ops import CONVERTERS
-from nasir.dialects.module import WeightStore, sanitize
 from nasir.model import Model
 
 InputShapes = dict[str, Sequence[int]] | Sequence[Sequence[int]] | None

@@ -154,8 +154,8 @@ class NasirOptMain(xDSLOptMain):
         if self.args.capacity_check is None:
             return super().apply_passes(prog)
         from nasir.dialects.module import WeightStore, weights_of
-        from nasir.model import Model
         from nasir.fisher import require_capacity
+        from nasir.model import Model
 
         original = Model(prog.clone(), WeightStore(weights_of(prog)))
         super().apply_passes(prog)

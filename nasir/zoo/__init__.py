@@ -91,9 +91,9 @@ def num_classes(name: str, dataset: str = "cifar10") -> int:
 def build_torch(name: str, dataset: str = "cifar10", seed: int = 0) -> "torch.nn.Module":
     """Build `name` for `dataset` with seeded weights and BatchNorm statistics, in eval mode."""
     builder = _check(name, dataset)
-    from nasir.zoo import models
-
     import torch
+
+    from nasir.zoo import models
 
     ctor: Callable[[str], torch.nn.Module] = getattr(models, builder)
     # Construction (default inits) and calibration draw from the global RNG: seed it, and restore
