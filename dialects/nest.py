@@ -499,6 +499,16 @@ class Loop(str):
 
 
 @dataclass
+class LoopDerivation:
+    """How a schedule's loops come from a domain: `loops` (name, extent) in execution order; each
+    split loop's (extent, factor); each fused loop's (outer, inner, inner's extent)."""
+
+    loops: list[tuple[str, int]]
+    splits: dict[str, tuple[int, int]]
+    fusions: dict[str, tuple[str, str, int]]
+
+
+@dataclass
 class Schedule:
     """How a nest runs: loop structure derived from the domain by splits and fusions, then ordered.
 
@@ -523,16 +533,19 @@ class Schedule:
     parallel: str | None = None
     pack: dict[int, str] = field(default_factory=dict)
 
-    def loops(self, domain: DomainAttr) -> list[tuple[str, int]]:
-        """The loops (name, extent) in execution order, outermost first."""
+    def derive(self, domain: DomainAttr) -> LoopDerivation:
+        """The loops the splits and fusions make of `domain`, in execution order."""
         loops = dict(domain.dims)
         created = list(loops)
+        splits: dict[str, tuple[int, int]] = {}
+        fusions: dict[str, tuple[str, str, int]] = {}
         for name, factor in self.splits:
             if name not in loops:
                 raise VerifyException(f"schedule: cannot split unknown loop '{name}'")
             if factor < 1:
                 raise VerifyException(f"schedule: split factor of '{name}' must be positive")
             extent = loops.pop(name)
+            splits[name] = (extent, factor)
             pos = created.index(name)
             created[pos: pos + 1] = [Loop.outer(name), Loop.inner(name)]
             loops[Loop.outer(name)], loops[Loop.inner(name)] = -(-extent // factor), factor
@@ -540,13 +553,18 @@ class Schedule:
             if outer not in loops or inner not in loops:
                 raise VerifyException(f"schedule: cannot fuse unknown loops '{outer}', '{inner}'")
             fused = f"{outer}*{inner}"
+            fusions[fused] = (outer, inner, loops[inner])
             loops[fused] = loops.pop(outer) * loops.pop(inner)
             created.remove(inner)
             created[created.index(outer)] = fused
         order = self.order or created
         if sorted(order) != sorted(created):
             raise VerifyException(f"schedule: order {order} is not a permutation of the loops {created}")
-        return [(name, loops[name]) for name in order]
+        return LoopDerivation([(name, loops[name]) for name in order], splits, fusions)
+
+    def loops(self, domain: DomainAttr) -> list[tuple[str, int]]:
+        """The loops (name, extent) in execution order, outermost first."""
+        return self.derive(domain).loops
 
     def verify(self, domain: DomainAttr) -> None:
         names = [n for n, _ in self.loops(domain)]

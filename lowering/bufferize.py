@@ -220,71 +220,28 @@ class NestBufferizePass(ModulePass):
             if not isinstance(o, (nn.WeightOp, *COMPUTE_OPS)):
                 raise LoweringError(f"nest-bufferize: op '{o.name}' {_layer(o)}is not supported by the llvm backend "
                                     "(run convert-nn-to-nest first)")
-
-        # Weights: one packed buffer.
-        weight_offsets: dict[str, int] = {}
-        wbytes = 0
-        for o in body:
-            if isinstance(o, nn.WeightOp) and o.key not in weight_offsets:
-                weight_offsets[o.key] = wbytes
-                wbytes += aligned(nbytes(shape_of(o.result)))
+        weight_offsets, wbytes = _weight_offsets(body)
         offsets, peak, views, in_place, scratch = plan(body, returned)
 
         in_types = [memref_of(shape_of(t)) for t in fn.function_type.inputs.data]
         out_types = [memref_of(shape_of(t)) for t in fn.function_type.outputs.data]
         block = Block(arg_types=[*in_types, *out_types, MemRefType(i8, [wbytes]), MemRefType(i8, [peak])])
         n_in, n_out = len(in_types), len(out_types)
-        weights_arg, ws_arg = block.args[n_in + n_out], block.args[n_in + n_out + 1]
-        buf: dict[SSAValue, SSAValue] = dict(zip(old.args, block.args[:n_in]))
-        ops: list[Operation] = []
-
-        def view(base: SSAValue, offset: int, shape) -> SSAValue:
-            c = arith.ConstantOp(IntegerAttr(offset, IndexType()))
-            v = memref.ViewOp(base, c, [], memref_of(shape))
-            ops.extend([c, v])
-            return v.result
-
-        # Where each returned value is computed: its output argument (the first one, if returned twice).
-        dest_of: dict[SSAValue, SSAValue] = {}
-        copies: list[tuple[SSAValue, SSAValue]] = []
-        for k, v in enumerate(returned):
-            out_arg = block.args[n_in + k]
-            if v in dest_of or not isinstance(v.owner, COMPUTE_OPS):
-                copies.append((v, out_arg))  # an input, a weight, or a value returned twice
-            else:
-                dest_of[v] = out_arg
-
+        main = _MainOverMemrefs(block, n_in, n_out, dict(zip(old.args, block.args[:n_in])))
+        dest_of, copies = main.destinations(returned)
         for o in body:
             if isinstance(o, nn.WeightOp):
-                w = view(weights_arg, weight_offsets[o.key], shape_of(o.result))
-                WEIGHT.set(w.owner, o.key)
-                buf[o.result] = w
-                continue
-            r = o.results[0]
-            if r in views:
-                buf[r] = view(ws_arg, offsets[r], shape_of(r))
-                continue
-            dest = dest_of.get(r) or view(ws_arg, offsets[r], shape_of(r))
-            tensors = []
-            for v in o.operands:
-                t = bufferization.ToTensorOp(buf[v])
-                ops.append(t)
-                tensors.append(t.tensor)
-            new = o.clone()
-            for i, t in enumerate(tensors):
-                new.operands[i] = t
-            if o in in_place:
-                IN_PLACE.set(new, in_place[o])
-            if o in scratch:
-                SCRATCH_OFFSET.set(new, scratch[o])
-            ops.append(new)
-            ops.append(bufferization.MaterializeInDestinationOp(
-                operands=[new.results[0], dest], result_types=[[]], properties={"writable": UnitAttr()}))
-            buf[r] = dest
+                main.weight(o, weight_offsets[o.key])
+            elif o.results[0] in views:
+                main.buf[o.results[0]] = main.view(main.workspace, offsets[o.results[0]], shape_of(o.results[0]))
+            else:
+                r = o.results[0]
+                main.compute(o, dest_of.get(r) or main.view(main.workspace, offsets[r], shape_of(r)),
+                             in_place.get(o), scratch.get(o))
         for v, out_arg in copies:
-            ops.append(memref.CopyOp(buf[v], out_arg))
-        ops.append(func.ReturnOp())
-        block.add_ops(ops)
+            main.ops.append(memref.CopyOp(main.buf[v], out_arg))
+        main.ops.append(func.ReturnOp())
+        block.add_ops(main.ops)
 
         new_fn = func.FuncOp("main", ([*in_types, *out_types, block.args[-2].type, block.args[-1].type], []),
                              Region(block))
@@ -298,7 +255,71 @@ class NestBufferizePass(ModulePass):
         NUM_OUTPUTS.set(op, n_out)
 
 
+def _weight_offsets(body: list[Operation]) -> tuple[dict[str, int], int]:
+    """Each weight's byte offset in the one weights buffer, and the buffer's size."""
+    offsets: dict[str, int] = {}
+    size = 0
+    for o in body:
+        if isinstance(o, nn.WeightOp) and o.key not in offsets:
+            offsets[o.key] = size
+            size += aligned(nbytes(shape_of(o.result)))
+    return offsets, size
+
+
+class _MainOverMemrefs:
+    """The ops of the new @main, `(inputs..., outputs..., weights, workspace)`, as they are made;
+    `buf`: the memref holding each old tensor value."""
+
+    def __init__(self, block: Block, n_in: int, n_out: int, buf: dict[SSAValue, SSAValue]):
+        self.block, self.n_in = block, n_in
+        self.weights, self.workspace = block.args[n_in + n_out], block.args[n_in + n_out + 1]
+        self.buf = buf
+        self.ops: list[Operation] = []
+
+    def view(self, base: SSAValue, offset: int, shape) -> SSAValue:
+        c = arith.ConstantOp(IntegerAttr(offset, IndexType()))
+        v = memref.ViewOp(base, c, [], memref_of(shape))
+        self.ops.extend([c, v])
+        return v.result
+
+    def destinations(self, returned: list[SSAValue]):
+        """Where each returned value is computed: its output argument (the first one, if returned
+        twice); the values copied to an output instead (an input, a weight, one returned twice)."""
+        dest_of: dict[SSAValue, SSAValue] = {}
+        copies: list[tuple[SSAValue, SSAValue]] = []
+        for k, v in enumerate(returned):
+            out_arg = self.block.args[self.n_in + k]
+            if v in dest_of or not isinstance(v.owner, COMPUTE_OPS):
+                copies.append((v, out_arg))
+            else:
+                dest_of[v] = out_arg
+        return dest_of, copies
+
+    def weight(self, o: nn.WeightOp, offset: int) -> None:
+        w = self.view(self.weights, offset, shape_of(o.result))
+        WEIGHT.set(w.owner, o.key)
+        self.buf[o.result] = w
+
+    def compute(self, o: Operation, dest: SSAValue, over: int | None, scratch_at: int | None) -> None:
+        """`o` on tensors read from its operands' memrefs, its result materialized in `dest`."""
+        tensors = []
+        for v in o.operands:
+            t = bufferization.ToTensorOp(self.buf[v])
+            self.ops.append(t)
+            tensors.append(t.tensor)
+        new = o.clone()
+        for i, t in enumerate(tensors):
+            new.operands[i] = t
+        if over is not None:
+            IN_PLACE.set(new, over)
+        if scratch_at is not None:
+            SCRATCH_OFFSET.set(new, scratch_at)
+        self.ops.append(new)
+        self.ops.append(bufferization.MaterializeInDestinationOp(
+            operands=[new.results[0], dest], result_types=[[]], properties={"writable": UnitAttr()}))
+        self.buf[o.results[0]] = dest
+
+
 def _layer(op: Operation) -> str:
     name = getattr(op, "layer_name", "")
     return f"(layer '{name}') " if name else ""
-

@@ -744,7 +744,7 @@ def test_lane_stride_through_channel_blocks():
     NCHW 35, NCHW16c 1 (its block), a per-channel bias 1, a value that does not vary 0."""
     from xdsl.ir.affine import AffineMap
 
-    from nasir.lowering.nest_to_loops.emitter import lane_stride
+    from nasir.lowering.nest_to_loops.accesses import lane_stride
     from nasir.lowering.schedule.pack_activations import blocked
 
     nchw = AffineMap.from_callable(lambda n, c, h, w: (n, c, h, w))

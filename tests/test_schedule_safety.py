@@ -24,11 +24,11 @@ from conftest import WIDTHS
 from test_llvm_backend import build, rand, run
 
 from nasir.dialects import nest, nn
-from nasir.lowering.schedule.default_schedule import (
-    ChannelPlan,
+from nasir.lowering.schedule.cost_model import ChannelPlan
+from nasir.lowering.schedule.default_schedule import nest_shape
+from nasir.lowering.schedule.schedules import (
     channel_vector_plan,
     channel_vector_schedule,
-    nest_shape,
     schedule_for,
     spatial_vector_schedule,
 )

@@ -45,7 +45,7 @@ from xdsl.dialects.builtin import (
     MemRefType,
     ModuleOp,
 )
-from xdsl.ir import SSAValue
+from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from nasir.dialects.attributes import FUSE_ROWS, LAYER, MACS, SCRATCH_OFFSET
@@ -80,23 +80,11 @@ class ConvertNestToLoopsPass(ModulePass):
         shared: dict[tuple, str] = {}
         kernels: list[func.FuncOp] = []
         groups = [mat for mat in fn.body.block.ops if isinstance(mat, bufferization.MaterializeInDestinationOp)]
-        # producers whose rows a consumer's kernel computes (FUSE_ROWS): held until that consumer
-        fused_inputs = {mat.source.owner.operands[0].owner.memref for mat in groups
-                        if FUSE_ROWS.on(mat.source.owner)}
-        for ref in fused_inputs:
-            readers = [use.operation for use in ref.uses if isinstance(use.operation, bufferization.ToTensorOp)]
-            if len(readers) != 1 or len(list(readers[0].tensor.uses)) != 1:
-                raise LoweringError(f"{FUSE_ROWS.name}: the fused pool must be the only reader of its input")
+        fused_inputs = _fused_inputs(groups)
         held: dict[SSAValue, tuple] = {}
         for mat in groups:
             compute = mat.source.owner
-            refs = []
-            for v in compute.operands:
-                assert isinstance(v.owner, bufferization.ToTensorOp)
-                refs.append(v.owner.memref)
-            refs.append(mat.dest)
-            if SCRATCH_OFFSET.on(compute):
-                refs.append(scratch_view(compute, fn.body.block.args[-1], mat))
+            refs = _kernel_arguments(compute, mat, fn.body.block.args[-1])
             copies = concat_copies(compute, refs)
             if copies is not None:
                 fn.body.block.insert_ops_before(copies, mat)
@@ -124,11 +112,7 @@ class ConvertNestToLoopsPass(ModulePass):
                 kernel = lambda name, types, c=compute: kernel_for(name, c, types, target)  # noqa: E731
             name = shared.get(key)
             if name is None:
-                name, n = sanitize(layer) or "kernel", 1
-                while name in taken:
-                    name, n = f"{sanitize(layer)}_{n}", n + 1
-                taken.add(name)
-                shared[key] = name
+                name = shared[key] = _fresh_name(layer, taken)
                 kernels.append(kernel(name, [r.type for r in refs]))
             call = func.CallOp(name, refs, [])
             LAYER.set(call, layer)
@@ -137,3 +121,36 @@ class ConvertNestToLoopsPass(ModulePass):
             erase_group(mat, compute)
         for k in kernels:
             op.body.block.add_op(k)
+
+
+def _fused_inputs(groups: list[bufferization.MaterializeInDestinationOp]) -> set[SSAValue]:
+    """The buffers of producers whose rows a consumer's kernel computes (FUSE_ROWS): their ops
+    are held until that consumer's kernel is made."""
+    fused = {mat.source.owner.operands[0].owner.memref for mat in groups if FUSE_ROWS.on(mat.source.owner)}
+    for ref in fused:
+        readers = [use.operation for use in ref.uses if isinstance(use.operation, bufferization.ToTensorOp)]
+        if len(readers) != 1 or len(list(readers[0].tensor.uses)) != 1:
+            raise LoweringError(f"{FUSE_ROWS.name}: the fused pool must be the only reader of its input")
+    return fused
+
+
+def _kernel_arguments(compute: Operation, mat: bufferization.MaterializeInDestinationOp,
+                      workspace: SSAValue) -> list[SSAValue]:
+    """The memrefs a bufferized op's kernel takes: its operands', its result's, and its scratch."""
+    refs = []
+    for v in compute.operands:
+        assert isinstance(v.owner, bufferization.ToTensorOp)
+        refs.append(v.owner.memref)
+    refs.append(mat.dest)
+    if SCRATCH_OFFSET.on(compute):
+        refs.append(scratch_view(compute, workspace, mat))
+    return refs
+
+
+def _fresh_name(layer: str, taken: set[str]) -> str:
+    """A kernel name from the layer's, not yet `taken` (which it joins)."""
+    name, n = sanitize(layer) or "kernel", 1
+    while name in taken:
+        name, n = f"{sanitize(layer)}_{n}", n + 1
+    taken.add(name)
+    return name

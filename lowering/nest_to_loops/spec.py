@@ -20,9 +20,7 @@ from nasir.dialects.attributes import WINOGRAD
 from nasir.dialects.nest import NestView, Schedule
 from nasir.dialects.nn import shape_of
 from nasir.errors import LoweringError
-from nasir.lowering.schedule.default_schedule import (
-    schedule_for,
-)
+from nasir.lowering.schedule.schedules import schedule_for
 from nasir.lowering.target import CPUTarget
 
 Shape = tuple[int, ...]

@@ -176,14 +176,14 @@ class WinogradEmitter(NestEmitter):
         """No tile versions: the transformed input is padded, so the tile reads no bounds."""
         return []
 
-    def _tile(self, guards: list[tuple[str, int]]) -> None:
+    def emit_tile(self, guards: list[tuple[str, int]]) -> None:
         b, plan, w = self.b, self.plan, self.width
         e = plan.extents
         pos = plan.dims
         ty = VectorType(f32, [w])
-        self._bind(self.vec, Lin(None, 0, 1))
+        self.bind(self.vec, Lin(None, 0, 1))
         for name, _ in self.spec.dims[self.spec.npar:]:  # the tile runs its own reduction
-            self.ivs[name], self.ranges[name] = Lin(None, 0), (0, 0)
+            self.bind(name, Lin(None, 0))
         at_row = self.tile.index(self.row_tile)
         tiles = self.extent[self.row_tile] // plan.m
         points = list(itertools.product(*[range(self.extent[n]) for n in self.tile]))

@@ -1,0 +1,64 @@
+"""The epilogue steps of finished values before they are written.
+
+A part of `NestEmitter` (`nasir.lowering.nest_to_loops.emitter`), which holds the spec, the
+builder and the loops these methods read."""
+
+from __future__ import annotations
+
+from xdsl.ir import SSAValue
+
+from nasir.errors import LoweringError
+from nasir.lowering.nest_to_loops.builder import Lin, LoopBuilder
+from nasir.lowering.nest_to_loops.spec import Spec
+from nasir.lowering.target import CPUTarget
+
+
+class Epilogue:
+    """The epilogue steps of finished values before they are written."""
+
+    spec: Spec
+    b: LoopBuilder
+    target: CPUTarget
+
+    def _steps(self, v: SSAValue, dims: list[Lin], conds: list[tuple[Lin, int]], steps) -> SSAValue:
+        for kind, refs, params in steps:
+            operands = [self.read(k, dims, conds, 0.0)[0] for k in refs]
+            v = epilogue(self.b, kind, v, operands, params)
+        return v
+
+    def _finish(self, v: SSAValue, dims: list[Lin], conds: list[tuple[Lin, int]], done: int = 0) -> None:
+        """The epilogue steps from `done` on, then the store."""
+        self.write(self._steps(v, dims, conds, self.spec.steps[done:]), dims, conds)
+
+
+def epilogue(b: LoopBuilder, kind: str, v: SSAValue, operands: list[SSAValue], params: list[float]) -> SSAValue:
+    """One epilogue step on a finished value (see nest.EPILOGUE_STEPS; `lrn`, `batch_norm` internal)."""
+    f = lambda x: b.f(x, v)  # noqa: E731
+    if kind in ("add", "sub", "mul", "div"):
+        return b.binary(kind, v, operands[0])
+    if kind == "relu":
+        return b.binary("max", v, f(0.0))
+    if kind == "clip":
+        return b.binary("min", b.binary("max", v, f(params[0])), f(params[1]))
+    if kind == "scale":
+        return b.binary("mul", v, f(params[0]))
+    if kind == "leaky_relu":
+        # max(x, 0) + alpha * min(x, 0): no vector select in xDSL's arith
+        return b.fma(b.binary("min", v, f(0.0)), f(params[0]), b.binary("max", v, f(0.0)))
+    if kind == "hard_sigmoid":
+        lin = b.fma(v, f(params[0]), f(params[1]))
+        return b.binary("min", b.binary("max", lin, f(0.0)), f(1.0))
+    if kind == "hard_swish":
+        gate = b.binary("min", b.binary("max", b.fma(v, f(1 / 6), f(0.5)), f(0.0)), f(1.0))
+        return b.binary("mul", v, gate)
+    if kind == "sigmoid":
+        e = b.unary("exp", b.binary("sub", f(0.0), v))
+        return b.binary("div", f(1.0), b.binary("add", f(1.0), e))
+    if kind == "batch_norm":
+        scale, shift, mean, var = operands
+        inv = b.binary("div", scale, b.unary("sqrt", b.binary("add", var, f(params[0]))))
+        return b.fma(b.binary("sub", v, mean), inv, shift)
+    if kind == "lrn":
+        alpha_n, beta, bias = params
+        return b.binary("div", operands[0], b.pow(b.fma(v, f(alpha_n), f(bias)), f(beta)))
+    raise LoweringError(f"epilogue step '{kind}' is not supported by the llvm backend")

@@ -1,0 +1,151 @@
+"""The loops of a nest: values of dims and split or fused loops, binding, the outer loops.
+
+A part of `NestEmitter` (`nasir.lowering.nest_to_loops.emitter`), which holds the spec, the
+builder and the loops these methods read."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from xdsl.dialects import arith
+
+from nasir.dialects.nest import Loop
+from nasir.errors import LoweringError
+from nasir.lowering.nest_to_loops.builder import Lin, LoopBuilder
+from nasir.lowering.nest_to_loops.spec import Spec
+from nasir.lowering.target import CPUTarget
+
+
+class LoopStructure:
+    """The loops of a nest: values of dims and split or fused loops, binding, the outer loops."""
+
+    spec: Spec
+    b: LoopBuilder
+    target: CPUTarget
+
+    def _origins(self, loop: str) -> set[str]:
+        """Domain dims a loop iterates over."""
+        if loop in self.fusion_parts:
+            a, b_ = self.fusion_parts[loop]
+            return self._origins(a) | self._origins(b_)
+        if loop in dict(self.spec.dims):
+            return {loop}
+        return self._origins(Loop(loop).parent)
+
+    def _loops_of(self, name: str) -> set[str]:
+        if name in self.extent:
+            return {name}
+        if name in self.fused_into:
+            return self._loops_of(self.fused_into[name][0])
+        return self._loops_of(Loop.outer(name)) | self._loops_of(Loop.inner(name))
+
+    def value(self, name: str) -> Lin:
+        """Value of a dim or intermediate loop name from the loop ivs bound so far."""
+        if name in self.ivs:
+            return self.ivs[name]
+        b = self.b
+        if name in self.fused_into:
+            fused, inner_extent, outer = self.fused_into[name]
+            f = self.value(fused)
+            if f.c:
+                raise LoweringError(f"nest '{self.spec.name}': fused loop '{fused}' cannot be vectorised")
+            kind = arith.FloorDivSIOp if name == outer else arith.RemSIOp
+            return Lin(b.add(kind(b.scalar(f), b.idx(inner_extent))))
+        _, factor = self.split_extents[name]
+        return b.lin_add(b.lin_scale(self.value(Loop.outer(name)), factor), self.value(Loop.inner(name)))
+
+    def guards(self) -> list[tuple[str, int]]:
+        return [(n, e) for n, (e, f) in self.split_extents.items() if e % f]
+
+    def dim_range(self, name: str) -> tuple[int, int]:
+        """Smallest and largest value of a dim or loop at the current point of emission: bound
+        loops by the iterations they run (an unrolled one by its constant), others by their extent."""
+        if name in self.ranges:
+            return self.ranges[name]
+        if name in self.extent:
+            return 0, self.extent[name] - 1
+        if name in self.fused_into:
+            return 0, dict(self.spec.dims)[name] - 1
+        _, factor = self.split_extents[name]
+        (olo, ohi), (ilo, ihi) = self.dim_range(Loop.outer(name)), self.dim_range(Loop.inner(name))
+        return olo * factor + ilo, ohi * factor + ihi
+
+    def prepare(self) -> None:
+        """Work the kernel does once before the nest's loops (and before a fused kernel's): none
+        here; a Winograd conv transforms its input and weights (`WinogradEmitter`)."""
+
+    def emit(self, preset: dict[str, Lin] | None = None, threads: bool = True) -> None:
+        """The nest's loops. `preset`: outer loops the caller binds instead (the loops a fused
+        kernel shares, see `emit_row_fused`); `threads=False` runs every loop on the caller's
+        thread."""
+        self.preset, self.threads = preset or {}, threads
+        self.box = self.interior_box()
+        self._outer(0)
+
+    def bind(self, name: str, lin: Lin) -> None:
+        """Give loop or dim `name` the value `lin` (and the range of values it takes) for the code
+        emitted next."""
+        self.ivs[name] = lin
+        if lin.constant:
+            self.ranges[name] = (lin.k, lin.k)
+        else:
+            self.ranges[name] = (0, self.width - 1 if name == self.vec else self.extent[name] - 1)
+
+    @contextmanager
+    def _restoring(self, names: list[str]) -> Iterator[None]:
+        """Put back the values and ranges `names` are bound to (or unbind them) on leaving: a
+        tile version or a look-ahead rebinds loops for the code it emits."""
+        saved = {n: (self.ivs.get(n), self.ranges.get(n)) for n in names}
+        try:
+            yield
+        finally:
+            for n, (iv, bounds) in saved.items():
+                for table, old in ((self.ivs, iv), (self.ranges, bounds)):
+                    if old is None:
+                        table.pop(n, None)
+                    else:
+                        table[n] = old
+
+    def _outer(self, i: int) -> None:
+        b, sched = self.b, self.spec.schedule
+        if i == len(self.outer):
+            return self._point_block()
+        name = self.outer[i]
+        extent = self.extent[name]
+        if name in self.preset:
+            self.bind(name, self.preset[name])
+            return self._outer(i + 1)
+
+        def body(iv, carried):
+            self.bind(name, b.lin(iv))
+            self._outer(i + 1)
+            return carried
+
+        if name == sched.parallel and extent > 1 and self.threads:
+            b.parallel(extent, lambda iv: body(iv, []))
+        else:
+            b.loop(extent, sched.unroll.get(name, 1), [], body)
+
+    def _point_block(self) -> None:
+        """Inside the outer loops: the tile in nested versions, one per outer loop with an interior
+        (a padded conv's inner rows, then inner tiles of a row), each checking only the reads that
+        can still leave the input there; the loop whose interior is largest is tested first. Edge
+        runs worth their own version (see `interior`) get one, with the loop a constant in it:
+
+            if oh in rows 1..54:
+              if ow.o in tiles 1..5: tile (no checks)
+              else if ow.o == 0: tile (ow.o = 0: reads left of the row are padding, skipped)
+              else: tile (ow.o = 6)
+            else: tile (all checks)
+        """
+        self._versions(self.box)
+
+    def _dims(self) -> list[Lin]:
+        return [self.value(n) for n, _ in self.spec.dims]
+
+    def _vector_dim(self) -> str:
+        return Loop(self.vec).parent
+
+    def _first_loop(self, name: str) -> str:
+        return sorted(self._loops_of(name))[0]

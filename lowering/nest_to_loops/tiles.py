@@ -1,0 +1,275 @@
+"""The register tile: accumulators over the reduction loops, tap order, prefetch, stores and transposes.
+
+A part of `NestEmitter` (`nasir.lowering.nest_to_loops.emitter`), which holds the spec, the
+builder and the loops these methods read."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from xdsl.dialects.builtin import (
+    VectorType,
+    f32,
+)
+from xdsl.ir import SSAValue
+
+from nasir.dialects import nest
+from nasir.dialects.nest import Loop, expr_range, linear_coefficient, stride_of
+from nasir.lowering.nest_to_loops.accesses import lane_stride
+from nasir.lowering.nest_to_loops.builder import Lin, LoopBuilder
+from nasir.lowering.nest_to_loops.spec import IDENTITY, Spec
+from nasir.lowering.schedule.cost_model import row_window
+from nasir.lowering.target import CPUTarget
+
+PREFETCH_DISTANCE = 4
+"""Iterations of a tile's channel loop ahead of which it prefetches its input (see
+`NestEmitter.prefetch_ahead`): 2 to 8 ran alike on ResNet's 1x1 and 3x3 convs, 16 slower."""
+PREFETCH_MIN_STRIDE = 2048
+"""Bytes a loop iteration must move its input by for the tile to prefetch it: shorter strides (a
+window's rows, a 14x14 channel plane) the hardware's stride prefetcher follows, and prefetching
+the 7x7 stem's rows (896 bytes apart) made it 1.36x slower."""
+
+class Tiles:
+    """The register tile: accumulators over the reduction loops, tap order, prefetch, stores and transposes."""
+
+    spec: Spec
+    b: LoopBuilder
+    target: CPUTarget
+
+    def tap_order(self, name: str) -> list[int] | None:
+        """The order in which to emit the iterations of reduction loop `name` when it is the
+        window (`row_window`) along a strided row of the register tile (conv's kw in a stride-2
+        conv), for `LoopBuilder.loop` to use when it unrolls the loop whole: grouped by the input
+        phase they read, `tap * dilation mod stride`. The tile's points broadcast the inputs one
+        phase shares, and those die before the next phase loads its own: ResNet's 7x7 stride-2
+        stem emits kw = 0, 2, 4, 6, 1, 3, 5, so its 2 x 8 tile keeps 11 broadcasts live instead of
+        21 and does not spill. None: in order."""
+        names = [d for d, _ in self.spec.dims]
+        if name not in names or not self.spec.maps:
+            return None
+        for loop in self.tile:
+            window = row_window(self.spec, names.index(Loop(loop).dim))
+            if window is not None and names[window.dim] == name and abs(window.stride) > 1:
+                stride = abs(window.stride)
+                return sorted(range(window.taps), key=lambda tap: ((tap * window.dilation) % stride, tap))
+        return None
+
+    def prefetch_loop(self) -> str | None:
+        """The loop of a `mac` tile that prefetches (see `prefetch_ahead`): the innermost
+        reduction loop left as a loop (a conv's input channels), when it runs more than
+        PREFETCH_DISTANCE iterations and each moves input 0 by PREFETCH_MIN_STRIDE or more (a
+        channel plane of 28x28 or more); None otherwise (a window's rows, 4 channels a group)."""
+        spec = self.spec
+        dims = [d for d, _ in spec.dims]
+        name = next((n for n in reversed(self.red) if spec.schedule.unroll.get(n, 1) < self.extent[n]), None)
+        if spec.combiner != "mac" or name not in dims or self.extent[name] <= PREFETCH_DISTANCE:
+            return None
+        shape = spec.in_shapes[0]
+        step = 0
+        for a, expr in enumerate(spec.maps[0].results):
+            coefficient = linear_coefficient(expr, dims.index(name))
+            if coefficient is None:
+                return None
+            step += coefficient * math.prod(shape[a + 1:])
+        return name if 4 * abs(step) >= PREFETCH_MIN_STRIDE else None
+
+    def prefetch_ahead(self, name: str, points: list[tuple[int, ...]]) -> None:
+        """Prefetch the cache lines of input 0 that the tile will read PREFETCH_DISTANCE
+        iterations of loop `name` ahead, over its points and the unrolled reduction loops inside
+        `name`: one line address per cache line (16 floats) of each run of reads (a 3x3 conv's 14 points read
+        3 rows of 16 columns: 3 to 6 prefetches per input channel). Each iteration reads a new
+        channel plane, a stride the hardware prefetchers do not follow: without them ResNet's
+        1x1 stride-2 convs ran 1.4x the time, 3x3 convs 1.06x."""
+        b, spec = self.b, self.spec
+        inner = self.red[self.red.index(name) + 1:]
+        shape = spec.in_shapes[0]
+        strides = [math.prod(shape[a + 1:]) for a in range(len(shape))]
+        reads: dict[tuple, dict[int, list[Lin]]] = {}
+        with self._restoring([name, *inner]):
+            here = self.ivs[name]
+            self.ivs[name] = Lin(here.s, here.k + PREFETCH_DISTANCE, here.c, here.align)
+            for taps in itertools.product(*[range(self.extent[n]) for n in inner]):
+                for n, v in zip(inner, taps):
+                    self.ivs[n] = Lin(None, v)
+                for p in points:
+                    self._set_point(p)
+                    idx = [self.eval(e, self._dims()) for e in spec.maps[0].results]
+                    for lane in sorted({0, (self.width or 1) - 1} if any(l.c for l in idx) else {0}):
+                        at = [Lin(l.s, l.k + l.c * lane) for l in idx]
+                        flat = sum(l.k * st for l, st in zip(at, strides))
+                        reads.setdefault(tuple(id(l.s) for l in at), {})[flat] = at
+        line = self.target.cache_line // 4
+        for run in reads.values():
+            last = None
+            offsets = sorted(run)
+            for flat in offsets:
+                if last is None or flat - last >= line or flat == offsets[-1]:
+                    b.prefetch(self.ins[0], [b.scalar(l) for l in run[flat]])
+                    last = flat
+
+    def emit_tile(self, guards: list[tuple[str, int]]) -> None:
+        """The register tile at the loop values bound so far: one accumulator per tile point,
+        carried through the reduction loops, then the epilogue and the stores (`_store_tile`).
+        `guards`: the split loops whose tails this tile may run past. WinogradEmitter overrides it."""
+        b, spec = self.b, self.spec
+        ty = f32 if self.width is None else VectorType(f32, [self.width])
+        points = list(itertools.product(*[range(self.extent[n]) for n in self.tile]))
+        if self.vec:
+            self.bind(self.vec, Lin(None, 0, 1))
+        kind = spec.combiner
+        counting = kind == "avg" and (self._may_read_outside()
+                                      or any(self.is_red[self._first_loop(n)] for n, _ in guards))
+        ones = b.lanes_buffer(self.width, b.const(1.0, ty)) if counting and self.width else None
+        if kind == "copy":
+            for p in points:
+                self._set_point(p)
+                dims = self._dims()
+                v, _ = self.read(0, dims, self._conds(guards), spec.pad)
+                self._finish(v, dims, self._conds(guards))
+            return
+        zero = b.const(0.0, ty)
+        init = [b.const(IDENTITY[kind], ty) for _ in points] + ([b.const(0.0, ty)] * len(points) if counting else [])
+        accs = self._reduce(points, init, lambda carried: self._accumulate(
+            points, list(carried), guards, ty, zero, ones if counting else False))
+        values = accs[:len(points)]
+        if kind == "avg":
+            for t in range(len(points)):
+                count = accs[len(points) + t] if counting else b.const(
+                    float(math.prod(e for _, e in spec.dims[spec.npar:])), ty)
+                values[t] = b.binary("div", values[t], count)
+        self._store_tile(points, values, guards, transpose=kind in ("mac", "max"))
+
+    def _may_read_outside(self) -> bool:
+        """Whether a read of the combiner's inputs may fall outside them (padding)."""
+        spec = self.spec
+        extents = [e for _, e in spec.dims]
+        return any(lo < 0 or hi >= spec.in_shapes[k][a]
+                   for k in range(nest.COMBINERS[spec.combiner]) for a, ex in enumerate(spec.maps[k].results)
+                   for lo, hi in [expr_range(ex, extents)])
+
+    def _accumulate(self, points, accs: list[SSAValue], guards, ty, zero: SSAValue, ones) -> list[SSAValue]:
+        """One step of the reduction: every tile point's accumulator takes its reads. `ones`: False
+        where an average does not count its reads, else the lanes buffer of ones (None: no lanes)
+        the count takes under a mask."""
+        b, kind = self.b, self.spec.combiner
+        for t, p in enumerate(points):
+            self._set_point(p)
+            dims = self._dims()
+            conds = self._conds(guards)
+            if kind == "mac":
+                x, _ = self.read(0, dims, conds, 0.0)
+                y, _ = self.read(1, dims, conds, 0.0)
+                if zero not in (x, y):  # padding adds nothing
+                    accs[t] = b.fma(x, y, accs[t])
+                continue
+            x, m = self.read(0, dims, conds, IDENTITY[kind])
+            if x is b.const(IDENTITY[kind], ty):  # padding: neither a value nor a count
+                continue
+            accs[t] = b.running_max(accs[t], x) if kind == "max" else b.binary("add", accs[t], x)
+            if ones is not False:
+                if m is None:
+                    one = b.const(1.0, ty)
+                elif ones is not None:
+                    one = b.vload(ones, [b.idx(0)], self.width, m, 0.0)
+                else:
+                    one = b.select(m, b.const(1.0, ty), b.const(0.0, ty))
+                accs[len(points) + t] = b.binary("add", accs[len(points) + t], one)
+        return accs
+
+    def _reduce(self, points, init: list[SSAValue], update) -> list[SSAValue]:
+        """The reduction loops around `update` (values carried in, values out), outermost first,
+        prefetching ahead in the loop `prefetch_loop` picks."""
+        b, ahead = self.b, self.prefetch_loop()
+
+        def red(i, carried):
+            if i == len(self.red):
+                return update(carried)
+            name = self.red[i]
+
+            def body(iv, c):
+                self.bind(name, b.lin(iv))
+                if name == ahead:
+                    self.prefetch_ahead(name, points)
+                return red(i + 1, c)
+
+            return b.loop(self.extent[name], self.spec.schedule.unroll.get(name, 1), carried, body,
+                          self.tap_order(name))
+
+        return red(0, init)
+
+    def _set_point(self, p: tuple[int, ...]) -> None:
+        """Bind the register-tile loops to the tile point `p`."""
+        for n, j in zip(self.tile, p):
+            self.bind(n, Lin(None, j))
+
+    def _conds(self, guards: list[tuple[str, int]]) -> list[tuple[Lin, int]]:
+        """The split-tail guards `guards` as conditions `0 <= value < extent` at the current point."""
+        return [(self.value(n), e) for n, e in guards]
+
+    def _store_tile(self, points: list[tuple[int, ...]], values: list[SSAValue], guards: list[tuple[str, int]],
+                    transpose: bool = True) -> None:
+        """Epilogue and stores of a finished register tile, one value per point: transposed first
+        when its lanes are strided in the output (`transposed_row`)."""
+        row = self.transposed_row() if transpose else None
+        if row is not None:
+            return self._finish_transposed(row, points, values, guards)
+        for p, v in zip(points, values):
+            self._set_point(p)
+            self._finish(v, self._dims(), self._conds(guards))
+
+    def transposed_row(self) -> str | None:
+        """The register-tile loop to store along when the vector lanes are strided in the output
+        (lanes over channels: a conv, gemm or max pool): a tile loop of 2..width points contiguous in
+        the output (conv's ow)."""
+        if self.vec is None:
+            return None
+        names = [n for n, _ in self.spec.dims]
+        strides = {n: stride_of(self.spec.out_map, self.spec.out_shape, names.index(n)) for n in names}
+        if strides[sorted(self._origins(self.vec))[0]] == 1:
+            return None
+        return next((t for t in self.tile if 1 < self.extent[t] <= self.width
+                     and [strides[d] for d in self._origins(t)] == [1]), None)
+
+    def _finish_transposed(self, row: str, points, accs, guards: list[tuple[str, int]]) -> None:
+        """Epilogue and stores of a tile whose lanes are strided in the output: the accumulators
+        of the `row` points are transposed in registers (log2 rounds of shuffles), so that each
+        lane's values along `row` are one contiguous vector, and the epilogue runs on those, the
+        lanes past the tile's r points masked off:
+
+            acc[ow = p] : vector<16 x f32> over co   ->   out[co = l] : vector<16 x f32> over ow
+        """
+        b, width = self.b, self.width
+        lead = self.lane_steps()
+        for t, p in enumerate(points if lead else ()):
+            self._set_point(p)
+            accs[t] = self._steps(accs[t], self._dims(), self._conds(guards), self.spec.steps[:lead])
+        pos = self.tile.index(row)
+        groups: dict[tuple, list] = {}
+        for t, p in enumerate(points):
+            groups.setdefault(p[:pos] + p[pos + 1:], []).append(accs[t])
+        r = self.extent[row]
+        for p, values in groups.items():
+            rows = b.transpose(values, width)
+            self._set_point(p[:pos] + (0,) + p[pos:])
+            self.bind(row, Lin(None, 0, 1))
+            self.ranges[row] = (0, width - 1)  # lanes past the tile read past it: keep their checks
+            for lane, v in enumerate(rows):
+                self.bind(self.vec, Lin(None, lane))
+                self._finish(v, self._dims(), self._conds(guards) + [(self.ivs[row], r)], lead)
+            self.bind(self.vec, Lin(None, 0, 1))
+
+    def lane_steps(self) -> int:
+        """How many leading epilogue steps read every operand as one vector or one value per tile
+        point (a bias or a folded batch norm indexed by the output channel, a residual operand
+        that pack-activations stored channel-blocked; ReLU and clip read nothing): a transposed
+        tile runs them on its accumulators, one vector op per point instead of one per row of the
+        transpose. A residual add from an NCHW tensor reads across the lanes: it and the steps
+        after it run on the rows."""
+        (origin,) = self._origins(self.vec)
+        lane = [n for n, _ in self.spec.dims].index(origin)
+        for count, (_, refs, _) in enumerate(self.spec.steps):
+            if any(lane_stride(self.spec.maps[k], self.spec.in_shapes[k], lane, self.width) not in (0, 1)
+                   for k in refs):
+                return count
+        return len(self.spec.steps)

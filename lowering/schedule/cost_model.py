@@ -1,0 +1,262 @@
+"""default-schedule's cost model: the fraction of the FMA rate a schedule keeps on the target.
+
+Spatial schedules (lanes along the output row) are scored by useful lanes, loads per FMA and masked
+edge vectors (`spatial_score`); channel schedules (lanes over output channels) by loads per FMA
+beyond what runs beside the FMAs, weight vectors streamed from L2, inputs re-read from L3 and the
+epilogue of transposed rows (`channel_tile_score`). Budgets (registers, L1, L2) come from the
+target (`nasir.lowering.target.CPUTarget`).
+
+    spatial_score(view, schedule, target)          # 0.0 .. 1.0
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from nasir.dialects import nest
+from nasir.dialects.nest import Loop, NestView, Schedule, linear_coefficient, stride_of
+from nasir.lowering.target import CPUTarget
+
+
+def tile_input1_bytes(target: CPUTarget) -> int:
+    """Input-1 bytes (weights) the output channels of one spatial register tile may read (they stay
+    in cache): three L1s (96 KiB on Zen 4)."""
+    return 3 * target.l1_bytes
+
+
+def max_accumulators(target: CPUTarget) -> int:
+    """Vector accumulators of a spatial register tile: half the vector registers (16 of AVX-512's
+    32), the rest for its input vectors, broadcasts and addresses."""
+    return target.registers // 2
+
+
+MAX_UNROLLED_BODY = 256
+"""Combiner steps (FMAs) the fully unrolled inner reduction loops of a register tile may hold."""
+
+
+def channel_score(plan: "ChannelPlan", target: CPUTarget) -> float:
+    """Estimated fraction of the FMA rate a channel schedule keeps: its lanes and epilogue
+    (`ChannelPlan.efficiency`) and its loads per FMA. (The L2 term of `channel_tile_score` only
+    ranks the tiles of one nest.)"""
+    return plan.efficiency * load_bound(channel_loads_per_fma(plan.r_col, plan.r_row, plan.window), target)
+
+
+def spatial_score(n: NestView, sched: Schedule, target: CPUTarget) -> float:
+    """Estimated fraction of the FMA rate a spatial schedule keeps: its useful lanes, its loads per
+    FMA, and the vectors of a row that read padding or end in a tail (they need masks, computed
+    per tile: EDGE_COST each)."""
+    width = target.lanes
+    score = spatial_efficiency(n, sched, width)
+    if sched.vector is None or n.combiner != "mac" or len(n.maps) < 2:
+        return score
+    pos = [name for name, _ in n.dims].index(Loop(sched.vector).dim)
+    extent = n.dims[pos][1]
+    vectors = -(-extent // width)
+    extents = [e for _, e in n.dims]
+    left, right = False, extent % width != 0
+    for axis, expr in enumerate(n.maps[0].results):
+        if linear_coefficient(expr, pos) != 0:
+            lo, hi = nest.expr_range(expr, extents)
+            left, right = left or lo < 0, right or hi >= n.in_shapes[0][axis]
+    score *= 1 - EDGE_COST * min(left + right, vectors) / vectors
+    return score * load_bound(spatial_loads_per_fma(n, sched), target)
+
+
+EDGE_COST = 0.4
+"""Fraction of its speed a spatial vector loses to masks when it reads a padded edge or ends a
+row in a tail (channel 1x14 tiles beat spatial 8x2 ones on 14- and 28-wide rows, lose on 56)."""
+
+
+def load_bound(loads_per_fma: float, target: CPUTarget) -> float:
+    """Fraction of the FMA rate a register tile with `loads_per_fma` keeps (see
+    `CPUTarget.loads_per_fma`)."""
+    return min(1.0, target.loads_per_fma / loads_per_fma)
+
+
+def spatial_loads_per_fma(n: NestView, sched: Schedule) -> float:
+    """Loads per FMA of a spatial register tile of c output channels x r rows: each input vector
+    feeds c FMAs, each broadcast weight r."""
+    read0 = {n.dims[pos][0] for pos in nest.map_dims(n.maps[0])} if n.maps else set()
+    reductions = {name for name, _ in n.dims[n.npar:]}
+    rows = cols = 1
+    for loop, factor in sched.unroll.items():
+        if loop not in reductions:
+            if Loop(loop).dim in read0:
+                rows *= factor
+            else:
+                cols *= factor
+    return 1 / rows + 1 / cols
+
+
+BALANCED_ITERATIONS = 8
+"""Iterations of a thread-parallel loop that keep its threads within one iteration of 1/8 apart."""
+
+
+def balanced(extent: int) -> bool:
+    """Whether a loop of `extent` iterations splits evenly enough over 2, 4 or 8 threads: a
+    power of two, or at least BALANCED_ITERATIONS. (DenseNet-161's 48 channels in three blocks
+    of 16 left one of two threads idle a third of the time: its rows run on threads instead.)"""
+    return extent > 1 and (extent & (extent - 1) == 0 or extent >= BALANCED_ITERATIONS)
+
+
+def spatial_efficiency(n: NestView, sched: Schedule, width: int) -> float:
+    """Estimated fraction of vector lanes doing useful work under a spatial schedule: the vector
+    loop's tail lanes are wasted and a strided input row costs a shuffle per read."""
+    if sched.vector is None:
+        return 1 / width
+    pos = [name for name, _ in n.dims].index(Loop(sched.vector).dim)
+    extent = n.dims[pos][1]
+    used = extent / (-(-extent // width) * width)
+    return used * (0.5 if n.maps and stride_of(n.maps[0], n.in_shapes[0], pos) not in (0, 1) else 1.0)
+
+
+@dataclass
+class Window:
+    """The unrolled reduction dim that slides along a tile's row in input 0 (conv's kw): its
+    `taps`, the row's `stride` and the taps' `dilation` in the input axis they share, and its
+    position `dim` in the domain."""
+
+    taps: int
+    stride: int
+    dilation: int
+    dim: int
+
+
+def row_window(n: NestView, row: int) -> Window | None:
+    """The window along parallel dim `row` in input 0: the innermost reduction dim read in the
+    same input axis (conv's ow and kw: `ow * 2 + kw - 3` -> stride 2, 7 taps); None if none."""
+    for expr in n.maps[0].results:
+        stride = linear_coefficient(expr, row)
+        if not stride:
+            continue
+        for pos in range(len(n.dims) - 1, n.npar - 1, -1):
+            dilation = linear_coefficient(expr, pos)
+            if dilation and n.dims[pos][1] > 1:
+                return Window(n.dims[pos][1], stride, dilation, pos)
+    return None
+
+
+@dataclass
+class ChannelPlan:
+    """A channel-vector schedule: lanes over `col` (conv's co, extent a multiple of the width),
+    register tile of `r_col` vectors x `r_row` points of `row` (conv's ow)."""
+
+    col: str
+    col_extent: int
+    r_col: int
+    row: str
+    row_extent: int
+    r_row: int
+    efficiency: float
+    window: Window | None = None
+
+
+def channel_tile_registers(target: CPUTarget) -> int:
+    """Vector registers a channel-vector register tile may hold, all but two (30 of AVX-512's 32):
+    its accumulators, its weight vectors and, where its points share a window (conv's kw), their
+    broadcast inputs, which LLVM keeps live across the weight vectors. A tile of 31 spills (3 x 7
+    on DenseNet's 48-channel 3x3 conv: 1.8x the time of 3 x 4)."""
+    return target.registers - 2
+
+
+PLAN_TIE = 0.01
+"""Channel plans whose scores are within this fraction of the best count as equal; of those with
+no more channel vectors than the best, the one with the most accumulators wins: more independent
+FMAs per reduction step hide the loads that come from L2 (DenseNet's 1x1 convs with 96-336 input
+channels on 56x56: 2 x 14 ran 0.76-0.81x the time of 2 x 8; its 192 -> 48 3x3 conv on 56x56:
+1 x 14 0.81x of 1 x 8). More channel vectors did not: a 128-channel 3x3 conv on 28x28 ran 1.10x
+the time in 4 x 4 as in 1 x 14."""
+
+
+EPILOGUE_WEIGHT = 3.0
+"""FMA slots one epilogue step per row of a transposed channel tile takes (bias or folded batch
+norm, ReLU, residual add and the store of a row of r_row lanes)."""
+
+
+def l2_input_bytes(target: CPUTarget) -> int:
+    """Input bytes that stay in L2 while a conv's channel blocks re-read them: half of it (512 KiB
+    of Zen 4's 1 MiB)."""
+    return target.l2_bytes // 2
+
+
+def input_stream_bound(n: NestView, col_vectors: int, r_col: int, target: CPUTarget) -> float:
+    """Fraction of the FMA rate left by re-reading input 0 once per block of r_col channel vectors
+    when the bytes it reads (`read_fraction`) do not stay in L2: a strided 1x1 conv does few FMAs
+    per input byte. (ResNeXt-29's 256 -> 512 shortcut reads half of its 1 MiB input, the odd rows
+    untouched: 2 x 8 tiles, 0.986x the model's time of 4 x 4.)"""
+    in_bytes = input_bytes_read(n)
+    if in_bytes <= l2_input_bytes(target):
+        return 1.0
+    vector_fmas = math.prod(e for _, e in n.dims) / target.lanes
+    return min(1.0, target.l3_bytes_per_fma * vector_fmas / (in_bytes * col_vectors / r_col))
+
+
+def input_bytes_read(n: NestView) -> float:
+    """Bytes of input 0 a nest reads (see `read_fraction`)."""
+    return 4 * math.prod(n.in_shapes[0]) * read_fraction(n)
+
+
+def read_fraction(n: NestView) -> float:
+    """Fraction of input 0's cache lines a nest reads: an axis before the contiguous one whose index
+    is `s * p + r` reaches at most extent(p) * extent(r) of its positions (a 1x1 stride-2 conv reads
+    every other row); the contiguous axis is read whole (a line holds many of its points)."""
+    fraction = 1.0
+    for expr, size in list(zip(n.maps[0].results, n.in_shapes[0]))[:-1]:
+        form = nest.linear_form(expr)
+        if form is not None and form[0]:
+            fraction *= min(1.0, math.prod(n.dims[d][1] for d in form[0]) / size)
+    return fraction
+
+
+def channel_loads_per_fma(r_col: int, r_row: int, window: Window | None = None) -> float:
+    """Loads per FMA of a channel tile: a weight vector per r_row FMAs and a broadcast per input
+    point it reads (of a spatial tile of r_col channels x r_row rows likewise: a broadcast weight
+    per r_row FMAs, an input vector per row it reads). The unrolled taps of a window along the
+    row (conv's kw) read overlapping points, which LLVM broadcasts once for all of them: a 1 x 14
+    tile of a 3x3 conv broadcasts 16 points for 42 FMAs (without a window, a broadcast per r_col
+    FMAs):
+
+        points = min(r_row * taps, (r_row - 1) * stride + (taps - 1) * dilation + 1)
+        loads = points / (taps * r_row * r_col) + 1 / r_row
+    """
+    taps, stride, dilation = (window.taps, window.stride, window.dilation) if window else (1, 1, 1)
+    points = min(r_row * taps, (r_row - 1) * stride + (taps - 1) * dilation + 1)
+    return points / (taps * r_row * r_col) + 1 / r_row
+
+
+def epilogue_cost(r_row: int, width: int) -> float:
+    """FMA slots per accumulator of a channel tile after its reduction: `width` rows of r_row points
+    out of log2(r_row) rounds of shuffles (see `LoopBuilder.transpose`), then their epilogue."""
+    return EPILOGUE_WEIGHT * (width / r_row + (r_row - 1).bit_length() + 1)
+
+
+L2_WEIGHT_VECTORS_PER_FMA = 0.25
+"""Weight vectors per FMA that L2 feeds at full FMA rate: a tile of r_row points loads 1/r_row
+(DenseNet's 48-channel 3x3 conv on 14x14: 3 x 2 tiles take 1.5x the time of 1 x 14)."""
+
+
+def channel_tile_score(r_col: int, r_row: int, used: float, red: int, target: CPUTarget,
+                       window: Window | None = None) -> float:
+    """Estimated fraction of the FMA rate a channel tile of r_col vectors x r_row points keeps:
+    its loads per FMA beyond the target's `loads_per_fma` slow it, its epilogue adds
+    `epilogue_cost` to `red` FMAs per accumulator, and a tail tile (its points need guards) is
+    discounted steeply. Its packed weights stream from L2 when they do not fit L1 beside its inputs."""
+    width = target.lanes
+    loads = load_bound(channel_loads_per_fma(r_col, r_row, window), target)
+    score = used ** 8 * loads * red / (red + epilogue_cost(r_row, width))
+    if r_col * width * red * 4 > target.l1_bytes:  # weight vectors stream from L2
+        score *= min(1.0, L2_WEIGHT_VECTORS_PER_FMA * r_row)
+    return score
+
+
+DEPTHWISE_POINTS = 14
+"""Most points along the row a depthwise tile holds (each an accumulator beside its window's
+weight vectors: 14 + 9 for 3x3 of AVX-512's 32 registers; see `depthwise_points`)."""
+
+
+def depthwise_points(taps: int, target: CPUTarget) -> int:
+    """Most accumulators of a depthwise tile beside the weight vectors of its window's `taps`, of
+    which LLVM keeps at most half the registers live (it reloads the others from L1): 14 on
+    AVX-512, 7 for a 3x3 window with AVX2's 16 registers."""
+    return max(1, min(DEPTHWISE_POINTS, target.registers - 1 - min(taps, target.registers // 2)))

@@ -1,0 +1,388 @@
+"""The schedule families default-schedule chooses from, built for a nest and a target.
+
+- `spatial_vector_schedule`: lanes over the output-contiguous dim (conv's ow), a register tile of
+  output channels x rows;
+- `channel_vector_schedule` (planned by `channel_vector_plan`): lanes over output channels read from
+  packed weights (`OIHW16o`), a register tile of row points x channel blocks;
+- `winograd_schedule`, `channel_pool_schedule`, `depthwise_channel_schedule`: a Winograd stem, a max
+  pool and a depthwise conv with lanes over channels;
+- `schedule_for`: the better of the spatial and channel families by the cost model.
+
+    schedule_for(NestView.of(op), target)    # Schedule(splits=[("co", 16)], vector="co.i", ...)
+"""
+
+from __future__ import annotations
+
+import math
+
+from xdsl.ir.affine import AffineDimExpr
+
+from nasir.dialects import nest
+from nasir.dialects.nest import Loop, NestView, Schedule, linear_coefficient, stride_of
+from nasir.lowering.schedule.cost_model import (
+    MAX_UNROLLED_BODY,
+    PLAN_TIE,
+    ChannelPlan,
+    balanced,
+    channel_loads_per_fma,
+    channel_score,
+    channel_tile_registers,
+    channel_tile_score,
+    depthwise_points,
+    epilogue_cost,
+    input_bytes_read,
+    input_stream_bound,
+    l2_input_bytes,
+    max_accumulators,
+    row_window,
+    spatial_score,
+    tile_input1_bytes,
+)
+from nasir.lowering.schedule.winograd import WinogradPlan
+from nasir.lowering.target import CPUTarget
+
+
+def _tile_loop(sched: Schedule, loops: list[str], name: str, extent: int, factor: int) -> list[str]:
+    """Split `name` by `factor` and return the inner loop, fully unrolled for the register tile
+    (none for a factor of 1 that leaves a longer loop: it stays an outer loop)."""
+    if factor == 1 < extent:
+        return []
+    if factor == extent:
+        loops.remove(name)
+        sched.unroll[name] = extent
+        return [name]
+    sched.splits.append((name, factor))
+    loops[loops.index(name)] = Loop.outer(name)
+    sched.unroll[Loop.inner(name)] = factor
+    return [Loop.inner(name)]
+
+
+def schedule_for(n: NestView, target: CPUTarget) -> Schedule:
+    """The default schedule of a nest on `target`: vectorised over output channels with packed
+    weights where `channel_score` estimates that to be faster than `spatial_score`, otherwise over
+    the contiguous output dim (`spatial_vector_schedule`)."""
+    spatial = spatial_vector_schedule(n, target)
+    channel = channel_vector_plan(n, target)
+    if channel is not None and channel_score(channel, target) > spatial_score(n, spatial, target):
+        return channel_vector_schedule(n, channel, target)
+    return spatial
+
+
+def _lanes_along_output(n: NestView, target: CPUTarget) -> tuple[Schedule, list[str], tuple | None, int]:
+    """The vector loop of a spatial schedule: the last parallel dim contiguous in the output (and
+    affine in every input), split by the lanes (or its packing block) when longer. Returns the
+    schedule so far, the parallel loops outside the vector loop, the dim (name, extent) and the
+    lanes."""
+    width = target.lanes
+    par = n.dims[: n.npar]
+    vec = None
+    for pos, (name, extent) in enumerate(par):
+        if extent > 1 and stride_of(n.out_map, n.out_shape, pos) == 1 and all(
+                stride_of(m, s, pos) is not None for m, s in zip(n.maps, n.in_shapes)):
+            vec = (name, extent)
+    sched = Schedule()
+    loops = [name for name, _ in par]
+    if vec is not None:
+        name, extent = vec
+        block, sched.pack = lane_packs(n, [d for d, _ in par].index(name), width)
+        width = block or width
+        if extent > width:
+            sched.splits = [(name, width)]
+            loops[loops.index(name)] = Loop.outer(name)
+            sched.vector = Loop.inner(name)
+        else:
+            loops.remove(name)
+            sched.vector = name
+    return sched, loops, vec, width
+
+
+def spatial_vector_schedule(n: NestView, target: CPUTarget) -> Schedule:
+    """Vector lanes over the output dim that is contiguous (conv's ow), register tile co x oh."""
+    sched, loops, vec, width = _lanes_along_output(n, target)
+    par = n.dims[: n.npar]
+    tile = []
+    if n.combiner == "mac" and n.dims[n.npar:] and sched.vector and len(n.maps) >= 2:
+        read0, read1 = nest.map_dims(n.maps[0]), nest.map_dims(n.maps[1])
+        col = next(((name, e) for pos, (name, e) in reversed(list(enumerate(par)))
+                    if name in loops and pos not in read0 and pos in read1), None)
+        row = next(((name, e) for pos, (name, e) in enumerate(par)
+                    if name in loops and e > 1 and pos in read0 and pos not in read1), None)
+        factors, vec_pos = (8, 4, 2), [name for name, _ in par].index(vec[0])
+        if col is None and Loop.outer(vec[0]) in loops and vec_pos not in read0:
+            # the vector loop's blocks (a classifier's 1000 classes in 125 vectors of 8): each
+            # broadcast input feeds several independent accumulators instead of one FMA chain
+            col, factors = (Loop.outer(vec[0]), -(-vec[1] // width)), range(8, 1, -1)
+        if col is not None:
+            # bytes of input 1 one output channel reads (conv: ci * kh * kw floats)
+            row_bytes = 4 * math.prod(e for _, e in n.dims[n.npar:])
+            cols = [f for f in factors if col[1] % f == 0 and f * row_bytes <= tile_input1_bytes(target)] or \
+                [f for f in (2,) if col[1] % f == 0]
+            # a strided vector read (stride-2 conv) costs a shuffle per row: without a window (1x1
+            # conv) the rows share no input, so no row tile
+            strided = stride_of(n.maps[0], n.in_shapes[0], vec_pos) != 1
+            rows = (7, 4, 2) if not strided or len(n.dims) - n.npar > 1 else ()
+            pairs = [(c, r) for c in cols for r in rows
+                     if row is not None and row[1] % r == 0 and c * r <= max_accumulators(target)]
+            window = None if row is None else row_window(n, [name for name, _ in par].index(row[0]))
+            if pairs and window is not None and window.taps > 1:
+                # rows that share input rows (conv's kh): the most accumulators, then the fewest
+                # loads per FMA (8 channels per group at 56: 4 x 4 ran 0.92x the time of 8 x 2);
+                # 1x1 convs keep the widest channel block (4 x 4 ran MobileNetV2 1.03x slower)
+                c, r = min(pairs, key=lambda p: (-p[0] * p[1], channel_loads_per_fma(p[0], p[1], window)))
+            elif pairs:
+                c, r = pairs[0]
+            elif cols:
+                c, r = cols[0], None
+            else:  # one output channel per group (depthwise): rows alone share the input rows
+                c, r = None, next((r for r in rows if row is not None and row[1] % r == 0), None)
+            if r is not None:
+                tile += _tile_loop(sched, loops, row[0], row[1], r)
+            if c is not None:
+                tile += _tile_loop(sched, loops, col[0], col[1], c)
+    if n.dims[n.npar:] and sched.vector:
+        _unroll_inner_reductions(sched, n)
+    return _finish(sched, n, loops, tile)
+
+
+def lane_packs(n: NestView, pos: int, width: int) -> tuple[int | None, dict[int, str]]:
+    """Weights whose output-channel axis the vector loop (dim `pos`) walks with a stride, as a
+    gemm's [n, k] weight: packed with a block of lanes innermost so that each weight vector is one
+    load, and the block (the largest power of two up to `width` dividing the axis, at least 4:
+    8 for 1000 classes) for the vector loop to split by. (None, {}) when there is none:
+
+        W[n, k] : 1000 x 512, lanes over n  ->  pack = {1 = "OI8o"}, vector loop n split by 8
+    """
+    for k, axes in n.weight_layouts.items():
+        amap, shape = n.maps[k], n.in_shapes[k]
+        coefs = [linear_coefficient(e, pos) for e in amap.results]
+        if axes[0] != "O" or coefs[0] != 1 or any(coefs[1:]) or stride_of(amap, shape, pos) == 1:
+            continue
+        block = next((b for b in (width, width // 2, width // 4) if b >= 4 and shape[0] % b == 0), None)
+        if block is not None:
+            return block, {k: f"{axes}{block}o"}
+    return None, {}
+
+
+def _unroll_inner_reductions(sched: Schedule, n) -> None:
+    """Unroll the inner reduction loops (conv's kw, kh) around the register tile: the in-bounds
+    masks and addresses of padded reads then do not change in the remaining reduction loop. A
+    reduction that fits whole (a depthwise conv's or a pool's window) is unrolled whole: a tile's
+    rows then share their input rows across kh too (depthwise 3x3 on 56x56, 7 rows: 0.88x)."""
+    body = math.prod(sched.unroll.values())
+    reductions = n.dims[n.npar:]
+    if body * math.prod(e for _, e in reductions) > MAX_UNROLLED_BODY:
+        reductions = reductions[1:]
+    for name, extent in reversed(reductions):
+        if body * extent > MAX_UNROLLED_BODY:
+            break
+        sched.unroll[name] = extent
+        body *= extent
+
+
+def _finish(sched: Schedule, n, loops: list[str], tile: list[str]) -> Schedule:
+    """Order: outer parallel loops, reductions, register tile, vector; the first outer loop that
+    splits evenly over threads (`balanced`) runs on them, else the first with more than one
+    iteration."""
+    sched.order = loops + [name for name, _ in n.dims[n.npar:]] + tile + ([sched.vector] if sched.vector else [])
+    extents = dict(sched.loops(nest.DomainAttr.make(n.dims[: n.npar], n.dims[n.npar:])))
+    sched.parallel = next((l for l in loops if balanced(extents[l])),
+                          next((l for l in loops if extents[l] > 1), None))
+    return sched
+
+
+def channel_vector_plan(n: NestView, target: CPUTarget) -> ChannelPlan | None:
+    """The channel-vector plan of a contraction whose input 1 is a weight with output channels on
+    its first axis (conv, gemm), None when the nest has no such shape. Its channel block's packed
+    weights stream from L2 (at most its size of them)."""
+    width = target.lanes
+    if n.combiner != "mac" or len(n.maps) < 2 or not n.dims[n.npar:]:
+        return None
+    axes = n.weight_layouts.get(1)
+    if axes is None or axes[0] != "O":
+        return None
+    par = n.dims[: n.npar]
+    read0, w_map = nest.map_dims(n.maps[0]), n.maps[1]
+    col = None
+    for pos, (name, extent) in enumerate(par):
+        coefs = [linear_coefficient(e, pos) for e in w_map.results]
+        if pos not in read0 and coefs[0] == 1 and not any(coefs[1:]) and extent % width == 0:
+            others = [linear_coefficient(w_map.results[0], q) for q in range(len(n.dims)) if q != pos]
+            if all(c is not None and c % width == 0 for c in others):
+                col = (name, extent)
+    row = next(((name, e) for pos, (name, e) in reversed(list(enumerate(par)))
+                if e > 1 and stride_of(n.out_map, n.out_shape, pos) == 1 and pos in read0), None)
+    if col is None or row is None or stride_of(n.out_map, n.out_shape, [d for d, _ in par].index(col[0])) == 1:
+        return None
+    red = math.prod(e for _, e in n.dims[n.npar:])
+    window = row_window(n, [d for d, _ in par].index(row[0]))
+    plans = []
+    for r_col in (4, 3, 2, 1):
+        if (col[1] // width) % r_col or (r_col > 1 and r_col * width * red * 4 > target.l2_bytes):
+            continue
+        streaming = input_stream_bound(n, col[1] // width, r_col, target)
+        # each point's broadcast stays live beside the weight vectors where the points share a
+        # window (conv's kw); without one (1x1 conv) it feeds r_col FMAs and dies
+        live_per_point = r_col + 1 if window is not None else r_col
+        for r_row in range(1, min(row[1], (channel_tile_registers(target) - r_col) // live_per_point) + 1):
+            used = row[1] / (-(-row[1] // r_row) * r_row)
+            score = channel_tile_score(r_col, r_row, used, red, target, window) * streaming
+            plans.append((score, r_col, r_row, used))
+    best = max(plans, key=lambda plan: plan[0])
+    best = max((p for p in plans if p[0] >= best[0] * (1 - PLAN_TIE) and p[1] <= best[1]),
+               key=lambda plan: (plan[1] * plan[2], plan[0]))
+    _, r_col, r_row, used = best
+    # a lane-strided output: the tile is transposed in registers, then stored as rows of r_row lanes
+    efficiency = used * red / (red + epilogue_cost(r_row, width))
+    return ChannelPlan(col[0], col[1], r_col, row[0], row[1], r_row, efficiency, window)
+
+
+def channel_vector_schedule(n: NestView, plan: ChannelPlan, target: CPUTarget) -> Schedule:
+    """Lanes over output channels read from weights packed `OIHW16o` (one contiguous vector per
+    weight element), each input element broadcast to `r_col` vectors of `r_row` tile points.
+    Channel blocks come first unless the input does not stay in L2 (`l2_input_bytes`): then they
+    go inside the image rows (`oh`), each row's inputs re-read from L2 by every block:
+
+        domain = #nest.domain<[n = 1, co = 512, oh = 7, ow = 7], [ci = 512, kh = 3, kw = 3]>
+        -> schedule = {splits = [["co", 16], ["co.o", 2]], vector = "co.i", pack = {"1" = "OIHW16o"},
+                       order = ["n", "co.o.o", "oh", "ci", "kh", "kw", "ow", "co.o.i", "co.i"],
+                       unroll = {ow = 7, co.o.i = 2, kw = 3, kh = 3}, parallel = "co.o.o"}
+    """
+    width = target.lanes
+    sched = Schedule(splits=[(plan.col, width)], vector=Loop.inner(plan.col),
+                     pack={1: n.weight_layouts[1] + f"{width}o"})
+    loops = [Loop.outer(name) if name == plan.col else name for name, _ in n.dims[: n.npar]]
+    # tile points row-major over (row, col): each broadcast input feeds r_col FMAs in a row and dies
+    tile = _tile_loop(sched, loops, plan.row, plan.row_extent, plan.r_row)
+    tile += _tile_loop(sched, loops, Loop.outer(plan.col), plan.col_extent // width, plan.r_col)
+    _unroll_inner_reductions(sched, n)
+    blocks = next((l for l in loops if l.startswith(Loop.outer(plan.col))), None)
+    if blocks is not None and input_bytes_read(n) > l2_input_bytes(target):
+        # the input does not stay in L2: the channel blocks take turns on each row of the image,
+        # whose inputs stay there (DenseNet-161 0.95x the time, ResNet-34 0.99x)
+        loops.remove(blocks)
+        rows = next((i for i, l in enumerate(loops) if l in (plan.row, Loop.outer(plan.row))), len(loops))
+        loops.insert(rows, blocks)
+    return _finish(sched, n, loops, tile)
+
+
+def winograd_schedule(n: NestView, plan: WinogradPlan, target: CPUTarget) -> Schedule:
+    """A conv that runs as 1-D Winograd (`WINOGRAD`): lanes over output channels, a register
+    tile of one channel vector by two Winograd tiles along ow where their E x 2 accumulators fit
+    the registers beside a weight vector and a broadcast (the stem's 26 of AVX-512's 32), else one
+    (AVX2's 16), so that the transformed weights of a channel block (the stem's 17.5 KiB) stay in
+    L1 while the block runs along a row; the channel blocks go inside the rows when the input does
+    not stay in L2 (the stem's), as other channel-vector schedules do."""
+    tiles = 2 if 2 * plan.points + 2 <= target.registers else 1
+    return channel_vector_schedule(n, ChannelPlan("co", plan.extents["co"], 1, "ow", plan.extents["ow"],
+                                                  tiles * plan.m, 1.0), target)
+
+
+def channel_pool_schedule(n: NestView, target: CPUTarget, blocks: int = 0) -> Schedule | None:
+    """Lanes over channels for a max pool whose input pack-activations stores channel-blocked (its
+    producer has lanes over the same channels): a register tile of points along the output row
+    (the largest divisor of the row up to `width`), each a vector of `width` channels read with
+    one load a tap, transposed in registers for the NCHW stores:
+
+        domain = #nest.domain<[n = 1, c = 64, oh = 56, ow = 56], [kh = 3, kw = 3]>
+        -> schedule = {splits = [["c", 16], ["ow", 14]], vector = "c.i",
+                       order = ["n", "c.o", "oh", "ow.o", "kh", "kw", "ow.i", "c.i"],
+                       unroll = {ow.i = 14, kw = 3, kh = 3}, parallel = "c.o"}
+
+    With `blocks`, the channels come in that many blocks as the outer loop `c.o.o` (those of the
+    producer whose rows a fused kernel computes, see FUSE_ROWS), the tile taking the vectors of a
+    block times fewer points (`width` accumulators in all).
+
+    None unless the pool writes NCHW with a multiple of `width` channels (and of `blocks` vectors)."""
+    width = target.lanes
+    names = [name for name, _ in n.dims]
+    results = n.out_map.results
+    if n.combiner != "max" or len(results) != 4 or not all(isinstance(e, AffineDimExpr) for e in results[1:]):
+        return None
+    channel, row = names[results[1].position], names[results[3].position]
+    extents = dict(n.dims)
+    vectors = extents[channel] // width
+    if extents[channel] % width or (blocks and vectors % blocks):
+        return None
+    per_block = vectors // blocks if blocks else 1
+    sched = Schedule(splits=[(channel, width)], vector=Loop.inner(channel))
+    loops = [Loop.outer(name) if name == channel else name for name in names[: n.npar]]
+    most = width // per_block
+    points = next((p for p in range(most, 1, -1) if extents[row] % p == 0), most)
+    tile = _tile_loop(sched, loops, row, extents[row], points)
+    if blocks:
+        tile += _tile_loop(sched, loops, Loop.outer(channel), vectors, per_block)
+    _unroll_inner_reductions(sched, n)
+    return _finish(sched, n, loops, tile)
+
+
+def fused_row_blocks(pool: nest.ComputeOp) -> int:
+    """The channel blocks of the producer whose rows `pool`'s kernel can compute (FUSE_ROWS), 0 if
+    none: the producer is a nest that only `pool` reads, with lanes over its channels and outer
+    loops over its output rows and over blocks of its channels (ResNet's stem: 2 blocks of 32)."""
+    producer = pool.inputs[0].owner
+    if not isinstance(producer, nest.ComputeOp) or len(list(producer.result.uses)) != 1 or producer.schedule is None:
+        return 0
+    sched = producer.get_schedule()
+    names = [name for name, _ in producer.domain.dims]
+    results = producer.output_map.results
+    if len(results) != 4 or not isinstance(results[1], AffineDimExpr) or not isinstance(results[2], AffineDimExpr):
+        return 0
+    channel, row = names[results[1].position], names[results[2].position]
+    reductions = names[producer.domain.num_parallel.data:]
+    outer = sched.order[: next((i for i, l in enumerate(sched.order) if l in reductions), len(sched.order))]
+    block = next((l for l in outer if Loop(l).dim == channel), None)
+    if row not in outer or block is None or sched.vector != Loop.inner(channel):
+        return 0
+    return dict(sched.loops(producer.domain))[block]
+
+
+def depthwise_channel(n: NestView) -> str | None:
+    """The channel dim of a depthwise conv (each output channel reads only the same input channel,
+    the reduction is the window alone), None for any other nest: the dim with extent > 1 that is
+    the channel index of both input 0 and the output (`g`, beside `co = 1`)."""
+    if n.combiner != "mac" or len(n.maps) < 2 or len(n.out_map.results) != 4 or len(n.maps[0].results) != 4:
+        return None
+    extents = [e for _, e in n.dims]
+    forms = [nest.linear_form(m.results[1]) for m in (n.out_map, n.maps[0])]
+    if any(f is None or f[1] != 0 for f in forms):
+        return None
+    dims = [{d for d, c in f[0].items() if c and extents[d] > 1} for f in forms]
+    if len(dims[0]) != 1 or dims[0] != dims[1]:
+        return None
+    (d,) = dims[0]
+    if forms[0][0][d] != 1 or forms[1][0][d] != 1 or d >= n.npar:
+        return None
+    return n.dims[d][0]
+
+
+def depthwise_channel_schedule(n: NestView, target: CPUTarget) -> Schedule | None:
+    """Lanes over channels for a depthwise conv whose input pack-activations stores channel-blocked
+    (NCHW16c): each tap of a point is one aligned input load and one FMA with a weight vector
+    packed `OIHW16o`, a register tile of points along the output row (the largest divisor of the
+    row up to DEPTHWISE_POINTS), the window unrolled (3x3 on 56x56 rows of 64 channels, in L2:
+    2.3x the FMA rate of lanes along the row, which read 9 unaligned vectors per 16 points):
+
+        domain = #nest.domain<[n = 1, g = 64, co = 1, oh = 56, ow = 56], [kh = 3, kw = 3]>
+        -> schedule = {splits = [["g", 16], ["ow", 14]], vector = "g.i", pack = {"1" = "OIHW16o"},
+                       order = ["n", "g.o", "co", "oh", "ow.o", "kh", "kw", "ow.i", "g.i"],
+                       unroll = {ow.i = 14, kw = 3, kh = 3}, parallel = "g.o"}
+
+    None unless the nest is a depthwise conv (`depthwise_channel`) over a multiple of `width`
+    channels, NCHW, with a weight packable by output channel."""
+    width = target.lanes
+    channel = depthwise_channel(n)
+    axes = n.weight_layouts.get(1)
+    if channel is None or axes is None or axes[0] != "O" or dict(n.dims)[channel] % width:
+        return None
+    names = [name for name, _ in n.dims]
+    row = n.out_map.results[3]
+    if not isinstance(row, AffineDimExpr) or stride_of(n.out_map, n.out_shape, row.position) != 1:
+        return None
+    row_name, row_extent = n.dims[row.position]
+    sched = Schedule(splits=[(channel, width)], vector=Loop.inner(channel), pack={1: f"{axes}{width}o"})
+    loops = [Loop.outer(name) if name == channel else name for name in names[: n.npar]]
+    taps = math.prod(e for _, e in n.dims[n.npar:])
+    points = next(p for p in range(min(depthwise_points(taps, target), row_extent), 0, -1) if row_extent % p == 0)
+    tile = _tile_loop(sched, loops, row_name, row_extent, points)
+    _unroll_inner_reductions(sched, n)
+    return _finish(sched, n, loops, tile)
