@@ -20,6 +20,7 @@ from nasir.dialects.llvm import LLVM
 from nasir.dialects.loops import LOOPS
 from nasir.dialects.nest import NEST
 from nasir.dialects.nn import NN
+from nasir.dialects.shapes import shape_of
 from nasir.errors import NasirError
 
 
@@ -64,7 +65,7 @@ def resource_blobs(module: ModuleOp) -> dict[str, np.ndarray]:
             hexdata = interface.lookup(op.value.resource_handle.data)
             if hexdata:
                 raw = bytes.fromhex(hexdata[2 + 8:])  # skip "0x" and the 4-byte alignment header
-                blobs[op.key] = np.frombuffer(raw, "<f4").reshape(nn.shape_of(op.result)).copy()
+                blobs[op.key] = np.frombuffer(raw, "<f4").reshape(shape_of(op.result)).copy()
     for handle in handles:
         interface._blob_storage.pop(handle, None)
     return blobs

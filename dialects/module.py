@@ -19,7 +19,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
 from nasir.dialects.attributes import INPUTS, OUTPUTS
-from nasir.dialects.nn import shape_of
+from nasir.dialects.shapes import shape_of
 from nasir.errors import NasirError
 
 

@@ -13,7 +13,7 @@ A `nest.compute` op says *what* is computed, as attributes that transforms rewri
   the backends differ for `max`: llvm skips them (IEEE maxNum), torch propagates them (amax).
 - **epilogue**: element-wise steps applied to each finished output value, in order (see
   `EPILOGUE_STEPS`); `add 2` adds input 2 read through its map.
-- **schedule** (optional): *how* the nest is executed (see `Schedule`); absent means domain order.
+- **schedule** (optional): *how* the nest is executed (see `nasir.dialects.schedule`); absent means domain order.
 
 A 3x3 convolution with padding 1, bias and ReLU:
 
@@ -38,18 +38,11 @@ from xdsl.dialects.builtin import (
     ArrayAttr,
     DictionaryAttr,
     IntAttr,
-    IntegerAttr,
     StringAttr,
     TensorType,
-    i64,
 )
 from xdsl.ir import Attribute, Dialect, Operation, ParametrizedAttribute, SSAValue
 from xdsl.ir.affine import (
-    AffineBinaryOpExpr,
-    AffineBinaryOpKind,
-    AffineConstantExpr,
-    AffineDimExpr,
-    AffineExpr,
     AffineMap,
 )
 from xdsl.irdl import (
@@ -68,7 +61,10 @@ from xdsl.printer import Printer
 from xdsl.traits import Pure
 from xdsl.utils.exceptions import VerifyException
 
-from nasir.dialects.nn import Conv2DOp, GemmOp, MatMulOp, Shape, shape_of, tensor
+from nasir.dialects.affine import expr_range, map_dims
+from nasir.dialects.nn import Conv2DOp, GemmOp, MatMulOp
+from nasir.dialects.schedule import Schedule
+from nasir.dialects.shapes import Shape, shape_of, tensor
 
 COMBINERS = {"mac": 2, "max": 1, "avg": 1, "copy": 1}
 """Combiner name -> number of leading inputs it reads; later inputs serve the epilogue."""
@@ -170,102 +166,6 @@ class DomainAttr(ParametrizedAttribute):
     @property
     def size(self) -> int:
         return math.prod(e for _, e in self.dims)
-
-
-# --- affine helpers ----------------------------------------------------------------------------
-
-def expr_range(expr: AffineExpr, extents: Sequence[int]) -> tuple[int, int]:
-    """Smallest and largest value of `expr` over the box 0 <= d_i < extents[i] (conservative)."""
-    return expr_bounds(expr, [(0, e - 1) for e in extents])
-
-
-def expr_bounds(expr: AffineExpr, ranges: Sequence[tuple[int, int]]) -> tuple[int, int]:
-    """Smallest and largest value of `expr` over the box lo_i <= d_i <= hi_i (conservative)."""
-    if isinstance(expr, AffineConstantExpr):
-        return expr.value, expr.value
-    if isinstance(expr, AffineDimExpr):
-        return ranges[expr.position]
-    if isinstance(expr, AffineBinaryOpExpr):
-        llo, lhi = expr_bounds(expr.lhs, ranges)
-        rlo, rhi = expr_bounds(expr.rhs, ranges)
-        if expr.kind == AffineBinaryOpKind.Add:
-            return llo + rlo, lhi + rhi
-        if expr.kind == AffineBinaryOpKind.Mul:
-            products = [llo * rlo, llo * rhi, lhi * rlo, lhi * rhi]
-            return min(products), max(products)
-        if expr.kind == AffineBinaryOpKind.FloorDiv and rlo == rhi and rlo > 0:
-            return llo // rlo, lhi // rlo
-        if expr.kind == AffineBinaryOpKind.CeilDiv and rlo == rhi and rlo > 0:
-            return -(-llo // rlo), -(-lhi // rlo)
-        if expr.kind == AffineBinaryOpKind.Mod and rlo == rhi and rlo > 0:
-            if llo >= 0 and lhi < rlo:
-                return llo, lhi
-            return 0, rlo - 1
-    raise VerifyException(f"unsupported affine expression {expr}")
-
-
-def used_dims(expr: AffineExpr) -> set[int]:
-    """Positions of the domain dims an expression reads."""
-    if isinstance(expr, AffineDimExpr):
-        return {expr.position}
-    if isinstance(expr, AffineBinaryOpExpr):
-        return used_dims(expr.lhs) | used_dims(expr.rhs)
-    return set()
-
-
-def map_dims(amap: AffineMap) -> set[int]:
-    return set().union(*(used_dims(e) for e in amap.results)) if amap.results else set()
-
-
-def linear_coefficient(expr: AffineExpr, dim: int) -> int | None:
-    """Coefficient of d`dim` in an affine expression, None if it appears under floordiv/mod."""
-    if isinstance(expr, AffineDimExpr):
-        return int(expr.position == dim)
-    if isinstance(expr, AffineConstantExpr):
-        return 0
-    assert isinstance(expr, AffineBinaryOpExpr)
-    lhs, rhs = linear_coefficient(expr.lhs, dim), linear_coefficient(expr.rhs, dim)
-    if lhs is None or rhs is None:
-        return None
-    if expr.kind == AffineBinaryOpKind.Add:
-        return lhs + rhs
-    if expr.kind == AffineBinaryOpKind.Mul:
-        const = expr.rhs if isinstance(expr.rhs, AffineConstantExpr) else expr.lhs
-        coef = lhs if isinstance(expr.rhs, AffineConstantExpr) else rhs
-        return coef * const.value if isinstance(const, AffineConstantExpr) else None
-    return None if lhs or rhs else 0
-
-
-def stride_of(amap, shape, dim: int) -> int | None:
-    """Elements moved in a row-major buffer of `shape` per step of d`dim` through `amap`."""
-    total = 0
-    for a, e in enumerate(amap.results):
-        c = linear_coefficient(e, dim)
-        if c is None:
-            return None
-        total += c * math.prod(shape[a + 1:])
-    return total
-
-
-def linear_form(expr: AffineExpr) -> tuple[dict[int, int], int] | None:
-    """`d2 * 2 + d5 - 1` -> ({2: 2, 5: 1}, -1); None when the expression is not linear."""
-    if isinstance(expr, AffineDimExpr):
-        return {expr.position: 1}, 0
-    if isinstance(expr, AffineConstantExpr):
-        return {}, expr.value
-    if isinstance(expr, AffineBinaryOpExpr) and expr.kind in (AffineBinaryOpKind.Add, AffineBinaryOpKind.Mul):
-        lhs, rhs = linear_form(expr.lhs), linear_form(expr.rhs)
-        if lhs is None or rhs is None:
-            return None
-        if expr.kind == AffineBinaryOpKind.Add:
-            coeffs = dict(lhs[0])
-            for d, c in rhs[0].items():
-                coeffs[d] = coeffs.get(d, 0) + c
-            return coeffs, lhs[1] + rhs[1]
-        for (coeffs, _), (other, k) in ((lhs, rhs), (rhs, lhs)):
-            if not other:
-                return {d: c * k for d, c in coeffs.items()}, (lhs[1] * rhs[1])
-    return None
 
 
 def parse_step(step: str) -> tuple[str, list[int], list[float]]:
@@ -459,161 +359,6 @@ def macs(op: Operation) -> int:
     if isinstance(op, MatMulOp):
         return math.prod(shape_of(op.result)) * shape_of(op.operands[0])[-1]
     return 0
-
-
-# --- schedule ----------------------------------------------------------------------------------
-
-class Loop(str):
-    """The name of a schedule's loop, which says what it runs: a domain dim (`co`), the outer or
-    inner part of a split (`co.o`, `co.i`; split again, `co.o.i`), or a fusion of loops (`oh*ow`).
-
-        Loop.outer("co") == "co.o"      Loop("co.o.i").dim == "co"      Loop("co.i*ci").dims == {"co", "ci"}
-    """
-
-    @staticmethod
-    def outer(loop: str) -> Loop:
-        return Loop(f"{loop}.o")
-
-    @staticmethod
-    def inner(loop: str) -> Loop:
-        return Loop(f"{loop}.i")
-
-    @property
-    def dims(self) -> set[str]:
-        """The domain dims the loop enumerates."""
-        return {part.split(".")[0] for part in self.split("*")}
-
-    @property
-    def dim(self) -> str:
-        """The domain dim of a loop that is not a fusion."""
-        return self.split(".")[0]
-
-    @property
-    def parent(self) -> str:
-        """The loop a split part was split from."""
-        return self.rsplit(".", 1)[0]
-
-    @property
-    def is_inner(self) -> bool:
-        return self.endswith(".i")
-
-
-@dataclass
-class LoopDerivation:
-    """How a schedule's loops come from a domain: `loops` (name, extent) in execution order; each
-    split loop's (extent, factor); each fused loop's (outer, inner, inner's extent)."""
-
-    loops: list[tuple[str, int]]
-    splits: dict[str, tuple[int, int]]
-    fusions: dict[str, tuple[str, str, int]]
-
-
-@dataclass
-class Schedule:
-    """How a nest runs: loop structure derived from the domain by splits and fusions, then ordered.
-
-    - `splits`: (loop, factor) in application order; loop `co` becomes `co.o` (outer, extent
-      ceil(E / factor)) and `co.i` (inner, extent factor). A factor need not divide the extent:
-      lowering guards the tail.
-    - `fusions`: (outer, inner) adjacent loops merged into one loop named `outer*inner`.
-    - `order`: the loop names outermost first (default: creation order).
-    - `vector`: the loop executed with vector instructions (innermost), `unroll`: loop -> factor,
-      `parallel`: the loop spread over threads, `pack`: input index -> packed layout
-      (e.g. "NCHW16c", "OIHW16i16o").
-
-    Stored on the op as a dictionary attribute:
-    `schedule = {splits = [["co", 16]], order = ["n", "co.o", ...], vector = "co.i", parallel = "co.o"}`.
-    """
-
-    splits: list[tuple[str, int]] = field(default_factory=list)
-    fusions: list[tuple[str, str]] = field(default_factory=list)
-    order: list[str] = field(default_factory=list)
-    vector: str | None = None
-    unroll: dict[str, int] = field(default_factory=dict)
-    parallel: str | None = None
-    pack: dict[int, str] = field(default_factory=dict)
-
-    def derive(self, domain: DomainAttr) -> LoopDerivation:
-        """The loops the splits and fusions make of `domain`, in execution order."""
-        loops = dict(domain.dims)
-        created = list(loops)
-        splits: dict[str, tuple[int, int]] = {}
-        fusions: dict[str, tuple[str, str, int]] = {}
-        for name, factor in self.splits:
-            if name not in loops:
-                raise VerifyException(f"schedule: cannot split unknown loop '{name}'")
-            if factor < 1:
-                raise VerifyException(f"schedule: split factor of '{name}' must be positive")
-            extent = loops.pop(name)
-            splits[name] = (extent, factor)
-            pos = created.index(name)
-            created[pos: pos + 1] = [Loop.outer(name), Loop.inner(name)]
-            loops[Loop.outer(name)], loops[Loop.inner(name)] = -(-extent // factor), factor
-        for outer, inner in self.fusions:
-            if outer not in loops or inner not in loops:
-                raise VerifyException(f"schedule: cannot fuse unknown loops '{outer}', '{inner}'")
-            fused = f"{outer}*{inner}"
-            fusions[fused] = (outer, inner, loops[inner])
-            loops[fused] = loops.pop(outer) * loops.pop(inner)
-            created.remove(inner)
-            created[created.index(outer)] = fused
-        order = self.order or created
-        if sorted(order) != sorted(created):
-            raise VerifyException(f"schedule: order {order} is not a permutation of the loops {created}")
-        return LoopDerivation([(name, loops[name]) for name in order], splits, fusions)
-
-    def loops(self, domain: DomainAttr) -> list[tuple[str, int]]:
-        """The loops (name, extent) in execution order, outermost first."""
-        return self.derive(domain).loops
-
-    def verify(self, domain: DomainAttr) -> None:
-        names = [n for n, _ in self.loops(domain)]
-        for label, loop in (("vector", self.vector), ("parallel", self.parallel)):
-            if loop is not None and loop not in names:
-                raise VerifyException(f"schedule: {label} loop '{loop}' is not one of {names}")
-        for loop, factor in self.unroll.items():
-            if loop not in names or factor < 1:
-                raise VerifyException(f"schedule: bad unroll '{loop}' x{factor}")
-
-    def to_attr(self) -> DictionaryAttr:
-        entries: dict[str, Attribute] = {}
-        if self.splits:
-            entries["splits"] = ArrayAttr([ArrayAttr([StringAttr(n), IntegerAttr(f, i64)]) for n, f in self.splits])
-        if self.fusions:
-            entries["fusions"] = ArrayAttr([ArrayAttr([StringAttr(a), StringAttr(b)]) for a, b in self.fusions])
-        if self.order:
-            entries["order"] = ArrayAttr([StringAttr(n) for n in self.order])
-        if self.vector is not None:
-            entries["vector"] = StringAttr(self.vector)
-        if self.unroll:
-            entries["unroll"] = DictionaryAttr({k: IntegerAttr(v, i64) for k, v in self.unroll.items()})
-        if self.parallel is not None:
-            entries["parallel"] = StringAttr(self.parallel)
-        if self.pack:
-            entries["pack"] = DictionaryAttr({str(k): StringAttr(v) for k, v in self.pack.items()})
-        return DictionaryAttr(entries)
-
-    @staticmethod
-    def from_attr(attr: DictionaryAttr | None, domain: DomainAttr | None = None) -> "Schedule":
-        if attr is None:
-            return Schedule()
-        d = attr.data
-        s = Schedule()
-        if "splits" in d:
-            s.splits = [(p.data[0].data, p.data[1].value.data) for p in d["splits"].data]
-        if "fusions" in d:
-            s.fusions = [(p.data[0].data, p.data[1].data) for p in d["fusions"].data]
-        if "order" in d:
-            s.order = [n.data for n in d["order"].data]
-        if "vector" in d:
-            s.vector = d["vector"].data
-        if "unroll" in d:
-            s.unroll = {k: v.value.data for k, v in d["unroll"].data.items()}
-        if "parallel" in d:
-            s.parallel = d["parallel"].data
-        if "pack" in d:
-            s.pack = {int(k): v.data for k, v in d["pack"].data.items()}
-        return s
 
 
 NEST = Dialect("nest", [ComputeOp], [DomainAttr])

@@ -48,53 +48,7 @@ from xdsl.irdl import (
 from xdsl.traits import Pure
 from xdsl.utils.exceptions import VerifyException
 
-Shape = tuple[int, ...]
-
-
-def tensor(shape: Sequence[int]) -> TensorType:
-    """The float32 tensor type of `shape`."""
-    return TensorType(f32, list(shape))
-
-
-def shape_of(value: SSAValue | Attribute) -> Shape:
-    """Static shape of a tensor value or type."""
-    ty = value.type if isinstance(value, SSAValue) else value
-    if not isinstance(ty, TensorType):
-        raise VerifyException(f"expected a tensor, got {ty}")
-    return tuple(ty.get_shape())
-
-
-def ints(values: Sequence[int]) -> DenseArrayBase:
-    return DenseArrayBase.from_list(i64, list(values))
-
-
-def broadcast_shapes(*shapes: Shape) -> Shape:
-    """Numpy/ONNX multidirectional broadcasting."""
-    rank = max(len(s) for s in shapes)
-    out = []
-    for axis in range(rank):
-        dims = {s[axis - rank + len(s)] for s in shapes if axis - rank + len(s) >= 0}
-        dims.discard(1)
-        if len(dims) > 1:
-            raise VerifyException(f"shapes {list(shapes)} do not broadcast")
-        out.append(dims.pop() if dims else 1)
-    return tuple(out)
-
-
-def pool_extent(size: int, kernel: int, stride: int, pad_begin: int, pad_end: int,
-                dilation: int = 1, ceil_mode: bool = False) -> int:
-    """Output extent of a window op along one axis (ONNX Conv/Pool semantics)."""
-    span = dilation * (kernel - 1) + 1
-    room = size + pad_begin + pad_end - span
-    if room < 0:
-        raise VerifyException(f"window {span} larger than padded input {size + pad_begin + pad_end}")
-    if not ceil_mode:
-        return room // stride + 1
-    out = -(-room // stride) + 1
-    # The last window must start inside the input or the begin padding (PyTorch/ONNX rule).
-    if (out - 1) * stride >= size + pad_begin:
-        out -= 1
-    return out
+from nasir.dialects.shapes import Shape, broadcast_shapes, ints, pool_extent, shape_of, tensor
 
 
 class NNOp(IRDLOperation):

@@ -65,7 +65,7 @@ from nasir.dialects.attributes import (
     WORKSPACE_BYTES,
 )
 from nasir.dialects.module import main_func
-from nasir.dialects.nn import shape_of
+from nasir.dialects.shapes import shape_of
 from nasir.errors import LoweringError
 
 ALIGN = 64

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 
 from nasir.data import minibatch
 from nasir.dialects import nest, nn
+from nasir.dialects.shapes import shape_of
 from nasir.errors import LegalityError, ShapeError
 from nasir.lowering.nest_to_torch.program import TorchProgram
 
@@ -66,7 +67,7 @@ class CapacityResult:
 def measured(op) -> bool:
     """Whether Fisher Potential measures the output of `op` (see the module docstring)."""
     if isinstance(op, nest.ComputeOp):
-        return op.kind == "mac" and len(nn.shape_of(op.result)) == 4
+        return op.kind == "mac" and len(shape_of(op.result)) == 4
     return isinstance(op, nn.Conv2DOp)
 
 

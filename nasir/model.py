@@ -29,6 +29,7 @@ from nasir.dialects.module import (
     set_io_names,
     weights_of,
 )
+from nasir.dialects.shapes import shape_of
 from nasir.errors import NasirError, ShapeError
 from nasir.lowering.passes import run_pipeline
 
@@ -182,6 +183,6 @@ def collect_weights(module: ModuleOp, blobs: dict[str, np.ndarray], npz: str | P
         if isinstance(op, nn.WeightOp):
             if op.value is not None:
                 op.properties.pop("value")
-            if op.key in store and tuple(store[op.key].shape) != nn.shape_of(op.result):
-                raise ShapeError(f"weight '{op.key}' has shape {store[op.key].shape}, IR says {nn.shape_of(op.result)}")
+            if op.key in store and tuple(store[op.key].shape) != shape_of(op.result):
+                raise ShapeError(f"weight '{op.key}' has shape {store[op.key].shape}, IR says {shape_of(op.result)}")
     return store

@@ -27,6 +27,7 @@ from xdsl.ir import Operation
 
 from nasir.dialects import nest, nn
 from nasir.dialects.nest import macs
+from nasir.dialects.shapes import shape_of
 from nasir.runtime.tables import plain_table, rich_table
 
 
@@ -78,15 +79,15 @@ def _count(n: int) -> str:
 def summarize(model) -> Summary:
     """The cost table of `model` (a `nasir.Model`)."""
     rows = [_row(op) for op in model.ops()]
-    weights = {op.key: math.prod(nn.shape_of(op.result))
+    weights = {op.key: math.prod(shape_of(op.result))
                for op in model.func.body.block.ops if isinstance(op, nn.WeightOp)}
     return Summary(rows, sum(r.macs for r in rows), sum(weights.values()))
 
 
 def _row(op: Operation) -> LayerRow:
     result = op.results[0].type if op.results else None
-    shape = nn.shape_of(result) if isinstance(result, TensorType) else ()
-    params = {o.owner.key: math.prod(nn.shape_of(o)) for o in op.operands
+    shape = shape_of(result) if isinstance(result, TensorType) else ()
+    params = {o.owner.key: math.prod(shape_of(o)) for o in op.operands
               if isinstance(o.owner, nn.WeightOp)}
     name = getattr(op, "layer_name", "")
     label = f"{op.name} {op.kind}" if isinstance(op, nest.ComputeOp) else op.name

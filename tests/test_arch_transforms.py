@@ -24,7 +24,7 @@ import nasir
 from nasir.dialects import nest, nn
 from nasir.dialects.module import WeightStore
 from nasir.dialects.nest import macs as op_macs
-from nasir.dialects.nn import shape_of, tensor
+from nasir.dialects.shapes import shape_of, tensor
 from nasir.errors import LegalityError, PassError
 from nasir.model import Model
 from nasir.transforms import compositions as C

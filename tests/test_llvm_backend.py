@@ -12,8 +12,9 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, Region
 
-from nasir.dialects import nest, nn
+from nasir.dialects import nest, nn, schedule
 from nasir.dialects.module import WeightStore
+from nasir.dialects.shapes import tensor
 from nasir.errors import RuntimeInputError
 from nasir.lowering.passes import gc_paused
 from nasir.model import Model
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.usefixtures("cpu")  # every test at both vector widths 
 
 def build(input_shapes, body, weights=None):
     """A Model whose @main applies `body(args, weight) -> [ops]` (the last op's result is returned)."""
-    block = Block(arg_types=[nn.tensor(s) for s in input_shapes])
+    block = Block(arg_types=[tensor(s) for s in input_shapes])
     store = WeightStore()
     ops = []
 
@@ -419,7 +420,7 @@ def test_unsupported_schedule_names_the_nest():
     lowered = model.transform("convert-nn-to-nest")
     op = next(o for o in lowered.module.walk() if isinstance(o, nest.ComputeOp))
     # a big parallel loop (oh) inside the reduction loops: neither vectorised nor unrolled
-    op.properties["schedule"] = nest.Schedule(order=["n", "co", "ci", "oh", "kh", "kw", "ow"]).to_attr()
+    op.properties["schedule"] = schedule.Schedule(order=["n", "co", "ci", "oh", "kh", "kw", "ow"]).to_attr()
     with pytest.raises(LoweringError, match="conv1.*'oh'"):
         compile_llvm(lowered.module)
 

@@ -19,7 +19,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from nasir.dialects import nest, nn
 from nasir.dialects.module import WeightStore, attach_weights, weights_of
-from nasir.dialects.nn import shape_of, tensor
+from nasir.dialects.shapes import shape_of, tensor
 from nasir.lowering.nest_to_torch import nest_ops as torch_nest
 from nasir.lowering.nest_to_torch.nest_ops import run_compute
 from nasir.lowering.nn_to_nest.convert import amap, dims_of

@@ -11,7 +11,7 @@ import pytest
 
 from nasir.dialects.context import parse_module
 from nasir.dialects.module import WeightStore
-from nasir.dialects.nest import Loop
+from nasir.dialects.schedule import Loop
 from nasir.errors import LegalityError, LoweringError, PassError
 from nasir.model import Model
 from nasir.transforms.dependences import carried_loops

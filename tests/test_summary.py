@@ -14,13 +14,14 @@ from xdsl.ir import Block, Region
 import nasir
 from nasir import zoo
 from nasir.dialects import nn
+from nasir.dialects.shapes import tensor
 from nasir.model import Model
 
 
 def small_model() -> Model:
     """conv 3->8 3x3 pad 1 (bias) -> bn -> relu -> depthwise 3x3 stride 2 -> maxpool -> gap ->
     reshape -> gemm 8->10 (trans_b), plus a batched matmul (2x4x5 @ 5x3) as a second output."""
-    block = Block(arg_types=[nn.tensor((1, 3, 16, 16)), nn.tensor((2, 4, 5))])
+    block = Block(arg_types=[tensor((1, 3, 16, 16)), tensor((2, 4, 5))])
     x, m = block.args
     ops = []
 

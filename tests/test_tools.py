@@ -16,6 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 from nasir import zoo
 from nasir.dialects import nest, nn
 from nasir.dialects.context import parse_module
+from nasir.dialects.shapes import shape_of
 from nasir.model import load_text
 from nasir.tools import cli
 from nasir.tools import nasir_opt as opt_tool
@@ -90,7 +91,7 @@ def test_onnx_import_prints_nn_ir_that_parses_back(small_onnx):
     module, _ = parse_module(proc.stdout)
     ops = [op.name for op in module.walk() if op.dialect_name() == "nn" and op.name != "nn.weight"]
     assert ops == ["nn.conv2d", "nn.relu", "nn.global_avg_pool", "nn.reshape", "nn.gemm"]
-    weights = {op.key: nn.shape_of(op.result) for op in module.walk() if isinstance(op, nn.WeightOp)}
+    weights = {op.key: shape_of(op.result) for op in module.walk() if isinstance(op, nn.WeightOp)}
     assert weights == {k: v.shape for k, v in initializers(small_onnx).items()}
 
 

@@ -40,7 +40,8 @@ from xdsl.ir import SSAValue
 
 from nasir.dialects import nest
 from nasir.errors import LegalityError, PassError
-from nasir.transforms.arch import ArchPass, Edit, Form, NestSpec, divides, is_conv, is_weight, spatial_axis
+from nasir.transforms.arch import ArchPass, Edit, divides
+from nasir.transforms.nest_spec import Form, NestSpec, is_conv, is_weight, spatial_axis
 
 DIMS = ("co", "ci", "oh", "ow")
 

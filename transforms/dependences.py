@@ -22,7 +22,7 @@ more. Hence:
 - `fuse` of a parallel with a reduction loop is illegal for the same reason: the fused loop's
   iterations would both write distinct outputs and accumulate into shared ones.
 
-Loop names follow `nest.Schedule`: a split makes `co.o` / `co.i`, a fusion `co*ci`; `nest.Loop.dims`
+Loop names follow `Schedule`: a split makes `co.o` / `co.i`, a fusion `co*ci`; `Loop.dims`
 recovers the domain dims behind a loop name.
 
     %y = nest.compute ... {domain = #nest.domain<[n = 1, co = 8, oh = 4, ow = 4], [ci = 3, kh = 3, kw = 3]>,
@@ -33,7 +33,7 @@ recovers the domain dims behind a loop name.
 from __future__ import annotations
 
 from nasir.dialects import nest
-from nasir.dialects.nest import Loop
+from nasir.dialects.schedule import Loop
 from nasir.errors import LegalityError
 
 

@@ -23,7 +23,7 @@ from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, Rewrite
 
 from nasir.dialects import nn
 from nasir.dialects.module import WeightStore, weights_of
-from nasir.dialects.nn import shape_of
+from nasir.dialects.shapes import shape_of
 
 
 def _weight(store: WeightStore, value: SSAValue) -> np.ndarray | None:

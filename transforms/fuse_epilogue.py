@@ -22,7 +22,7 @@ from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, RewritePattern, op_type_rewrite_pattern
 
 from nasir.dialects import nest
-from nasir.dialects.nn import shape_of
+from nasir.dialects.shapes import shape_of
 
 COMMUTATIVE = ("add", "mul")
 

@@ -29,7 +29,8 @@ import numpy as np
 
 from nasir.dialects import nest
 from nasir.errors import PassError
-from nasir.transforms.arch import ArchPass, Edit, NestSpec, divides, is_conv
+from nasir.transforms.arch import ArchPass, Edit, divides
+from nasir.transforms.nest_spec import NestSpec, is_conv
 
 
 def _reason(op: nest.ComputeOp) -> str | None:

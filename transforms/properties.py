@@ -37,9 +37,9 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
-from nasir.dialects import nest, nn
+from nasir.dialects import affine, nest, nn
 from nasir.dialects.module import main_func
-from nasir.dialects.nn import shape_of
+from nasir.dialects.shapes import shape_of
 from nasir.errors import PassError
 
 LEVELS = "xoma"
@@ -75,7 +75,7 @@ def nest_mixing(op: nest.ComputeOp, k: int) -> Matrix:
     """Mixing from input `k` of a nest to its output (see the module docstring)."""
     dims = op.domain.dim_names
     red = {name for name, _ in op.domain.reduction}
-    names = lambda expr: {dims[p] for p in nest.used_dims(expr)}  # noqa: E731
+    names = lambda expr: {dims[p] for p in affine.used_dims(expr)}  # noqa: E731
     ins = [names(e) for e in op.access_maps[k].results]
     outs = [names(e) for e in op.output_map.results]
     others = [set().union(*map(names, m.results)) for q, m in enumerate(op.access_maps) if q != k]

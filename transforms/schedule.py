@@ -1,7 +1,7 @@
 """Schedule transforms: meaning-preserving loop rewrites of `nest.compute` ops.
 
 They run on the nest level, after the architecture transforms and before lowering, and edit only
-the nest's `schedule` attribute (`nest.Schedule`): domain, accesses and weights stay as they are, so
+the nest's `schedule` attribute (`Schedule`): domain, accesses and weights stay as they are, so
 every backend computes the same values (up to the float reassociation that
 `nasir.transforms.dependences` documents and checks). Each pass asks the dependence analysis before
 it edits and raises `LegalityError` with the reason when a request would break a dependence.
@@ -38,8 +38,8 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
 from nasir.dialects import nest, nn
-from nasir.dialects.nest import Loop
-from nasir.dialects.nn import shape_of
+from nasir.dialects.schedule import Loop, Schedule
+from nasir.dialects.shapes import shape_of
 from nasir.errors import LegalityError, PassError
 from nasir.transforms import dependences
 
@@ -76,12 +76,12 @@ class ScheduleEdit(ModulePass, ABC):
         return f"has no loop '{missing[0]}' (its loops: {', '.join(order)})" if missing else None
 
     @abstractmethod
-    def edit(self, op: nest.ComputeOp, sched: nest.Schedule, order: list[str]) -> None:
+    def edit(self, op: nest.ComputeOp, sched: Schedule, order: list[str]) -> None:
         """Change `sched` (a fresh copy; `order` is its current loop order) or raise a NasirError."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         loops = self.needed()
-        edits: list[tuple[nest.ComputeOp, nest.Schedule]] = []
+        edits: list[tuple[nest.ComputeOp, Schedule]] = []
         for nest_op in select_nests(op, self.layers, self.name):
             sched = nest_op.get_schedule()
             order = [name for name, _ in sched.loops(nest_op.domain)]
@@ -96,21 +96,21 @@ class ScheduleEdit(ModulePass, ABC):
         if not edits:
             raise PassError(f"{self.name}: applies to no nest" + (f" (none has loop(s) {', '.join(loops)})" if loops else ""))
         for nest_op, sched in edits:
-            created = nest.Schedule(splits=sched.splits, fusions=sched.fusions).loops(nest_op.domain)
+            created = Schedule(splits=sched.splits, fusions=sched.fusions).loops(nest_op.domain)
             if sched.order == [name for name, _ in created]:
                 sched.order = []  # domain order: leave it implicit
             sched.verify(nest_op.domain)
-            if sched == nest.Schedule():
+            if sched == Schedule():
                 nest_op.properties.pop("schedule", None)
             else:
                 nest_op.properties["schedule"] = sched.to_attr()
 
 
-def _extent(op: nest.ComputeOp, sched: nest.Schedule, loop: str) -> int:
+def _extent(op: nest.ComputeOp, sched: Schedule, loop: str) -> int:
     return dict(sched.loops(op.domain))[loop]
 
 
-def _check_unmarked(sched: nest.Schedule, loop: str, action: str, layer: str) -> None:
+def _check_unmarked(sched: Schedule, loop: str, action: str, layer: str) -> None:
     """A loop that is vectorized, parallel or unrolled keeps its name: it cannot be split or fused."""
     marks = [label for label, hit in (("vectorized", sched.vector == loop), ("parallel", sched.parallel == loop),
                                       ("unrolled", loop in sched.unroll)) if hit]
@@ -121,7 +121,7 @@ def _check_unmarked(sched: nest.Schedule, loop: str, action: str, layer: str) ->
         raise PassError(f"strip-mine: loop '{loop}' of nest '{layer}' is fused; split its parts before fusing")
 
 
-def _reorder(sched: nest.Schedule, order: list[str], layer: str, action: str) -> None:
+def _reorder(sched: Schedule, order: list[str], layer: str, action: str) -> None:
     """Set a new loop order; the vector loop must stay innermost."""
     if sched.vector is not None and order[-1] != sched.vector:
         raise LegalityError(f"{action}: nest '{layer}' runs loop '{sched.vector}' as vector lanes, which must stay "
@@ -129,7 +129,7 @@ def _reorder(sched: nest.Schedule, order: list[str], layer: str, action: str) ->
     sched.order = order
 
 
-def _split(sched: nest.Schedule, order: list[str], loop: str, factor: int, extent: int, layer: str,
+def _split(sched: Schedule, order: list[str], loop: str, factor: int, extent: int, layer: str,
            action: str) -> list[str]:
     if factor < 1 or factor > extent:
         raise PassError(f"{action}: factor {factor} for loop '{loop}' of nest '{layer}' must be in 1..{extent} "

@@ -34,7 +34,8 @@ from xdsl.dialects.builtin import IntegerAttr, i64
 
 from nasir.dialects import nest, nn
 from nasir.errors import LegalityError, PassError
-from nasir.transforms.arch import ArchPass, Edit, NestSpec, is_weight
+from nasir.transforms.arch import ArchPass, Edit
+from nasir.transforms.nest_spec import NestSpec, is_weight
 
 SPATIAL = ("oh", "ow")
 

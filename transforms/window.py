@@ -29,7 +29,8 @@ import numpy as np
 
 from nasir.dialects import nest
 from nasir.errors import LegalityError, PassError
-from nasir.transforms.arch import ArchPass, Edit, NestSpec, is_conv, spatial_axis
+from nasir.transforms.arch import ArchPass, Edit
+from nasir.transforms.nest_spec import NestSpec, is_conv, spatial_axis
 
 WINDOW = {"oh": "kh", "ow": "kw"}
 

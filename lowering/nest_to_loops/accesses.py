@@ -23,7 +23,7 @@ from xdsl.ir.affine import (
     AffineMap,
 )
 
-from nasir.dialects.nest import expr_bounds
+from nasir.dialects.affine import expr_bounds
 from nasir.errors import LoweringError
 from nasir.lowering.nest_to_loops.builder import Lin, LoopBuilder
 from nasir.lowering.nest_to_loops.spec import Shape, Spec

@@ -6,7 +6,7 @@ private kernel whose arguments are the memrefs (the attributes name what the cal
 profiles: `convert-loops-to-llvm{profile=true}`);
 ops that would give identical kernels (same nest, schedule and memref types) share one, named after
 the first such layer, so compile time grows with the distinct layer shapes, not the depth.
-A kernel follows the nest's schedule (data, see `nest.Schedule`):
+A kernel follows the nest's schedule (data, see `nasir.dialects.schedule.Schedule`):
 
 - loops in `Schedule.loops(domain)` order; parallel loops outside the first reduction loop are the
   "outer" loops, `parallel` among them becomes `scf.parallel` (spread over threads);

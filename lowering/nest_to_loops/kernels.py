@@ -22,9 +22,9 @@ from xdsl.ir.affine import (
     AffineDimExpr,
 )
 
-from nasir.dialects import nest, nn
+from nasir.dialects import affine, nest, nn
 from nasir.dialects.attributes import IN_PLACE, SCRATCH_BYTES, SCRATCH_OFFSET
-from nasir.dialects.nn import shape_of
+from nasir.dialects.shapes import shape_of
 from nasir.errors import LoweringError
 from nasir.lowering.nest_to_loops.builder import LoopBuilder
 from nasir.lowering.nest_to_loops.emitter import NestEmitter
@@ -46,7 +46,7 @@ def shared_loops(emitter: NestEmitter) -> tuple[str, str]:
     the output's channels (axis 1) and the loop over its rows (axis 2, unsplit)."""
     names = [n for n, _ in emitter.spec.dims]
     results = emitter.spec.out_map.results
-    (channel,) = {names[d] for d in nest.used_dims(results[1])}
+    (channel,) = {names[d] for d in affine.used_dims(results[1])}
     row = names[results[2].position] if isinstance(results[2], AffineDimExpr) else None
     block = next((l for l in emitter.outer if emitter._origins(l) == {channel}), None)
     if block is None or row not in emitter.outer:
@@ -76,7 +76,7 @@ def emit_row_fused(b: LoopBuilder, producer: Spec, consumer: Spec, made_args: li
         raise LoweringError(f"nest '{consumer.name}': {use.extent[use_block]} channel blocks, its producer "
                             f"'{producer.name}' {blocks}: cannot fuse their rows")
     names = [n for n, _ in consumer.dims]
-    form = nest.linear_form(consumer.maps[0].results[2])
+    form = affine.linear_form(consumer.maps[0].results[2])
     stride = form[0].get(names.index(use_row), 0)
     reach = form[1] + sum(c * (consumer.dims[d][1] - 1) for d, c in form[0].items() if c > 0 and d >= consumer.npar)
     rows = producer.out_shape[2]

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 
 from xdsl.dialects import arith
 
-from nasir.dialects.nest import Loop
+from nasir.dialects.schedule import Loop
 from nasir.errors import LoweringError
 from nasir.lowering.nest_to_loops.builder import Lin, LoopBuilder
 from nasir.lowering.nest_to_loops.spec import Spec

@@ -17,8 +17,9 @@ from xdsl.ir.affine import (
 
 from nasir.dialects import nest, nn
 from nasir.dialects.attributes import WINOGRAD
-from nasir.dialects.nest import NestView, Schedule
-from nasir.dialects.nn import shape_of
+from nasir.dialects.nest import NestView
+from nasir.dialects.schedule import Schedule
+from nasir.dialects.shapes import shape_of
 from nasir.errors import LoweringError
 from nasir.lowering.schedule.schedules import schedule_for
 from nasir.lowering.target import CPUTarget

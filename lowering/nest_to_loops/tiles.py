@@ -15,7 +15,8 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import SSAValue
 
 from nasir.dialects import nest
-from nasir.dialects.nest import Loop, expr_range, linear_coefficient, stride_of
+from nasir.dialects.affine import expr_range, linear_coefficient, stride_of
+from nasir.dialects.schedule import Loop
 from nasir.lowering.nest_to_loops.accesses import lane_stride
 from nasir.lowering.nest_to_loops.builder import Lin, LoopBuilder
 from nasir.lowering.nest_to_loops.spec import IDENTITY, Spec

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from xdsl.dialects import arith
 from xdsl.ir import SSAValue
 
-from nasir.dialects.nest import Loop
+from nasir.dialects.schedule import Loop
 from nasir.lowering.nest_to_loops.builder import Lin, LoopBuilder
 from nasir.lowering.nest_to_loops.spec import Spec
 from nasir.lowering.target import CPUTarget

@@ -34,8 +34,8 @@ from xdsl.ir.affine import (
     AffineMap,
 )
 
-from nasir.dialects import nest
-from nasir.dialects.nn import shape_of
+from nasir.dialects import affine, nest
+from nasir.dialects.shapes import shape_of
 from nasir.errors import LoweringError
 from nasir.lowering.nn_to_nest.convert import Window, conv_nest, pool_nest
 
@@ -101,7 +101,7 @@ def gather(x: torch.Tensor, amap: AffineMap, extents: list[int], fast: bool = Tr
     (size 1 along dims the map does not use), and the in-bounds mask (None when all are in bounds)."""
     if fast and (view := _view(x, amap, extents)) is not None:
         return view, None
-    used = nest.map_dims(amap)
+    used = affine.map_dims(amap)
     aligned = [extents[d] if d in used else 1 for d in range(len(extents))]
     dim = _grid(extents)
     flat = torch.zeros(aligned, dtype=torch.long)
@@ -127,7 +127,7 @@ def _mac(op: nest.ComputeOp, inputs: list[torch.Tensor], extents: list[int], fas
         values, mask = gather(x, amap, extents, fast)
         if mask is not None:
             values = torch.where(mask, values, torch.zeros((), dtype=values.dtype))
-        used = sorted(nest.map_dims(amap))
+        used = sorted(affine.map_dims(amap))
         operands.append(values.reshape([extents[d] for d in used]))
         specs.append("".join(letters[d] for d in used))
         used_any |= set(used)
@@ -164,7 +164,7 @@ def _window_op(op: nest.ComputeOp, inputs: list[torch.Tensor], extents: list[int
 def _window_geometry(op: nest.ComputeOp) -> Window | None:
     """Strides/dilations/pads read off input 0's spatial map results, if they are linear."""
     names = op.domain.dim_names
-    forms = [nest.linear_form(e) for e in op.access_maps[0].results[2:]]
+    forms = [affine.linear_form(e) for e in op.access_maps[0].results[2:]]
     if len(forms) != 2 or any(f is None for f in forms):
         return None
     geo = []
@@ -275,7 +275,7 @@ def _row_major(op: nest.ComputeOp, shape: tuple[int, ...], extents: list[int]) -
     coeffs: dict[int, int] = {}
     offset, stride = 0, 1
     for axis in reversed(range(len(shape))):
-        form = nest.linear_form(op.output_map.results[axis])
+        form = affine.linear_form(op.output_map.results[axis])
         if form is None:
             return False
         for d, c in form[0].items():

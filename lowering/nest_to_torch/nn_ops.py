@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from nasir.dialects import nn
+from nasir.dialects.shapes import shape_of
 
 Tensor = torch.Tensor
 
@@ -41,7 +42,7 @@ def _pad2d(x: Tensor, pads: list[int], value: float = 0.0) -> Tensor:
 
 def _crop(y: Tensor, op) -> Tensor:
     """Drop trailing windows torch adds in ceil mode beyond ONNX's output size (the result type)."""
-    h, w = nn.shape_of(op.result)[2:]
+    h, w = shape_of(op.result)[2:]
     return y[..., :h, :w]
 
 
@@ -135,7 +136,7 @@ LOWERINGS: dict[type, Callable[..., Tensor]] = {
     nn.AvgPoolOp: avg_pool,
     nn.GlobalAvgPoolOp: lambda op, xs: xs[0].mean(dim=_spatial(xs[0]), keepdim=True),
     nn.GlobalMaxPoolOp: lambda op, xs: xs[0].amax(dim=_spatial(xs[0]), keepdim=True),
-    nn.ReshapeOp: lambda op, xs: xs[0].reshape(nn.shape_of(op.result)),
+    nn.ReshapeOp: lambda op, xs: xs[0].reshape(shape_of(op.result)),
     nn.TransposeOp: lambda op, xs: xs[0].permute(_ints(op, "perm")),
     nn.ConcatOp: lambda op, xs: torch.cat(xs, _int(op, "axis")),
     nn.PadOp: pad,

@@ -50,7 +50,7 @@ from xdsl.pattern_rewriter import (
 
 from nasir.dialects import nest, nn
 from nasir.dialects.module import weights_of
-from nasir.dialects.nn import shape_of
+from nasir.dialects.shapes import broadcast_shapes, shape_of
 
 Shape = tuple[int, ...]
 
@@ -227,7 +227,7 @@ class MatMulToNest(NestPattern):
         out = shape_of(op.result)
         a2 = (1,) + a if len(a) == 1 else a
         b2 = b + (1,) if len(b) == 1 else b
-        batch = nn.broadcast_shapes(a2[:-2], b2[:-2])
+        batch = broadcast_shapes(a2[:-2], b2[:-2])
         par = [(f"b{i}", e) for i, e in enumerate(batch)]
         if len(a) > 1:
             par.append(("m", a2[-2]))

@@ -14,8 +14,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from nasir.dialects import nest
-from nasir.dialects.nest import Loop, NestView, Schedule, linear_coefficient, stride_of
+from nasir.dialects import affine
+from nasir.dialects.affine import linear_coefficient, stride_of
+from nasir.dialects.nest import NestView
+from nasir.dialects.schedule import Loop, Schedule
 from nasir.lowering.target import CPUTarget
 
 
@@ -57,7 +59,7 @@ def spatial_score(n: NestView, sched: Schedule, target: CPUTarget) -> float:
     left, right = False, extent % width != 0
     for axis, expr in enumerate(n.maps[0].results):
         if linear_coefficient(expr, pos) != 0:
-            lo, hi = nest.expr_range(expr, extents)
+            lo, hi = affine.expr_range(expr, extents)
             left, right = left or lo < 0, right or hi >= n.in_shapes[0][axis]
     score *= 1 - EDGE_COST * min(left + right, vectors) / vectors
     return score * load_bound(spatial_loads_per_fma(n, sched), target)
@@ -77,7 +79,7 @@ def load_bound(loads_per_fma: float, target: CPUTarget) -> float:
 def spatial_loads_per_fma(n: NestView, sched: Schedule) -> float:
     """Loads per FMA of a spatial register tile of c output channels x r rows: each input vector
     feeds c FMAs, each broadcast weight r."""
-    read0 = {n.dims[pos][0] for pos in nest.map_dims(n.maps[0])} if n.maps else set()
+    read0 = {n.dims[pos][0] for pos in affine.map_dims(n.maps[0])} if n.maps else set()
     reductions = {name for name, _ in n.dims[n.npar:]}
     rows = cols = 1
     for loop, factor in sched.unroll.items():
@@ -203,7 +205,7 @@ def read_fraction(n: NestView) -> float:
     every other row); the contiguous axis is read whole (a line holds many of its points)."""
     fraction = 1.0
     for expr, size in list(zip(n.maps[0].results, n.in_shapes[0]))[:-1]:
-        form = nest.linear_form(expr)
+        form = affine.linear_form(expr)
         if form is not None and form[0]:
             fraction *= min(1.0, math.prod(n.dims[d][1] for d in form[0]) / size)
     return fraction

@@ -1,6 +1,6 @@
 """default-schedule: give every nest without a schedule a first sensible one for the CPU.
 
-Runs on nest IR before pack-weights and nest-bufferize. The schedule is data (see `nest.Schedule`)
+Runs on nest IR before pack-weights and nest-bufferize. The schedule is data (see `Schedule`)
 that convert-nest-to-loops reads. Two families, chosen per nest by a small cost model of the
 fraction of the FMA rate each keeps (`spatial_score` vs `channel_score`: useful lanes, loads per
 FMA, masked edge vectors, epilogue of transposed tiles):
@@ -54,7 +54,8 @@ from xdsl.passes import ModulePass
 
 from nasir.dialects import nest, nn
 from nasir.dialects.attributes import FUSE_ROWS, SCRATCH_BYTES, WINOGRAD
-from nasir.dialects.nest import NestView, Schedule
+from nasir.dialects.nest import NestView
+from nasir.dialects.schedule import Schedule
 from nasir.lowering.schedule.pack_activations import packed_tensors
 from nasir.lowering.schedule.schedules import (
     channel_pool_schedule,

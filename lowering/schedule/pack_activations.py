@@ -41,9 +41,10 @@ from xdsl.ir.affine import AffineMap
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
-from nasir.dialects import nest
-from nasir.dialects.nest import Loop, stride_of, used_dims
-from nasir.dialects.nn import shape_of
+from nasir.dialects import affine, nest
+from nasir.dialects.affine import stride_of, used_dims
+from nasir.dialects.schedule import Loop
+from nasir.dialects.shapes import shape_of
 from nasir.lowering.schedule.pack_weights import layout_exprs
 
 
@@ -67,7 +68,7 @@ def channel_lane_block(op: nest.ComputeOp, amap: AffineMap, shape) -> int | None
     if lanes is None or len(shape) != 4 or len(amap.results) != 4:
         return None
     d, block = lanes
-    form = nest.linear_form(amap.results[1])
+    form = affine.linear_form(amap.results[1])
     extents = [e for _, e in op.domain.dims]
     if form is None or shape[1] % block or form[1] != 0 or form[0].get(d) != 1:
         return None

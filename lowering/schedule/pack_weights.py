@@ -31,7 +31,7 @@ from xdsl.passes import ModulePass
 
 from nasir.dialects import nest, nn
 from nasir.dialects.module import weights_of
-from nasir.dialects.nn import shape_of
+from nasir.dialects.shapes import shape_of
 from nasir.errors import LoweringError
 from nasir.transforms.schedule import layout_mismatch, operand_axes, parse_layout
 

@@ -17,8 +17,10 @@ import math
 
 from xdsl.ir.affine import AffineDimExpr
 
-from nasir.dialects import nest
-from nasir.dialects.nest import Loop, NestView, Schedule, linear_coefficient, stride_of
+from nasir.dialects import affine, nest
+from nasir.dialects.affine import linear_coefficient, stride_of
+from nasir.dialects.nest import NestView
+from nasir.dialects.schedule import Loop, Schedule
 from nasir.lowering.schedule.cost_model import (
     MAX_UNROLLED_BODY,
     PLAN_TIE,
@@ -102,7 +104,7 @@ def spatial_vector_schedule(n: NestView, target: CPUTarget) -> Schedule:
     par = n.dims[: n.npar]
     tile = []
     if n.combiner == "mac" and n.dims[n.npar:] and sched.vector and len(n.maps) >= 2:
-        read0, read1 = nest.map_dims(n.maps[0]), nest.map_dims(n.maps[1])
+        read0, read1 = affine.map_dims(n.maps[0]), affine.map_dims(n.maps[1])
         col = next(((name, e) for pos, (name, e) in reversed(list(enumerate(par)))
                     if name in loops and pos not in read0 and pos in read1), None)
         row = next(((name, e) for pos, (name, e) in enumerate(par)
@@ -201,7 +203,7 @@ def channel_vector_plan(n: NestView, target: CPUTarget) -> ChannelPlan | None:
     if axes is None or axes[0] != "O":
         return None
     par = n.dims[: n.npar]
-    read0, w_map = nest.map_dims(n.maps[0]), n.maps[1]
+    read0, w_map = affine.map_dims(n.maps[0]), n.maps[1]
     col = None
     for pos, (name, extent) in enumerate(par):
         coefs = [linear_coefficient(e, pos) for e in w_map.results]
@@ -343,7 +345,7 @@ def depthwise_channel(n: NestView) -> str | None:
     if n.combiner != "mac" or len(n.maps) < 2 or len(n.out_map.results) != 4 or len(n.maps[0].results) != 4:
         return None
     extents = [e for _, e in n.dims]
-    forms = [nest.linear_form(m.results[1]) for m in (n.out_map, n.maps[0])]
+    forms = [affine.linear_form(m.results[1]) for m in (n.out_map, n.maps[0])]
     if any(f is None or f[1] != 0 for f in forms):
         return None
     dims = [{d for d, c in f[0].items() if c and extents[d] > 1} for f in forms]

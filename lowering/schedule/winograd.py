@@ -27,8 +27,9 @@ from fractions import Fraction
 
 import numpy as np
 
-from nasir.dialects import nest
-from nasir.dialects.nest import Loop, NestView
+from nasir.dialects import affine, nest
+from nasir.dialects.nest import NestView
+from nasir.dialects.schedule import Loop
 
 TILE_OUTPUTS = 4
 """m: outputs per Winograd tile. With the window's up to 4 taps per phase that is at most 7
@@ -186,7 +187,7 @@ def winograd_plan(n: NestView, width: int) -> WinogradPlan | None:
     extents = dict(n.dims)
     if extents["n"] != 1 or extents["co"] % width or len(n.in_shapes[0]) != 4:
         return None
-    forms = [nest.linear_form(e) for e in n.maps[0].results]
+    forms = [affine.linear_form(e) for e in n.maps[0].results]
     pos = {d: i for i, d in enumerate(names)}
     want = [{pos["n"]: 1}, {pos["ci"]: 1}]
     if any(f is None for f in forms) or [f[0] for f in forms[:2]] != want or any(f[1] for f in forms[:2]):

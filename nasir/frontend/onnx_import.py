@@ -35,6 +35,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from nasir.dialects import nn
 from nasir.dialects.module import WeightStore, sanitize
+from nasir.dialects.shapes import shape_of, tensor
 from nasir.errors import FrontendError, ShapeError, UnsupportedOpError
 from nasir.frontend.folding import FOLDERS, StaticShape, attributes, fold
 from nasir.frontend.onnx_ops import CONVERTERS
@@ -143,7 +144,7 @@ class Importer:
                                     f"{TensorProto.DataType.Name(ttype.elem_type)}; nasir computes in float32: export the model with float32 inputs")
             shape = _static_shape(info, shapes.get(info.name))
             check_size(shape, f"input '{info.name}'")
-            self.env[info.name] = block.insert_arg(nn.tensor(shape), len(block.args))
+            self.env[info.name] = block.insert_arg(tensor(shape), len(block.args))
 
     def _convert(self, node) -> None:
         name = node.name or node.op_type
@@ -154,7 +155,7 @@ class Importer:
             raise FrontendError(f"node '{name}' ({node.op_type}) reads '{missing[0]}', which no earlier node defines")
         try:
             if node.op_type in FOLDERS and self._foldable(node.op_type, inputs):
-                args = [StaticShape(nn.shape_of(v)) if isinstance(v, SSAValue) else v for v in inputs]
+                args = [StaticShape(shape_of(v)) if isinstance(v, SSAValue) else v for v in inputs]
                 outputs = fold(node, attrs, args, self.opset)
             elif node.op_type in CONVERTERS:
                 outputs = CONVERTERS[node.op_type](self, node, attrs, inputs)
@@ -222,7 +223,7 @@ class Importer:
             name, n = f"{base}_{n}", n + 1
         self.layer_names.add(name)
         for result in op.results:
-            check_size(nn.shape_of(result), f"{node.op_type} node '{node.name or node.op_type}'")
+            check_size(shape_of(result), f"{node.op_type} node '{node.name or node.op_type}'")
         self.ops.append(op.named(name))
         return op.result
 

@@ -19,6 +19,7 @@ from xdsl.dialects.builtin import FloatAttr, IntegerAttr, f32, i64
 from xdsl.ir import SSAValue
 
 from nasir.dialects import nn
+from nasir.dialects.shapes import shape_of
 from nasir.errors import FrontendError, UnsupportedOpError
 from nasir.frontend.folding import (
     axes_arg,
@@ -38,7 +39,7 @@ def _unsupported(node, what: str) -> UnsupportedOpError:
 
 
 def _reshape(imp, node, value: SSAValue, shape, suffix: str) -> SSAValue:
-    if nn.shape_of(value) == tuple(shape):
+    if shape_of(value) == tuple(shape):
         return value
     return imp.emit(nn.ReshapeOp.new(value, shape), node, suffix)
 
@@ -86,31 +87,31 @@ def _window(node, attrs, spatial: tuple[int, ...], kernel: tuple[int, ...]):
 
 
 def _spatial_rank(node, x: SSAValue) -> int:
-    rank = len(nn.shape_of(x)) - 2
+    rank = len(shape_of(x)) - 2
     if rank not in (1, 2):
-        raise _unsupported(node, f"a {rank}-D window (input {list(nn.shape_of(x))}; nasir has 1-D and 2-D)")
+        raise _unsupported(node, f"a {rank}-D window (input {list(shape_of(x))}; nasir has 1-D and 2-D)")
     return rank
 
 
 def _as_2d(imp, node, x: SSAValue, rank: int) -> SSAValue:
-    n, c, *spatial = nn.shape_of(x)
+    n, c, *spatial = shape_of(x)
     return x if rank == 2 else _reshape(imp, node, x, (n, c, 1, *spatial), "to2d")
 
 
 def _from_2d(imp, node, y: SSAValue, rank: int) -> SSAValue:
-    n, c, _, w = nn.shape_of(y)
+    n, c, _, w = shape_of(y)
     return y if rank == 2 else _reshape(imp, node, y, (n, c, w), "to1d")
 
 
 def conv(imp, node, attrs, inputs):
     x = imp.value(node.input[0])
     rank = _spatial_rank(node, x)
-    wshape = tuple(np.shape(inputs[1])) if isinstance(inputs[1], np.ndarray) else nn.shape_of(inputs[1])
+    wshape = tuple(np.shape(inputs[1])) if isinstance(inputs[1], np.ndarray) else shape_of(inputs[1])
     kernel = tuple(int(k) for k in attrs.get("kernel_shape", wshape[2:]))
-    strides, dilations, pads = _window(node, attrs, nn.shape_of(x)[2:], kernel)
+    strides, dilations, pads = _window(node, attrs, shape_of(x)[2:], kernel)
     w = _operand(imp, node, 1, wshape[:2] + (1,) + wshape[2:] if rank == 1 else None)
     b = imp.value(node.input[2]) if len(node.input) > 2 and node.input[2] else None
-    groups, channels = int(attrs.get("group", 1)), nn.shape_of(x)[1]
+    groups, channels = int(attrs.get("group", 1)), shape_of(x)[1]
     if groups < 1 or channels % groups or wshape[0] % groups or wshape[1] * groups != channels:
         raise FrontendError(f"weight {list(wshape)} in {groups} group(s) does not fit an input of {channels} "
                             f"channels")
@@ -123,7 +124,7 @@ def _pool(imp, node, attrs, build: Callable):
     x = imp.value(node.input[0])
     rank = _spatial_rank(node, x)
     kernel = [int(k) for k in attrs["kernel_shape"]]
-    strides, dilations, pads = _window(node, attrs, nn.shape_of(x)[2:], tuple(kernel))
+    strides, dilations, pads = _window(node, attrs, shape_of(x)[2:], tuple(kernel))
     kernel = [1] + kernel if rank == 1 else kernel
     y = imp.emit(build(_as_2d(imp, node, x, rank), kernel, strides, pads, dilations), node)
     return [_from_2d(imp, node, y, rank)]
@@ -185,8 +186,8 @@ def _binary(cls):
         a = imp.value(node.input[0])
         shape = None
         if imp.opset < 7 and attrs.get("broadcast") and "axis" in attrs:
-            b_shape = tuple(np.shape(inputs[1])) if isinstance(inputs[1], np.ndarray) else nn.shape_of(inputs[1])
-            shape = legacy_broadcast(np.empty(b_shape), len(nn.shape_of(a)), int(attrs["axis"])).shape
+            b_shape = tuple(np.shape(inputs[1])) if isinstance(inputs[1], np.ndarray) else shape_of(inputs[1])
+            shape = legacy_broadcast(np.empty(b_shape), len(shape_of(a)), int(attrs["axis"])).shape
         return [imp.emit(cls.new(a, _operand(imp, node, 1, shape)), node)]
     return convert
 
@@ -208,7 +209,7 @@ def batch_norm(imp, node, attrs, inputs):
 
 def softmax(imp, node, attrs, inputs):
     x = imp.value(node.input[0])
-    shape = nn.shape_of(x)
+    shape = shape_of(x)
     axis = normalize_axis(int(attrs.get("axis", 1 if imp.opset < 13 else -1)), len(shape))
     if imp.opset >= 13 or axis == len(shape) - 1:
         return [imp.emit(nn.SoftmaxOp.new(x, axis=IntegerAttr(axis, i64)), node)]
@@ -240,7 +241,7 @@ def reduce_mean(imp, node, attrs, inputs):
     `axes` is an attribute before opset 18, a constant input from it on; other axes are not
     supported."""
     x = imp.value(node.input[0])
-    shape = nn.shape_of(x)
+    shape = shape_of(x)
     axes = axes_arg(attrs, [imp.const(n) for n in node.input], 1, imp.opset, 18)
     if imp.opset >= 18 and len(node.input) > 1 and node.input[1] and axes is None:
         imp.require_const(node, node.input[1], "axes")
@@ -263,13 +264,13 @@ def cast(imp, node, attrs, inputs):
 
 def flatten(imp, node, attrs, inputs):
     x = imp.value(node.input[0])
-    return [_reshape(imp, node, x, flatten_shape(nn.shape_of(x), int(attrs.get("axis", 1))), "")]
+    return [_reshape(imp, node, x, flatten_shape(shape_of(x), int(attrs.get("axis", 1))), "")]
 
 
 def reshape(imp, node, attrs, inputs):
     x = imp.value(node.input[0])
     target = attrs["shape"] if imp.opset < 5 else imp.require_const(node, node.input[1], "the target shape")
-    shape = reshape_target(nn.shape_of(x), np.asarray(target).reshape(-1), bool(attrs.get("allowzero", 0)))
+    shape = reshape_target(shape_of(x), np.asarray(target).reshape(-1), bool(attrs.get("allowzero", 0)))
     return [_reshape(imp, node, x, shape, "")]
 
 
@@ -278,7 +279,7 @@ def squeeze(imp, node, attrs, inputs):
     axes = axes_arg(attrs, [imp.const(n) for n in node.input], 1, imp.opset, 13)
     if imp.opset >= 13 and len(node.input) > 1 and node.input[1] and axes is None:
         imp.require_const(node, node.input[1], "axes")
-    return [_reshape(imp, node, x, squeeze_shape(nn.shape_of(x), axes), "")]
+    return [_reshape(imp, node, x, squeeze_shape(shape_of(x), axes), "")]
 
 
 def unsqueeze(imp, node, attrs, inputs):
@@ -286,18 +287,18 @@ def unsqueeze(imp, node, attrs, inputs):
     if imp.opset >= 13:
         imp.require_const(node, node.input[1], "axes")
     axes = axes_arg(attrs, [imp.const(n) for n in node.input], 1, imp.opset, 13)
-    return [_reshape(imp, node, x, unsqueeze_shape(nn.shape_of(x), axes), "")]
+    return [_reshape(imp, node, x, unsqueeze_shape(shape_of(x), axes), "")]
 
 
 def transpose(imp, node, attrs, inputs):
     x = imp.value(node.input[0])
-    perm = attrs.get("perm", list(reversed(range(len(nn.shape_of(x))))))
+    perm = attrs.get("perm", list(reversed(range(len(shape_of(x))))))
     return [imp.emit(nn.TransposeOp.new(x, [int(p) for p in perm]), node)]
 
 
 def concat(imp, node, attrs, inputs):
     values = [imp.value(n) for n in node.input if n]
-    axis = normalize_axis(int(attrs["axis"]), len(nn.shape_of(values[0])))
+    axis = normalize_axis(int(attrs["axis"]), len(shape_of(values[0])))
     return [imp.emit(nn.ConcatOp.new(values, axis), node)]
 
 
@@ -306,7 +307,7 @@ def pad(imp, node, attrs, inputs):
     if mode != "constant":
         raise _unsupported(node, f"Pad mode '{mode}' (only 'constant')")
     x = imp.value(node.input[0])
-    rank = len(nn.shape_of(x))
+    rank = len(shape_of(x))
     if imp.opset < 11:
         pads = [int(p) for p in attrs.get("pads", attrs.get("paddings", []))]
         value = float(attrs.get("value", 0.0))

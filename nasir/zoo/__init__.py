@@ -94,6 +94,7 @@ def build_torch(name: str, dataset: str = "cifar10", seed: int = 0) -> "torch.nn
     import torch
 
     from nasir.zoo import models
+    from nasir.zoo.init import init_weights
 
     ctor: Callable[[str], torch.nn.Module] = getattr(models, builder)
     # Construction (default inits) and calibration draw from the global RNG: seed it, and restore
@@ -101,7 +102,7 @@ def build_torch(name: str, dataset: str = "cifar10", seed: int = 0) -> "torch.nn
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = ctor(dataset)
-        models.init_weights(model, seed, image_size=_RESOLUTION[dataset])
+        init_weights(model, seed, image_size=_RESOLUTION[dataset])
     return model.eval()
 
 

@@ -1,0 +1,115 @@
+"""Affine expressions as the nest dialect reads them: value ranges, used dims, linear forms.
+
+    expr_range(d0 * 2 + d1 - 1, [4, 3]) == (-1, 7)
+    linear_form(d2 * 2 + d5 - 1) == ({2: 2, 5: 1}, -1)
+    stride_of((d0, d1) -> (d1, d0), (4, 8), 0) == 1      # d0 moves along the last axis
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from xdsl.ir.affine import (
+    AffineBinaryOpExpr,
+    AffineBinaryOpKind,
+    AffineConstantExpr,
+    AffineDimExpr,
+    AffineExpr,
+    AffineMap,
+)
+from xdsl.utils.exceptions import VerifyException
+
+
+def expr_range(expr: AffineExpr, extents: Sequence[int]) -> tuple[int, int]:
+    """Smallest and largest value of `expr` over the box 0 <= d_i < extents[i] (conservative)."""
+    return expr_bounds(expr, [(0, e - 1) for e in extents])
+
+
+def expr_bounds(expr: AffineExpr, ranges: Sequence[tuple[int, int]]) -> tuple[int, int]:
+    """Smallest and largest value of `expr` over the box lo_i <= d_i <= hi_i (conservative)."""
+    if isinstance(expr, AffineConstantExpr):
+        return expr.value, expr.value
+    if isinstance(expr, AffineDimExpr):
+        return ranges[expr.position]
+    if isinstance(expr, AffineBinaryOpExpr):
+        llo, lhi = expr_bounds(expr.lhs, ranges)
+        rlo, rhi = expr_bounds(expr.rhs, ranges)
+        if expr.kind == AffineBinaryOpKind.Add:
+            return llo + rlo, lhi + rhi
+        if expr.kind == AffineBinaryOpKind.Mul:
+            products = [llo * rlo, llo * rhi, lhi * rlo, lhi * rhi]
+            return min(products), max(products)
+        if expr.kind == AffineBinaryOpKind.FloorDiv and rlo == rhi and rlo > 0:
+            return llo // rlo, lhi // rlo
+        if expr.kind == AffineBinaryOpKind.CeilDiv and rlo == rhi and rlo > 0:
+            return -(-llo // rlo), -(-lhi // rlo)
+        if expr.kind == AffineBinaryOpKind.Mod and rlo == rhi and rlo > 0:
+            if llo >= 0 and lhi < rlo:
+                return llo, lhi
+            return 0, rlo - 1
+    raise VerifyException(f"unsupported affine expression {expr}")
+
+
+def used_dims(expr: AffineExpr) -> set[int]:
+    """Positions of the domain dims an expression reads."""
+    if isinstance(expr, AffineDimExpr):
+        return {expr.position}
+    if isinstance(expr, AffineBinaryOpExpr):
+        return used_dims(expr.lhs) | used_dims(expr.rhs)
+    return set()
+
+
+def map_dims(amap: AffineMap) -> set[int]:
+    return set().union(*(used_dims(e) for e in amap.results)) if amap.results else set()
+
+
+def linear_coefficient(expr: AffineExpr, dim: int) -> int | None:
+    """Coefficient of d`dim` in an affine expression, None if it appears under floordiv/mod."""
+    if isinstance(expr, AffineDimExpr):
+        return int(expr.position == dim)
+    if isinstance(expr, AffineConstantExpr):
+        return 0
+    assert isinstance(expr, AffineBinaryOpExpr)
+    lhs, rhs = linear_coefficient(expr.lhs, dim), linear_coefficient(expr.rhs, dim)
+    if lhs is None or rhs is None:
+        return None
+    if expr.kind == AffineBinaryOpKind.Add:
+        return lhs + rhs
+    if expr.kind == AffineBinaryOpKind.Mul:
+        const = expr.rhs if isinstance(expr.rhs, AffineConstantExpr) else expr.lhs
+        coef = lhs if isinstance(expr.rhs, AffineConstantExpr) else rhs
+        return coef * const.value if isinstance(const, AffineConstantExpr) else None
+    return None if lhs or rhs else 0
+
+
+def stride_of(amap, shape, dim: int) -> int | None:
+    """Elements moved in a row-major buffer of `shape` per step of d`dim` through `amap`."""
+    total = 0
+    for a, e in enumerate(amap.results):
+        c = linear_coefficient(e, dim)
+        if c is None:
+            return None
+        total += c * math.prod(shape[a + 1:])
+    return total
+
+
+def linear_form(expr: AffineExpr) -> tuple[dict[int, int], int] | None:
+    """`d2 * 2 + d5 - 1` -> ({2: 2, 5: 1}, -1); None when the expression is not linear."""
+    if isinstance(expr, AffineDimExpr):
+        return {expr.position: 1}, 0
+    if isinstance(expr, AffineConstantExpr):
+        return {}, expr.value
+    if isinstance(expr, AffineBinaryOpExpr) and expr.kind in (AffineBinaryOpKind.Add, AffineBinaryOpKind.Mul):
+        lhs, rhs = linear_form(expr.lhs), linear_form(expr.rhs)
+        if lhs is None or rhs is None:
+            return None
+        if expr.kind == AffineBinaryOpKind.Add:
+            coeffs = dict(lhs[0])
+            for d, c in rhs[0].items():
+                coeffs[d] = coeffs.get(d, 0) + c
+            return coeffs, lhs[1] + rhs[1]
+        for (coeffs, _), (other, k) in ((lhs, rhs), (rhs, lhs)):
+            if not other:
+                return {d: c * k for d, c in coeffs.items()}, (lhs[1] * rhs[1])
+    return None
