@@ -5,11 +5,12 @@
     print(model.summary())
     exe = nasir.compile(model, target="llvm")
     y = exe(x)
+    result = nasir.search("resnet18", budget=100)   # faster networks of the same capacity
 """
 
-from nasir import zoo
+from nasir import search, zoo
 from nasir.api import check_capacity, compile, fisher_potential, load
 from nasir.errors import NasirError
 from nasir.model import Model
 
-__all__ = ["Model", "NasirError", "check_capacity", "compile", "fisher_potential", "load", "zoo"]
+__all__ = ["Model", "NasirError", "check_capacity", "compile", "fisher_potential", "load", "search", "zoo"]

@@ -79,3 +79,4 @@ def check_capacity(candidate: Model, original: Model, inputs, labels, seed: int 
     from nasir.fisher import check_capacity as check
 
     return check(candidate, original, inputs, labels, seed)
+

@@ -133,7 +133,7 @@ def bench_model(name: str, dataset: str, threads: list[int], repeat: int, peak: 
     import torch
 
     import nasir
-    import nasir.zoo as zoo
+    from nasir import zoo
     from nasir.runtime.llvm_executable import compile_llvm
 
     x = np.random.default_rng(0).standard_normal(zoo.input_shape(name, dataset)).astype(np.float32)
@@ -177,7 +177,7 @@ def bench_variants(model_name: str, dataset: str, variants: list[str], repeat: i
     Every variant is transformed, compiled (nasir) and exported (ORT) first, calling `on_compile(name)`
     before each; then all are timed in interleaved rounds, so the ratios share the load they saw.
     """
-    import nasir.zoo as zoo
+    from nasir import zoo
     from nasir.runtime.llvm_executable import compile_llvm
 
     x = np.random.default_rng(0).standard_normal(zoo.input_shape(model_name, dataset)).astype(np.float32)
@@ -342,7 +342,7 @@ def run(jobs: list[tuple[str, str]], threads: list[int], repeat: int, variant_mo
 def main(argv: list[str] | None = None) -> dict:
     from rich.console import Console
 
-    import nasir.zoo as zoo
+    from nasir import zoo
 
     parser = argparse.ArgumentParser(prog="python -m nasir.benchmarks", description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="*", default=None, help="zoo model names (default: all)")

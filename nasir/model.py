@@ -73,7 +73,7 @@ class Model:
             if not isinstance(op, (nn.WeightOp, func.ReturnOp)):
                 yield op
 
-    def clone(self) -> "Model":
+    def clone(self) -> Model:
         return Model(self.module.clone(), WeightStore(self.weights), list(self.input_names), list(self.output_names))
 
     # Views ------------------------------------------------------------------------------------
@@ -96,7 +96,7 @@ class Model:
         return f"<nasir.Model {len(list(self.ops()))} ops, inputs {self.input_shapes}, outputs {self.output_shapes}>"
 
     # Transformations --------------------------------------------------------------------------
-    def transform(self, pipeline: str, capacity_check=None) -> "Model":
+    def transform(self, pipeline: str, capacity_check=None) -> Model:
         """Apply a pass pipeline (`nasir-opt -p` spelling) to a copy of the model.
 
         `capacity_check` rejects (LegalityError) a result whose Fisher Potential at initialisation is
@@ -122,7 +122,7 @@ class Model:
 
         return to_onnx(self.module, path, opset)
 
-    def from_torch(self, program) -> "Model":
+    def from_torch(self, program) -> Model:
         """A copy of this model whose weights are those of `program`, a `to_torch()` result that
         may have been trained since; this model is unchanged."""
         from nasir.lowering.nest_to_torch.export import from_torch

@@ -62,6 +62,13 @@ def split_groups(layers: str, groups: Sequence[int], at: int | None = None) -> s
     return ",".join(steps)
 
 
+def fold_pieces(layers: str) -> str:
+    """A k x k window as 1 x k and k x 1 pieces: half the output channels keep the window's centre
+    row, the other half its centre column."""
+    return ",".join([f"index-split{{dim=co parts=2 {_sel(layers)}}}", f"fold{{dim=kh {_sel(part(layers, 0))}}}",
+                     f"fold{{dim=kw {_sel(part(layers, 1))}}}"])
+
+
 def seq1(layers: str, groups: Sequence[int] = (1, 2, 4, 8)) -> str:
     """Seq 1 (split -> interchange -> group -> interchange -> fuse): S channel parts, each a conv of
     the whole input with its own group count, concatenated."""

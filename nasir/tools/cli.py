@@ -8,6 +8,7 @@
     nasir check r18.onnx --cpu x86-64-v3        # the same with code for another CPU (AVX2 here)
     nasir check r18.onnx --checked              # ... with every load and store bounds-checked
     nasir profile resnet34 --dataset imagenet --variant group16   # time per layer vs its MACs
+    nasir search resnet18 --budget 100 --out runs/r18              # faster networks, same capacity
 
 A model argument is a file path or a zoo name (then `--dataset` picks its variant). User mistakes
 print `nasir: error: <message>` and exit 1; a failed check exits 1 too.
@@ -144,6 +145,27 @@ def cmd_profile(args) -> int:
     return 0
 
 
+def cmd_search(args) -> int:
+    from nasir.search.results import front_table
+
+    result = nasir.search(args.model, args.dataset, budget=args.budget, time_limit=args.time_limit,
+                          strategy=args.strategy, out=args.out, storage=args.storage, seed=args.seed,
+                          threads=args.threads, workers=args.workers, ray=args.ray, batch=args.batch, data=args.data,
+                          fisher_slack=args.fisher_slack, properties=not args.no_properties, cpu=args.cpu,
+                          timeout=args.timeout)
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(result.counts().items()))
+    out.print(f"{len(result.candidates)} candidates: {counts}")
+    show(out, front_table(result))
+    if result.best is not None:
+        out.print(f"best: {result.original_ms / result.best.measured_ms:.2f}x faster than the original "
+                  f"({result.best.measured_ms:.2f} ms vs {result.original_ms:.2f} ms); "
+                  f"pipeline in {args.out}/best.pipeline, network in {args.out}/best.onnx")
+    else:
+        out.print("no candidate kept the original's capacity")
+    out.print(f"results: {args.out}/results.jsonl, plot: {args.out}/pareto.png")
+    return 0
+
+
 # --- entry point ---------------------------------------------------------------------------------
 
 def parser() -> argparse.ArgumentParser:
@@ -195,11 +217,36 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--sort", choices=("order", "time"), default="order", help="rows in call order or slowest first")
     c.add_argument("--top", type=int, default=0, help="print only the first N rows")
     c.add_argument("--seed", type=int, default=0, help="seed of the random input")
+    search_args(command("search", cmd_search, "search architecture transforms for faster networks of the same capacity"))
     return p
+
+
+def search_args(c: argparse.ArgumentParser) -> None:
+    c.add_argument("model", help="a .onnx file or a zoo model name")
+    c.add_argument("--dataset", default="cifar10", help="dataset variant of a zoo model (default cifar10)")
+    c.add_argument("--budget", type=int, default=None, help="candidates to evaluate (default 100 without --time-limit)")
+    c.add_argument("--time-limit", type=float, help="seconds of this run after which no candidate is started")
+    c.add_argument("--strategy", default="random", help="random (NAS-PTE), evolution (NSGA-II) or tpe")
+    c.add_argument("--threads", type=int, default=1, help="threads of the timed code (default 1)")
+    c.add_argument("--workers", type=int, default=1, help="evaluations at once (processes, or Ray tasks)")
+    c.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS",
+                   help="evaluate on a Ray cluster (default address: auto); needs nasir[distributed]")
+    c.add_argument("--out", default="nasir-search", help="output folder (default nasir-search)")
+    c.add_argument("--storage", help="Optuna storage URL (default sqlite:///OUT/study.db)")
+    c.add_argument("--seed", type=int, default=0, help="seed of the strategy, the minibatch and new weights")
+    c.add_argument("--batch", type=int, default=16, help="Fisher Potential minibatch size (default 16)")
+    c.add_argument("--data", help="Fisher minibatch source: a CIFAR-10 folder or an .npz (default synthetic)")
+    c.add_argument("--fisher-slack", type=float, default=0.0,
+                   help="accept Fisher Potential down to (1 - SLACK) of the original's (default 0)")
+    c.add_argument("--no-properties", action="store_true", help="skip the mixing/depth property filter")
+    c.add_argument("--timeout", type=float, default=600.0, help="seconds one evaluation may take (default 600)")
+    c.add_argument("--cpu", help="llvm: the CPU to compile for (default: NASIR_CPU, else the host)")
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
+    if getattr(args, "budget", 0) is None and getattr(args, "time_limit", None) is None:
+        args.budget = 100
     try:
         sys.exit(args.run(args))
     except NasirError as e:

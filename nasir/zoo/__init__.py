@@ -26,7 +26,7 @@ from nasir.errors import ZooError
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-__all__ = ["names", "datasets", "input_shape", "num_classes", "build_torch", "export_onnx", "load"]
+__all__ = ["build_torch", "datasets", "export_onnx", "input_shape", "load", "names", "num_classes"]
 
 _BOTH = ("cifar10", "imagenet")
 _CIFAR = ("cifar10",)
@@ -88,7 +88,7 @@ def num_classes(name: str, dataset: str = "cifar10") -> int:
     return _CLASSES[dataset]
 
 
-def build_torch(name: str, dataset: str = "cifar10", seed: int = 0) -> "torch.nn.Module":
+def build_torch(name: str, dataset: str = "cifar10", seed: int = 0) -> torch.nn.Module:
     """Build `name` for `dataset` with seeded weights and BatchNorm statistics, in eval mode."""
     builder = _check(name, dataset)
     import torch

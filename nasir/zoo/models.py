@@ -14,21 +14,21 @@ import torch
 from torch import nn
 
 __all__ = [
-    "ResNet",
+    "NUM_CLASSES",
     "BasicBlock",
-    "ResNeXtCifar",
-    "ResNeXtBottleneck",
     "DenseNet",
     "MobileNetV2",
+    "ResNeXtBottleneck",
+    "ResNeXtCifar",
+    "ResNet",
     "WideResNet",
-    "resnet18",
-    "resnet34",
-    "resnext29_2x64d",
     "densenet121",
     "densenet161",
     "mobilenet_v2",
+    "resnet18",
+    "resnet34",
+    "resnext29_2x64d",
     "wrn_40_2",
-    "NUM_CLASSES",
 ]
 
 NUM_CLASSES = {"cifar10": 10, "imagenet": 1000}

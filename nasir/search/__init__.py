@@ -1,0 +1,58 @@
+"""nasir.search: explore the architecture transforms of a model for faster networks that keep its
+capacity (NAS-PTE's search, on Optuna, with SQLite storage and worker processes or Ray).
+
+    import nasir
+    result = nasir.search("resnet18", budget=100, strategy="evolution", out="runs/r18")
+    result.best.pipeline, result.best.measured_ms, result.pareto, result.candidates
+
+The rooms: `space` (the choices per conv), `evaluate` (legality, properties, Fisher Potential,
+costs), `latency` (estimates from cached per-nest timings), `strategies` (Optuna samplers),
+`workers` / `distributed` (evaluation in processes or Ray actors), `driver` (the ask/tell loop,
+resumable), `results` (front, files), `progress`, `sources`. The package itself is callable:
+`nasir.search(...)` is `nasir.search.search(...)`.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+
+
+def search(model: str | Path, dataset: str = "cifar10", *, budget: int | None = 100, time_limit: float | None = None,
+           strategy: str = "random", out: str | Path = "nasir-search", storage: str | None = None, seed: int = 0,
+           threads: int = 1, workers: int = 1, ray: str | None = None, batch: int = 16, data: str | None = None,
+           fisher_slack: float = 0.0, properties: bool = True, cpu: str | None = None,
+           choices: tuple[str, ...] | None = None, timeout: float = 600.0, progress: bool = True):
+    """Search the architecture transforms of `model` (a zoo name or an .onnx file) for faster
+    networks that keep its capacity (`nasir.search.driver`); returns a `SearchResult` with
+    `.best`, `.pareto` and `.candidates`, and writes them to `out`.
+
+        result = nasir.search("resnet18", budget=100, strategy="evolution", out="runs/r18")
+        print(result.best.pipeline, result.original_ms / result.best.measured_ms)
+
+    `ray`: evaluate as Ray tasks on the cluster at that address ("auto", "127.0.0.1:6379"; needs
+    `pip install nasir[distributed]`); `workers`: processes (local) or concurrent tasks (Ray).
+    """
+    from nasir.search.driver import Search, SearchOptions, check_run
+    from nasir.search.workers import LocalPool
+
+    options = SearchOptions(strategy, seed, batch, data, fisher_slack, properties, threads, cpu,
+                            tuple(choices) if choices else None)
+    options.check()
+    out = Path(out)
+    check_run(out, budget, time_limit, workers)
+    pool = LocalPool
+    if ray is not None:
+        from nasir.search.distributed import ray_pool
+
+        pool = ray_pool(ray)
+    return Search(str(model), dataset, out, options, storage, progress).run(budget, time_limit, workers, pool, timeout)
+
+
+class _CallableModule(types.ModuleType):
+    def __call__(self, *args, **kwargs):
+        return search(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -1,0 +1,247 @@
+"""The search loop: ask a strategy for candidates, evaluate them in workers, tell the study.
+
+    result = nasir.search("resnet18", budget=100, out="runs/r18")      # also: nasir search resnet18
+
+The study lives in SQLite (`storage`, default `<out>/study.db`). Run the same command again after
+an interruption (even SIGKILL) and it goes on: trials that were in flight are marked interrupted
+and do not count, finished ones are never evaluated again, and it stops at `budget` distinct
+finished candidates (or at `time_limit` seconds of this run). A storage that holds a search of
+another model, or with other options, is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+
+from nasir.errors import NasirError
+from nasir.search import strategies
+from nasir.search.evaluate import DEFAULT_EVALUATOR, Evaluator, Outcome, Setup
+from nasir.search.progress import SearchProgress
+from nasir.search.results import (
+    Candidate,
+    SearchResult,
+    outcome_of,
+    pareto_front,
+    plot_front,
+    write_atomically,
+    write_jsonl,
+)
+from nasir.search.sources import load_source
+from nasir.search.space import TEMPLATES, SearchSpace
+from nasir.search.workers import LocalPool
+
+STUDY = "nasir-search"
+COUNTED = ("accepted", "rejected", "failed")
+"""Outcomes that count towards the budget (not: interrupted, duplicate)."""
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """The options that define what a search evaluates (a resumed search must repeat them)."""
+
+    strategy: str = "random"
+    seed: int = 0
+    batch: int = 16
+    data: str | None = None
+    fisher_slack: float = 0.0
+    properties: bool = True
+    threads: int = 1
+    cpu: str | None = None
+    choices: tuple[str, ...] | None = None
+
+    def check(self) -> None:
+        if self.strategy not in strategies.SAMPLERS:
+            raise NasirError(f"unknown strategy '{self.strategy}' (choose from {', '.join(strategies.SAMPLERS)})")
+        if self.batch < 2:
+            raise NasirError(f"Fisher batch must be at least 2, got {self.batch}")
+        if not 0 <= self.fisher_slack < 1:
+            raise NasirError(f"fisher slack must lie in [0, 1), got {self.fisher_slack}")
+        if self.threads < 1:
+            raise NasirError(f"threads must be at least 1, got {self.threads}")
+
+
+def check_run(out: Path, budget: int | None, time_limit: float | None, workers: int) -> None:
+    if budget is None and time_limit is None:
+        raise NasirError("give a budget (number of candidates) or a time limit")
+    if budget is not None and budget < 1:
+        raise NasirError(f"budget must be at least 1 candidate, got {budget}")
+    if time_limit is not None and time_limit <= 0:
+        raise NasirError(f"time limit must be positive, got {time_limit}")
+    if workers < 1:
+        raise NasirError(f"workers must be at least 1, got {workers}")
+    if out.exists() and not out.is_dir():
+        raise NasirError(f"output folder {out} is a file")
+
+
+def existing_study(storage: str) -> optuna.Study | None:
+    """The search stored in `storage`, None when there is none (nothing is created)."""
+    if storage.startswith("sqlite:///") and not Path(storage.removeprefix("sqlite:///")).is_file():
+        return None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        return optuna.load_study(study_name=STUDY, storage=storage)
+    except KeyError:
+        return None
+
+
+def check_fingerprint(storage: str, stored: dict, fingerprint: dict) -> None:
+    """Refuse a storage that holds a search of another model or with other options."""
+    if stored.get("model") != fingerprint["model"]:
+        raise NasirError(f"storage {storage} holds a search of another model ({stored.get('source')}); "
+                         "give another --out or --storage")
+    if stored.get("options") != fingerprint["options"]:
+        raise NasirError(f"storage {storage} holds a search with other options ({stored.get('options')}); "
+                         "rerun with them, or give another --out or --storage")
+
+
+def open_study(storage: str, fingerprint: dict) -> tuple[optuna.Study, optuna.storages.RDBStorage]:
+    """The study in `storage`, created or resumed (its fingerprint checked)."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    rdb = optuna.storages.RDBStorage(storage)
+    study = optuna.create_study(storage=rdb, study_name=STUDY, directions=list(strategies.DIRECTIONS),
+                                load_if_exists=True)
+    if study.user_attrs:
+        check_fingerprint(storage, study.user_attrs, fingerprint)
+    else:
+        for key, value in fingerprint.items():
+            study.set_user_attr(key, value)
+    return study, rdb
+
+
+def finished(study: optuna.Study) -> dict[int, Candidate]:
+    """Counted candidates by trial number."""
+    out = {}
+    for t in study.get_trials(deepcopy=False):
+        if t.state != TrialState.RUNNING and t.user_attrs.get("status") in COUNTED:
+            out[t.number] = Candidate(t.number, t.user_attrs["pipeline"], outcome_of(t.user_attrs))
+    return out
+
+
+def mark_interrupted(study: optuna.Study, rdb: optuna.storages.RDBStorage) -> int:
+    """Trials a killed run left running: failed, marked interrupted (they do not count)."""
+    stale = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.RUNNING]
+    for t in stale:
+        rdb.set_trial_user_attr(t._trial_id, "status", "interrupted")
+        rdb.set_trial_state_values(t._trial_id, TrialState.FAIL)
+    return len(stale)
+
+
+def tell(study: optuna.Study, trial: optuna.Trial, outcome: Outcome) -> None:
+    for key, value in outcome.to_json().items():
+        trial.set_user_attr(key, value)
+    if outcome.status == "accepted":
+        study.tell(trial, [outcome.estimate_ms, outcome.fisher_ratio])
+    else:
+        study.tell(trial, state=TrialState.PRUNED if outcome.status == "rejected" else TrialState.FAIL)
+
+
+class Search:
+    """One run of a search (see the module docstring); `run()` returns the SearchResult."""
+
+    def __init__(self, source: str | Path, dataset: str, out: Path, options: SearchOptions,
+                 storage: str | None = None, progress: bool = True, evaluator: str = DEFAULT_EVALUATOR):
+        self.out, self.options, self.show_progress, self.evaluator = out, options, progress, evaluator
+        self.storage = storage or f"sqlite:///{out / 'study.db'}"
+        self.source, self.dataset = str(source), dataset
+
+    def prepare(self) -> tuple[Evaluator, SearchSpace, optuna.Study, optuna.storages.RDBStorage]:
+        """Load the model, check the storage, build the space; only then write into the output
+        folder, so bad input leaves nothing behind."""
+        o = self.options
+        original, fisher_model = load_source(self.source, self.dataset, o.batch)
+        fingerprint = {"model": hashlib.sha256(original.text().encode()).hexdigest(), "source": self.source,
+                       "options": json.dumps(o.__dict__, sort_keys=True, default=list)}
+        stored = existing_study(self.storage)
+        if stored is not None:
+            check_fingerprint(self.storage, stored.user_attrs, fingerprint)
+        space = (SearchSpace.from_json(stored.user_attrs["space"]) if stored is not None and "space" in stored.user_attrs
+                 else SearchSpace.of(original, o.choices or tuple(TEMPLATES)))
+        self.out.mkdir(parents=True, exist_ok=True)
+        original.save(self.out / "original.mlir")
+        fisher_model.save(self.out / "original_fisher.mlir")
+        study, rdb = open_study(self.storage, fingerprint)
+        study.set_user_attr("space", space.to_json())
+        setup = Setup(str(self.out / "original.mlir"), str(self.out / "original_fisher.mlir"),
+                      str(self.out / "kernels.db"), o.cpu, o.threads, o.data, o.seed, o.fisher_slack,
+                      o.properties, study.user_attrs.get("profile"), study.user_attrs.get("original_fisher"),
+                      self.evaluator)
+        evaluator = Evaluator(setup)
+        study.set_user_attr("profile", evaluator.latency.profile)
+        study.set_user_attr("original_fisher", evaluator.original_fisher)
+        self.setup = replace(setup, profile=evaluator.latency.profile, original_fisher=evaluator.original_fisher)
+        return evaluator, space, study, rdb
+
+    def run(self, budget: int | None, time_limit: float | None, workers: int = 1, pool_factory=None,
+            timeout: float = 600.0) -> SearchResult:
+        evaluator, space, study, rdb = self.prepare()
+        mark_interrupted(study, rdb)
+        done = finished(study)
+        seen = {c.pipeline for c in done.values()}
+        budget = budget if budget is not None else 10**9
+        pool = (pool_factory or LocalPool)(self.setup, workers, timeout)
+        progress = SearchProgress(budget if budget < 10**9 else None, time_limit, evaluator.latency.original_ms,
+                                  list(done.values()), enabled=self.show_progress)
+        asked: dict[int, optuna.Trial] = {}
+        start, duplicates = time.perf_counter(), 0
+        try:
+            with progress:
+                while True:
+                    out_of_time = time_limit is not None and time.perf_counter() - start > time_limit
+                    while (pool.idle and not out_of_time and len(done) + len(asked) < budget
+                           and duplicates < 1000):
+                        number = len(study.get_trials(deepcopy=False))
+                        study.sampler = strategies.sampler(self.options.strategy, self.options.seed, number)
+                        trial = study.ask()
+                        pipeline = space.pipeline({lc.layer: trial.suggest_categorical(lc.layer, list(lc.choices))
+                                                   for lc in space.layers if len(lc.choices) > 1})
+                        trial.set_user_attr("pipeline", pipeline)
+                        if pipeline in seen:
+                            duplicates += 1
+                            tell(study, trial, Outcome("duplicate"))
+                            continue
+                        duplicates = 0
+                        seen.add(pipeline)
+                        asked[trial.number] = trial
+                        pool.submit(trial.number, pipeline)
+                    if not asked:
+                        break
+                    for number, outcome in pool.results(wait=0.5):
+                        trial = asked.pop(number)
+                        tell(study, trial, outcome)
+                        done[number] = Candidate(number, trial.user_attrs["pipeline"], outcome)
+                        progress.add(done[number])
+        finally:
+            pool.close()
+        if duplicates >= 1000:
+            progress.note("the strategy keeps drawing candidates already evaluated: the space is exhausted")
+        return self.finish(evaluator, study, done)
+
+    def finish(self, evaluator: Evaluator, study: optuna.Study, done: dict[int, Candidate]) -> SearchResult:
+        """Measure the front's members whole, pick the best, write the output files."""
+        result = SearchResult(evaluator.latency.original_ms, [done[k] for k in sorted(done)], out=self.out)
+        result.pareto = pareto_front(result.candidates)
+        measured = dict(study.user_attrs.get("measured_ms", {}))
+        for c in result.pareto:
+            c.measured_ms = measured.get(str(c.number))
+            if c.measured_ms is None:
+                c.measured_ms = measured[str(c.number)] = evaluator.latency.kernels.measure(
+                    evaluator.model.transform(c.pipeline))
+                study.set_user_attr("measured_ms", measured)
+        if result.pareto:
+            result.best = min(result.pareto, key=lambda c: c.measured_ms)
+            write_atomically(self.out / "best.pipeline", result.best.pipeline + "\n")
+            tmp = self.out / ".best.tmp.onnx"
+            evaluator.model.transform(result.best.pipeline).to_onnx(tmp)
+            os.replace(tmp, self.out / "best.onnx")
+        write_jsonl(result, self.out / "results.jsonl")
+        plot_front(result, self.out / "pareto.png")
+        return result
+

@@ -1,0 +1,119 @@
+"""Evaluating one candidate, cheapest check first:
+
+1. legality: the pipeline runs (a pass refuses with its reason);
+2. properties: the alphaNAS mixing and depth of the original are kept (free; `properties=False`
+   turns it off);
+3. capacity: Fisher Potential at initialisation, on the search's seeded minibatch, at least the
+   original's times (1 - `fisher_slack`);
+4. cost: MACs and parameters against the original, and the latency estimate (`LatencyModel`).
+
+    evaluator = Evaluator(setup)                       # loads the models, measures the original once
+    evaluator('group{factor=2 layers="layer1_layer1[.]0_conv1_Conv"}')
+    -> Outcome(status='accepted', stage=None, ..., fisher_ratio=1.02, mac_ratio=0.93, estimate_ms=...)
+
+An outcome is `accepted`, `rejected` (with the stage and the reason) or, decided by the search
+driver, `failed` (the evaluation crashed, hung or raised something unexpected).
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from nasir.data import minibatch
+from nasir.errors import NasirError
+from nasir.fisher import fisher_potential
+from nasir.model import Model, load_text
+from nasir.search.latency import KernelTimes, LatencyModel
+from nasir.summary import summarize
+from nasir.transforms.properties import properties_at_least
+
+DEFAULT_EVALUATOR = "nasir.search.evaluate:Evaluator"
+
+
+@dataclass
+class Outcome:
+    """What the evaluation of one candidate found (figures relative to the original)."""
+
+    status: str
+    stage: str | None = None
+    reason: str = ""
+    fisher_ratio: float | None = None
+    mac_ratio: float | None = None
+    param_ratio: float | None = None
+    estimate_ms: float | None = None
+    seconds: float | None = None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Everything a worker needs to build its evaluator, as plain data (it crosses processes).
+
+    `model` / `fisher_model`: the original at nest level at batch 1 and at the Fisher batch, saved
+    as .mlir + .npz in the output folder."""
+
+    model: str
+    fisher_model: str
+    kernels: str
+    cpu: str | None = None
+    threads: int = 1
+    data: str | None = None
+    seed: int = 0
+    fisher_slack: float = 0.0
+    properties: bool = True
+    profile: dict[str, float] | None = None
+    original_fisher: float | None = None
+    evaluator: str = DEFAULT_EVALUATOR
+    """The class the workers evaluate with, as `module:Class` (an `Evaluator` subclass)."""
+
+    def make_evaluator(self) -> Evaluator:
+        module, name = self.evaluator.split(":")
+        return getattr(importlib.import_module(module), name)(self)
+
+
+class Evaluator:
+    """Evaluates pipelines against one original model (see the module docstring)."""
+
+    def __init__(self, setup: Setup):
+        self.setup = setup
+        self.model = load_text(setup.model)
+        self.fisher_model = load_text(setup.fisher_model)
+        shape = self.fisher_model.input_shapes[0]
+        classes = self.fisher_model.output_shapes[0][-1]
+        self.batch = minibatch(setup.data, shape[0], setup.seed, tuple(shape[1:]), classes)
+        self.original_fisher = (setup.original_fisher if setup.original_fisher is not None
+                                else self.fisher(self.fisher_model))
+        summary = summarize(self.model)
+        self.original_macs, self.original_params = summary.total_macs, summary.total_params
+        kernels = KernelTimes(Path(setup.kernels), setup.cpu, setup.threads)
+        self.latency = LatencyModel(self.model, kernels, setup.profile)
+
+    def fisher(self, model: Model) -> float:
+        return fisher_potential(model, *self.batch, seed=self.setup.seed).total
+
+    def __call__(self, pipeline: str) -> Outcome:
+        try:
+            candidate = self.model.transform(pipeline)
+            fisher_candidate = self.fisher_model.transform(pipeline)
+        except NasirError as e:
+            return Outcome("rejected", "legality", str(e))
+        if self.setup.properties:
+            ok, reason = properties_at_least(candidate.module, self.model.module)
+            if not ok:
+                return Outcome("rejected", "properties", reason)
+        ratio = self.fisher(fisher_candidate) / self.original_fisher
+        if not math.isfinite(ratio):
+            return Outcome("rejected", "fisher", f"Fisher Potential is {ratio} times the original's", ratio)
+        summary = summarize(candidate)
+        costs = {"mac_ratio": summary.total_macs / self.original_macs,
+                 "param_ratio": summary.total_params / self.original_params}
+        if ratio < 1 - self.setup.fisher_slack:
+            return Outcome("rejected", "fisher", f"Fisher Potential {ratio:.3f} of the original's "
+                           f"(needs >= {1 - self.setup.fisher_slack:.3f})", ratio, **costs)
+        return Outcome("accepted", None, "", ratio, **costs, estimate_ms=self.latency.estimate(candidate))
+

@@ -1,0 +1,234 @@
+"""The architecture search (issue 26) on a small residual CNN: space, reproducibility, capacity of
+what it accepts, durability (SIGKILL and resume), failing evaluations, Ray, and the CLI's refusals.
+
+One search runs once per module (`first`) and the tests read it; the others start their own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from search_fixtures import dense_only_onnx, tiny_resnet_onnx
+
+import nasir
+from nasir.dialects import nest
+from nasir.dialects.shapes import shape_of
+from nasir.data import minibatch
+from nasir.fisher import fisher_potential
+from nasir.search.driver import Search, SearchOptions
+from nasir.search.evaluate import Outcome
+from nasir.search.results import Candidate, pareto_front
+from nasir.search.space import SearchSpace, layer_pattern
+from nasir.search.sources import load_source
+
+TESTS = Path(__file__).resolve().parent
+BIN = Path(sys.executable).parent
+BUDGET = 8
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    return tiny_resnet_onnx(tmp_path_factory.mktemp("model") / "tiny.onnx")
+
+
+@pytest.fixture(scope="module")
+def first(tiny, tmp_path_factory):
+    return nasir.search(tiny, budget=BUDGET, out=tmp_path_factory.mktemp("first"), seed=0, progress=False)
+
+
+def lines(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+
+
+# --- the space ---------------------------------------------------------------------------------
+
+def test_space_keeps_what_applies_and_says_why_not(tiny):
+    model, _ = load_source(str(tiny), "cifar10", 2)
+    space = {lc.layer: lc for lc in SearchSpace.of(model).layers}
+    stem = space["conv1_Conv"]
+    assert "group2" not in stem.choices and "not divisible" in stem.excluded["group2"]  # 3 input channels
+    assert "group2" in space["layer1_conv1_Conv"].choices
+    # the second conv of a block feeds the residual add: its output channels cannot change
+    assert "bottleneck-co2" not in space["layer1_conv2_Conv"].choices
+    assert "residual" in space["layer1_conv2_Conv"].excluded["bottleneck-co2"]
+    assert "bottleneck-co2" in space["layer1_conv1_Conv"].choices
+
+
+def test_a_candidate_is_the_pipeline_of_its_choices(tiny):
+    model, _ = load_source(str(tiny), "cifar10", 2)
+    space = SearchSpace.of(model, ("identity", "group2", "bottleneck-co2"))
+    pipeline = space.pipeline({"layer1_conv1_Conv": "group2", "layer2_conv1_Conv": "bottleneck-co2"})
+    assert pipeline == ('group{factor=2 layers="layer1_conv1_Conv"},'
+                        'bottleneck{dim=co factor=2 layers="layer2_conv1_Conv"}')
+    nests = {op.layer_name: op for op in model.transform(pipeline).module.walk() if isinstance(op, nest.ComputeOp)}
+    assert shape_of(nests["layer1_conv1_Conv"].inputs[1]) == (16, 8, 3, 3)  # 2 groups of 8 input channels
+    assert shape_of(nests["layer2_conv1_Conv"].result) == (1, 16, 8, 8)  # 32 -> 16 output channels
+    assert shape_of(nests["layer2_conv2_Conv"].inputs[1]) == (32, 16, 3, 3)  # the next conv reads 16
+
+
+def test_layer_pattern_matches_only_its_layer():
+    import re
+
+    assert re.fullmatch(layer_pattern("layer1.0_conv1"), "layer1.0_conv1")
+    assert not re.fullmatch(layer_pattern("layer1.0_conv1"), "layer1x0_conv1")
+    with pytest.raises(nasir.NasirError):
+        layer_pattern('bad"name')
+
+
+def test_pareto_front_by_hand():
+    def cand(n, ms, fisher, status="accepted"):
+        return Candidate(n, f"p{n}", Outcome(status, fisher_ratio=fisher, estimate_ms=ms))
+
+    pool = [cand(0, 10, 1.0), cand(1, 8, 1.2), cand(2, 9, 1.1), cand(3, 5, 1.05), cand(4, 1, 9, "rejected")]
+    assert [c.number for c in pareto_front(pool)] == [3, 1]
+
+
+# --- one search --------------------------------------------------------------------------------
+
+def test_search_writes_its_results(first):
+    out = first.out
+    rows = lines(out)
+    assert len(rows) == BUDGET == len({r["pipeline"] for r in rows})
+    assert {r["status"] for r in rows} <= {"accepted", "rejected", "failed"}
+    assert all(r["stage"] in ("legality", "properties", "fisher") for r in rows if r["status"] == "rejected")
+    assert (out / "pareto.png").stat().st_size > 0
+    if first.best is not None:
+        assert (out / "best.pipeline").read_text().strip() == first.best.pipeline
+        assert (out / "best.onnx").stat().st_size > 0
+        assert first.best in first.pareto and all(c.measured_ms > 0 for c in first.pareto)
+
+
+def test_accepted_candidates_keep_fisher_potential(first, tiny):
+    """Recomputed here from the pipelines, on the search's minibatch (synthetic, seed 0, batch 16)."""
+    _, fisher_model = load_source(str(tiny), "cifar10", 16)
+    inputs, labels = minibatch(None, 16, 0, (3, 16, 16), 10)
+    original = fisher_potential(fisher_model, inputs, labels, seed=0).total
+    accepted = first.accepted
+    assert accepted, "the search accepted nothing; the check below would be vacuous"
+    for c in accepted:
+        value = fisher_potential(fisher_model.transform(c.pipeline), inputs, labels, seed=0).total
+        assert value >= original
+        assert value / original == pytest.approx(c.outcome.fisher_ratio, rel=1e-6)
+    for c in first.candidates:
+        if c.outcome.stage == "fisher":
+            value = fisher_potential(fisher_model.transform(c.pipeline), inputs, labels, seed=0).total
+            assert value < original
+
+
+def test_same_seed_same_candidates(first, tiny, tmp_path):
+    again = nasir.search(tiny, budget=4, out=tmp_path / "again", seed=0, progress=False)
+    assert [c.pipeline for c in again.candidates] == [c.pipeline for c in first.candidates[:4]]
+    other = nasir.search(tiny, budget=4, out=tmp_path / "other", seed=1, progress=False)
+    assert [c.pipeline for c in other.candidates] != [c.pipeline for c in again.candidates]
+
+
+# --- durability --------------------------------------------------------------------------------
+
+def counted(db: Path) -> int:
+    if not db.exists():
+        return 0
+    with sqlite3.connect(db) as con:
+        try:
+            return con.execute("select count(*) from trials where state in ('COMPLETE', 'PRUNED')").fetchone()[0]
+        except sqlite3.OperationalError:
+            return 0
+
+
+def test_sigkill_then_resume_finishes_the_budget_once(tiny, tmp_path):
+    out, budget = tmp_path / "run", 10
+    command = [str(BIN / "nasir"), "search", str(tiny), "--budget", str(budget), "--out", str(out)]
+    run = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while counted(out / "study.db") < 3 and time.time() < deadline and run.poll() is None:
+        time.sleep(0.2)
+    assert run.poll() is None, "the search ended before it could be killed"
+    os.kill(run.pid, signal.SIGKILL)
+    run.wait()
+    assert 3 <= counted(out / "study.db") < budget
+    done = subprocess.run(command, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    rows = lines(out)
+    assert len(rows) == budget == len({r["pipeline"] for r in rows})
+
+
+def test_crash_hang_and_error_are_recorded_and_the_search_goes_on(tiny, tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    options = SearchOptions(seed=3, choices=("identity", "depthwise", "seq2", "group4", "group2"))
+    search = Search(str(tiny), "cifar10", tmp_path / "crash", options, progress=False,
+                    evaluator="search_fixtures:CrashingEvaluator")
+    result = search.run(budget=8, time_limit=None, workers=2, timeout=15)
+    assert len(result.candidates) == 8
+    reasons = {c.pipeline: c.outcome.reason for c in result.candidates if c.outcome.status == "failed"}
+    crashed = [r for p, r in reasons.items() if "depthwise" in p]
+    hung = [r for p, r in reasons.items() if "index-split" in p and "depthwise" not in p]
+    raised = [r for p, r in reasons.items() if "factor=4" in p and "depthwise" not in p and "index-split" not in p]
+    assert crashed and all("SIGSEGV" in r for r in crashed)
+    assert hung and all("timed out" in r for r in hung)
+    assert raised and all("a deliberate failure" in r for r in raised)
+    assert all(c.outcome.status != "failed" for c in result.candidates if c.pipeline not in reasons)
+
+
+# --- Ray ---------------------------------------------------------------------------------------
+
+@pytest.fixture
+def ray_head(tmp_path):
+    port = 6400 + os.getpid() % 1000
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    subprocess.run([str(BIN / "ray"), "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port),
+                    "--num-cpus", "2", "--include-dashboard", "false", "--disable-usage-stats"],
+                   check=True, capture_output=True, env=env)
+    yield f"127.0.0.1:{port}"
+    subprocess.run([str(BIN / "ray"), "stop", "--force"], capture_output=True, env=env)
+
+
+def test_ray_gives_the_local_results(first, tiny, ray_head, tmp_path):
+    remote = nasir.search(tiny, budget=BUDGET, out=tmp_path / "ray", seed=0, workers=2, ray=ray_head, progress=False)
+    assert [(c.pipeline, c.outcome.status, c.outcome.stage) for c in remote.candidates] == \
+        [(c.pipeline, c.outcome.status, c.outcome.stage) for c in first.candidates]
+    assert np.allclose([c.outcome.fisher_ratio or 0 for c in remote.candidates],
+                       [c.outcome.fisher_ratio or 0 for c in first.candidates], rtol=1e-9)
+
+
+# --- the CLI's refusals ------------------------------------------------------------------------
+
+def refuse(args: list[str], *, what: str) -> None:
+    result = subprocess.run([str(BIN / "nasir"), "search", *args], capture_output=True, text=True)
+    assert result.returncode == 1, result.stderr
+    lines_ = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines_) == 1 and lines_[0].startswith("nasir: error:") and what in lines_[0], result.stderr
+
+
+@pytest.mark.parametrize("args, what", [
+    (["--strategy", "annealing"], "unknown strategy 'annealing'"),
+    (["--budget", "0"], "budget must be at least 1"),
+])
+def test_cli_refuses_bad_options(tiny, tmp_path, args, what):
+    refuse([str(tiny), "--out", str(tmp_path / "o"), *args], what=what)
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_refuses_a_model_with_nothing_to_transform(tmp_path):
+    refuse([str(dense_only_onnx(tmp_path / "dense.onnx")), "--out", str(tmp_path / "o")], what="no convolution")
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_refuses_an_output_folder_that_is_a_file(tiny, tmp_path):
+    (tmp_path / "o").write_text("x")
+    refuse([str(tiny), "--out", str(tmp_path / "o")], what="is a file")
+    assert (tmp_path / "o").read_text() == "x"
+
+
+def test_cli_refuses_the_storage_of_another_model(first, tmp_path):
+    wide = tiny_resnet_onnx(tmp_path / "wide.onnx", width=24)
+    before = {p.name: p.stat().st_mtime_ns for p in first.out.iterdir()}
+    refuse([str(wide), "--out", str(first.out), "--budget", str(BUDGET)], what="another model")
+    assert {p.name: p.stat().st_mtime_ns for p in first.out.iterdir()} == before
