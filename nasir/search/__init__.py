@@ -23,7 +23,8 @@ def search(model: str | Path, dataset: str = "cifar10", *, budget: int | None = 
            strategy: str = "random", out: str | Path = "nasir-search", storage: str | None = None, seed: int = 0,
            threads: int = 1, workers: int = 1, ray: str | None = None, batch: int = 16, data: str | None = None,
            fisher_slack: float = 0.0, properties: bool = True, cpu: str | None = None,
-           choices: tuple[str, ...] | None = None, timeout: float = 600.0, progress: bool = True):
+           choices: tuple[str, ...] | None = None, timeout: float = 600.0, progress: bool = True,
+           kernel_cache: str | Path | None = None):
     """Search the architecture transforms of `model` (a zoo name or an .onnx file) for faster
     networks that keep its capacity (`nasir.search.driver`); returns a `SearchResult` with
     `.best`, `.pareto` and `.candidates`, and writes them to `out`.
@@ -31,7 +32,8 @@ def search(model: str | Path, dataset: str = "cifar10", *, budget: int | None = 
         result = nasir.search("resnet18", budget=100, strategy="evolution", out="runs/r18")
         print(result.best.pipeline, result.original_ms / result.best.measured_ms)
 
-    `ray`: evaluate as Ray tasks on the cluster at that address ("auto", "127.0.0.1:6379"; needs
+    `kernel_cache`: the SQLite file of per-nest timings (default `<out>/kernels.db`; searches on one
+    machine may share one). `ray`: evaluate as Ray tasks on the cluster at that address ("auto", "127.0.0.1:6379"; needs
     `pip install nasir[distributed]`); `workers`: processes (local) or concurrent tasks (Ray).
     """
     from nasir.search.driver import Search, SearchOptions, check_run
@@ -47,7 +49,8 @@ def search(model: str | Path, dataset: str = "cifar10", *, budget: int | None = 
         from nasir.search.distributed import ray_pool
 
         pool = ray_pool(ray)
-    return Search(str(model), dataset, out, options, storage, progress).run(budget, time_limit, workers, pool, timeout)
+    search = Search(str(model), dataset, out, options, storage, progress, kernel_cache=kernel_cache)
+    return search.run(budget, time_limit, workers, pool, timeout)
 
 
 class _CallableModule(types.ModuleType):

@@ -147,8 +147,10 @@ class Search:
     """One run of a search (see the module docstring); `run()` returns the SearchResult."""
 
     def __init__(self, source: str | Path, dataset: str, out: Path, options: SearchOptions,
-                 storage: str | None = None, progress: bool = True, evaluator: str = DEFAULT_EVALUATOR):
+                 storage: str | None = None, progress: bool = True, evaluator: str = DEFAULT_EVALUATOR,
+                 kernel_cache: str | Path | None = None):
         self.out, self.options, self.show_progress, self.evaluator = out, options, progress, evaluator
+        self.kernel_cache = Path(kernel_cache) if kernel_cache else out / "kernels.db"
         self.storage = storage or f"sqlite:///{out / 'study.db'}"
         self.source, self.dataset = str(source), dataset
 
@@ -170,7 +172,7 @@ class Search:
         study, rdb = open_study(self.storage, fingerprint)
         study.set_user_attr("space", space.to_json())
         setup = Setup(str(self.out / "original.mlir"), str(self.out / "original_fisher.mlir"),
-                      str(self.out / "kernels.db"), o.cpu, o.threads, o.data, o.seed, o.fisher_slack,
+                      str(self.kernel_cache), o.cpu, o.threads, o.data, o.seed, o.fisher_slack,
                       o.properties, study.user_attrs.get("profile"), study.user_attrs.get("original_fisher"),
                       self.evaluator)
         evaluator = Evaluator(setup)

@@ -8,8 +8,9 @@ compiled and timed alone (`standalone`), as is the original conv it came from (a
     estimate = original's time + sum over convs L of in_model_ms(L) * (alone(new nests of L) / alone(L) - 1)
 
 A nest's time alone is cached under its signature, the printed standalone module with names
-erased, so one layer shape with one transform compiles and is timed once for the whole search, by
-whichever worker meets it first (the cache is an SQLite table the workers share). Timing holds a
+erased (and the host CPU, the target CPU and the threads), so one layer shape with one transform
+compiles and is timed once for the whole search, by whichever worker meets it first (the cache is
+an SQLite table the workers share; searches may share it too: `kernel_cache`). Timing holds a
 lock file, so the workers of one machine time one thing at a time. The front's members are then
 compiled whole and measured (`KernelTimes.measure`), and the estimate is reported beside it.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import os
 import sqlite3
 import tempfile
 from collections.abc import Iterator
@@ -31,6 +33,7 @@ from xdsl.ir import Block, Region
 
 from nasir.dialects import nest, nn
 from nasir.dialects.module import WeightStore
+from nasir.lowering.target import CPU_ENV, host_target
 from nasir.model import Model
 from nasir.runtime.llvm_executable import compile_llvm
 from nasir.transforms.nest_spec import is_conv, is_weight
@@ -82,7 +85,7 @@ class KernelTimes:
         self.db = sqlite3.connect(path, timeout=60, isolation_level=None)
         self.db.execute("create table if not exists kernels (signature text primary key, ms real)")
         self.lock, self.cpu, self.threads = lock, cpu, threads
-        self.options = f"cpu={cpu} threads={threads}"
+        self.options = f"host={host_target().cpu} cpu={cpu or os.environ.get(CPU_ENV) or 'host'} threads={threads}"
 
     def nest_ms(self, model: Model, op: nest.ComputeOp) -> float:
         alone = standalone(model, op)

@@ -152,10 +152,10 @@ def cmd_search(args) -> int:
                           strategy=args.strategy, out=args.out, storage=args.storage, seed=args.seed,
                           threads=args.threads, workers=args.workers, ray=args.ray, batch=args.batch, data=args.data,
                           fisher_slack=args.fisher_slack, properties=not args.no_properties, cpu=args.cpu,
-                          timeout=args.timeout)
+                          timeout=args.timeout, kernel_cache=args.kernel_cache)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.counts().items()))
     out.print(f"{len(result.candidates)} candidates: {counts}")
-    show(out, front_table(result))
+    out.print(front_table(result))
     if result.best is not None:
         out.print(f"best: {result.original_ms / result.best.measured_ms:.2f}x faster than the original "
                   f"({result.best.measured_ms:.2f} ms vs {result.original_ms:.2f} ms); "
@@ -241,6 +241,7 @@ def search_args(c: argparse.ArgumentParser) -> None:
     c.add_argument("--no-properties", action="store_true", help="skip the mixing/depth property filter")
     c.add_argument("--timeout", type=float, default=600.0, help="seconds one evaluation may take (default 600)")
     c.add_argument("--cpu", help="llvm: the CPU to compile for (default: NASIR_CPU, else the host)")
+    c.add_argument("--kernel-cache", help="SQLite file of per-nest timings (default OUT/kernels.db; shareable)")
 
 
 def main(argv: list[str] | None = None) -> None:
