@@ -66,7 +66,7 @@ class Edit:
             return np.zeros(shape, np.float32)
         rng = np.random.default_rng([self.seed, zlib.crc32(key.encode())])
         fan_in = int(np.prod(shape[1:]))
-        return (rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)).astype(np.float32)
+        return rng.standard_normal(shape, dtype=np.float32) * np.float32(np.sqrt(2.0 / fan_in))
 
     def weight(self, old: SSAValue, array: np.ndarray | Callable[[str], np.ndarray], before: Operation) -> SSAValue:
         """A new nn.weight op (before `before`) under a fresh name derived from `old`'s, holding

@@ -35,14 +35,14 @@ class Form:
     raw: tuple[AffineExpr, tuple[str, ...]] | None = None
 
     @staticmethod
-    def parse(expr: AffineExpr, names: Sequence[str]) -> "Form":
+    def parse(expr: AffineExpr, names: Sequence[str]) -> Form:
         lin = affine.linear_form(expr)
         if lin is None:
             return Form(raw=(expr, tuple(names)))
         return Form({names[p]: c for p, c in lin[0].items() if c}, lin[1])
 
     @staticmethod
-    def dim(name: str) -> "Form":
+    def dim(name: str) -> Form:
         return Form({name: 1})
 
     def coeff(self, name: str) -> int:
@@ -128,7 +128,7 @@ class NestSpec:
     schedule: Schedule | None
 
     @staticmethod
-    def of(op: nest.ComputeOp) -> "NestSpec":
+    def of(op: nest.ComputeOp) -> NestSpec:
         view = NestView.of(op)
         names = [d for d, _ in view.dims]
         return NestSpec(

@@ -88,7 +88,7 @@ class Evaluator:
         self.batch = minibatch(setup.data, shape[0], setup.seed, tuple(shape[1:]), classes)
         self.original_fisher = (setup.original_fisher if setup.original_fisher is not None
                                 else self.fisher(self.fisher_model))
-        summary = summarize(self.model)
+        summary = summarize(self.fisher_model)
         self.original_macs, self.original_params = summary.total_macs, summary.total_params
         kernels = KernelTimes(Path(setup.kernels), setup.cpu, setup.threads)
         self.latency = LatencyModel(self.model, kernels, setup.profile)
@@ -97,16 +97,18 @@ class Evaluator:
         return fisher_potential(model, *self.batch, seed=self.setup.seed).total
 
     def __call__(self, pipeline: str) -> Outcome:
+        """Checks on the model at the Fisher batch (the properties and the MAC and parameter ratios
+        do not depend on the batch); the model at batch 1 is transformed only for the latency of a
+        candidate that passed them."""
         try:
-            candidate = self.model.transform(pipeline)
-            fisher_candidate = self.fisher_model.transform(pipeline)
+            candidate = self.fisher_model.transform(pipeline)
         except NasirError as e:
             return Outcome("rejected", "legality", str(e))
         if self.setup.properties:
-            ok, reason = properties_at_least(candidate.module, self.model.module)
+            ok, reason = properties_at_least(candidate.module, self.fisher_model.module)
             if not ok:
                 return Outcome("rejected", "properties", reason)
-        ratio = self.fisher(fisher_candidate) / self.original_fisher
+        ratio = self.fisher(candidate) / self.original_fisher
         if not math.isfinite(ratio):
             return Outcome("rejected", "fisher", f"Fisher Potential is {ratio} times the original's", ratio)
         summary = summarize(candidate)
@@ -115,5 +117,5 @@ class Evaluator:
         if ratio < 1 - self.setup.fisher_slack:
             return Outcome("rejected", "fisher", f"Fisher Potential {ratio:.3f} of the original's "
                            f"(needs >= {1 - self.setup.fisher_slack:.3f})", ratio, **costs)
-        return Outcome("accepted", None, "", ratio, **costs, estimate_ms=self.latency.estimate(candidate))
-
+        estimate = self.latency.estimate(self.model.transform(pipeline))
+        return Outcome("accepted", None, "", ratio, **costs, estimate_ms=estimate)
