@@ -19,10 +19,18 @@ equals the unsplit conv's value (Delta sums over channels, and the parts partiti
 
     report = fisher_potential(model, x, y)      # model batch == len(x)
     report.total, report.layers["layer1.0.conv1"]
+    check = FisherCheck(original, x, y)         # a search: the original measured once
+    check(candidate).accepted
+
+Cost (ResNet-34 cifar10, batch 16): the convolutions' forward and input-gradient FLOPs, nothing
+else of note: weights are not copied and get no gradient (the analysis differentiates with respect
+to activations only), and one thread per evaluation avoids torch's threads spinning against other
+work on the cores (benchmarks/fisher_speed.py has the figures and the rank stability of smaller batches).
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -71,8 +79,26 @@ def measured(op) -> bool:
     return isinstance(op, nn.Conv2DOp)
 
 
-def fisher_potential(model: Model, inputs: np.ndarray, labels: np.ndarray, seed: int = 0) -> FisherReport:
-    """Fisher Potential of `model` on one minibatch (`inputs` N x C x H x W, integer `labels` N)."""
+def fisher_potential(model: Model, inputs: np.ndarray, labels: np.ndarray, seed: int = 0,
+                     threads: int | None = None) -> FisherReport:
+    """Fisher Potential of `model` on one minibatch (`inputs` N x C x H x W, integer `labels` N).
+
+    `threads`: torch's intra-op thread count for this evaluation (None: as set); a search running
+    one evaluation per core wants 1 (torch's threads then do not fight the other workers)."""
+    inputs, labels = _checked_batch(model, inputs, labels)
+    torch.manual_seed(seed)
+    with _threads(threads):
+        program = TorchProgram(model.module, frozen=True).train()
+        activations = _record(program)
+        loss = _loss(program(torch.from_numpy(inputs)), labels)
+        if not activations:
+            raise LegalityError("fisher_potential: the model has no convolution to measure")
+        grads = torch.autograd.grad(loss, list(activations.values()), allow_unused=True)
+        layers = {name: _delta(a, g) for (name, a), g in zip(activations.items(), grads)}
+    return FisherReport(layers, float(sum(layers.values())), float(loss.detach()))
+
+
+def _checked_batch(model: Model, inputs, labels) -> tuple[np.ndarray, np.ndarray]:
     inputs = np.asarray(inputs, dtype=np.float32)
     labels = np.asarray(labels).astype(np.int64).reshape(-1)
     expected = model.input_shapes[0]
@@ -81,39 +107,83 @@ def fisher_potential(model: Model, inputs: np.ndarray, labels: np.ndarray, seed:
                          f"import the model at batch {inputs.shape[0]} (e.g. nasir.zoo.export_onnx(..., batch=N))")
     if len(labels) != inputs.shape[0]:
         raise ShapeError(f"fisher_potential: {inputs.shape[0]} inputs but {len(labels)} labels")
-    torch.manual_seed(seed)
-    program = TorchProgram(model.module).train()
+    return inputs, labels
+
+
+@contextmanager
+def _threads(threads: int | None):
+    if threads is None or threads == torch.get_num_threads():  # setting it is not free: only on a change
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _record(program: TorchProgram) -> dict[str, torch.Tensor]:
+    """Make `program` keep the output of every measured op (by layer name) in the returned dict."""
     activations: dict[str, torch.Tensor] = {}
 
     def recording(name, fn):
         def run(op, args):
-            activations[name] = out = fn(op, args)
+            out = fn(op, args)
+            if not out.requires_grad:  # weights are frozen: an op that no gradient reaches yet is a leaf
+                out.requires_grad_()
+            activations[name] = out
             return out
         return run
 
     program.steps = [(op, recording(op.layer_name, fn) if measured(op) else fn, operands)
                      for op, fn, operands in program.steps]
-    logits = program(torch.from_numpy(inputs))
+    return activations
+
+
+def _loss(logits, labels: np.ndarray) -> torch.Tensor:
     logits = logits[0] if isinstance(logits, tuple) else logits
     if logits.dim() != 2 or logits.shape[0] != len(labels):
         raise ShapeError(f"fisher_potential: the first output must be N x classes logits, got {tuple(logits.shape)}")
     if labels.min() < 0 or labels.max() >= logits.shape[1]:
         raise ShapeError(f"fisher_potential: labels must lie in 0..{logits.shape[1] - 1}")
-    loss = F.cross_entropy(logits, torch.from_numpy(labels))
-    if not activations:
-        raise LegalityError("fisher_potential: the model has no convolution to measure")
-    grads = torch.autograd.grad(loss, list(activations.values()), allow_unused=True)
-    report = FisherReport(loss=float(loss.detach()))
-    n = inputs.shape[0]
-    for (name, a), g in zip(activations.items(), grads):
-        if g is None:  # the activation does not reach the loss
-            value = 0.0
-        else:
-            per_example = (a.detach().double() * g.double()).sum(dim=(2, 3))
-            value = float((per_example ** 2).sum() / (2 * n))
-        report.layers[name] = value
-    report.total = float(sum(report.layers.values()))
-    return report
+    return F.cross_entropy(logits, torch.from_numpy(labels))
+
+
+def _delta(a: torch.Tensor, g: torch.Tensor | None) -> float:
+    """Delta_layer of activation `a` with gradient `g`: the per-example, per-channel sums in float32
+    (one batched dot product), their squares summed in float64."""
+    if g is None:  # the activation does not reach the loss
+        return 0.0
+    per_example = torch.einsum("nchw,nchw->nc", a.detach(), g).double()
+    return float((per_example ** 2).sum() / (2 * a.shape[0]))
+
+
+class FisherCheck:
+    """The capacity rule of a search: the original's Fisher Potential measured once on one minibatch,
+    then each call measures a candidate against it (`check_capacity` measures both every time).
+
+        check = FisherCheck(original, x, y, threads=1)
+        check(candidate).accepted, check.original
+    """
+
+    def __init__(self, original: Model, inputs: np.ndarray, labels: np.ndarray, seed: int = 0,
+                 threads: int | None = None):
+        self.inputs, self.labels, self.seed, self.threads = inputs, labels, seed, threads
+        self.original = fisher_potential(original, inputs, labels, seed, threads).total
+
+    def __call__(self, candidate: Model) -> CapacityResult:
+        cand = fisher_potential(candidate, self.inputs, self.labels, self.seed, self.threads).total
+        return _verdict(cand, self.original)
+
+
+def _verdict(cand: float, orig: float) -> CapacityResult:
+    """NAS-PTE's rule: accept unless the candidate's Fisher Potential is below the original's."""
+    if cand < orig:
+        return CapacityResult(False, cand, orig,
+                              f"Fisher Potential {cand:.6g} is below the original's {orig:.6g} "
+                              f"({100 * (1 - cand / orig):.1f}% less capacity at initialisation)")
+    return CapacityResult(True, cand, orig, f"Fisher Potential {cand:.6g} >= the original's {orig:.6g}")
 
 
 def check_capacity(candidate: Model, original: Model, inputs: np.ndarray, labels: np.ndarray,
@@ -122,14 +192,9 @@ def check_capacity(candidate: Model, original: Model, inputs: np.ndarray, labels
 
     Both models are measured as given, so both should be at initialisation (zoo models are seeded
     fresh networks; architecture transforms re-initialise what they change with seeded Kaiming).
+    A search checking many candidates against one original uses `FisherCheck`.
     """
-    cand = fisher_potential(candidate, inputs, labels, seed).total
-    orig = fisher_potential(original, inputs, labels, seed).total
-    if cand < orig:
-        return CapacityResult(False, cand, orig,
-                              f"Fisher Potential {cand:.6g} is below the original's {orig:.6g} "
-                              f"({100 * (1 - cand / orig):.1f}% less capacity at initialisation)")
-    return CapacityResult(True, cand, orig, f"Fisher Potential {cand:.6g} >= the original's {orig:.6g}")
+    return FisherCheck(original, inputs, labels, seed)(candidate)
 
 
 def require_capacity(candidate: Model, original: Model, pipeline: str, data=None,

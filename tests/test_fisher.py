@@ -7,6 +7,7 @@ weights) through its own importer and torch backend.
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import numpy as np
@@ -18,7 +19,8 @@ import torch.nn.functional as F
 import nasir
 from nasir.data import CIFAR_MEAN, CIFAR_STD, DataError, load_cifar10, load_npz, minibatch
 from nasir.errors import LegalityError, ShapeError
-from nasir.fisher import check_capacity, fisher_potential
+from nasir.fisher import FisherCheck, check_capacity, fisher_potential
+from nasir.lowering.nest_to_torch import nest_ops, program
 
 BATCH = 8
 
@@ -111,6 +113,57 @@ def test_report_prints_a_table(net_and_model):
     x, y = minibatch(None, BATCH, shape=(3, 8, 8))
     text = str(fisher_potential(model, x, y))
     assert text.splitlines()[0].startswith("layer") and text.splitlines()[-1].startswith("total")
+
+
+CANDIDATES = [
+    'group{factor=2 layers="conv2_Conv"}',
+    'depthwise{layers="conv[23]_Conv"}',
+    'bottleneck{dim=ci factor=2 layers="conv[23]_Conv"}',
+    'group{factor=2 layers="conv3_Conv"},bottleneck{dim=ci factor=2 layers="conv3_Conv"}',
+    'index-split{dim=co parts=2 layers="conv3_Conv"},group{factor=2 layers="conv3_Conv[.]part1"}',
+    'shift{dim=oh offset=1 layers="conv2_Conv"},shift{dim=ow offset=-1 layers="conv3_Conv"}',
+    'unshare{dim=oh parts=2 layers="conv2_Conv"}',
+    'fold{dim=kh layers="conv2_Conv"},unfold{dim=oh size=5 layers="conv2_Conv"}',
+    'bottleneck{dim=oh factor=2 layers="conv3_Conv"}',
+]
+"""One candidate per kind of architecture transform (SmallNet's conv names)."""
+
+
+@pytest.mark.parametrize("pipeline", CANDIDATES)
+def test_candidates_run_fast_convs_and_match_the_generic_path(net_and_model, pipeline, monkeypatch):
+    """Every conv of a transformed network takes the F.conv2d path, and Fisher Potential (per layer)
+    is what the generic gather/einsum path gives."""
+    _, model = net_and_model
+    candidate = model.transform("convert-nn-to-nest," + pipeline)
+    x, y = minibatch(None, BATCH, seed=2, shape=(3, 8, 8), num_classes=10)
+    recognised = []
+    conv = nest_ops._conv
+    monkeypatch.setattr(nest_ops, "_conv", lambda *a: recognised.append(conv(*a)) or recognised[-1])
+    fast = fisher_potential(candidate, x, y)
+    assert recognised and all(r is not None for r in recognised)
+    monkeypatch.setattr(program, "run_compute", functools.partial(nest_ops.run_compute, fast=False))
+    generic = fisher_potential(candidate, x, y)
+    assert list(fast.layers) == list(generic.layers)
+    np.testing.assert_allclose(list(fast.layers.values()), list(generic.layers.values()), rtol=1e-4, atol=1e-12)
+    assert fast.total > 0
+
+
+def test_fisher_check_measures_the_original_once(net_and_model, monkeypatch):
+    _, model = net_and_model
+    nested = model.transform("convert-nn-to-nest")
+    candidate = nested.transform(CANDIDATES[0])
+    x, y = minibatch(None, BATCH, seed=4, shape=(3, 8, 8))
+    threads = torch.get_num_threads()
+    check = FisherCheck(nested, x, y, seed=4, threads=1)
+    assert check.original == fisher_potential(nested, x, y, seed=4).total
+    assert torch.get_num_threads() == threads  # set for the evaluation only
+    import nasir.fisher as fisher
+
+    calls = []
+    monkeypatch.setattr(fisher, "fisher_potential", lambda m, *a: calls.append(m) or fisher_potential(m, *a))
+    first, again = check(candidate), check(candidate)
+    assert calls == [candidate, candidate]
+    assert first == again == check_capacity(candidate, nested, x, y, seed=4)
 
 
 def test_capacity_accepts_equal_and_rejects_less(net_and_model, tmp_path):

@@ -145,6 +145,48 @@ def test_conv_gradient_matches_torch():
         torch.testing.assert_close(wv.grad, ref_w.grad, **TOL)
 
 
+@pytest.mark.parametrize("c,o,g,factor", [(8, 6, 1, 2), (8, 4, 2, 2), (12, 6, 3, 4)])
+def test_conv_of_a_channel_slice_takes_the_fast_path(c, o, g, factor):
+    """bottleneck{dim=ci} reads the first (C/G)/B channels of each group: F.conv2d of that slice,
+    values and input gradient, on both paths."""
+    gr = Graph((2, c, 7, 7))
+    y = gr.add(nn.Conv2DOp.new(gr.args[0], gr.weight("w", (o, c // g, 3, 3)), gr.weight("b", (o,)),
+                               pads=(1, 1, 1, 1), groups=g).named("conv"))
+    module = gr.module(y)
+    run_pipeline(module, f"convert-nn-to-nest,bottleneck{{dim=ci factor={factor}}}")
+    (op,) = nests(module)
+    w, b = (torch.from_numpy(weights_of(module)[o.owner.key]) for o in op.operands[1:])
+    assert w.shape[1] == c // g // factor
+    x = gr.inputs[0].clone().requires_grad_()
+    kept = x.view(2, g, c // g, 7, 7)[:, :, :c // g // factor].reshape(2, -1, 7, 7)
+    expected = F.conv2d(kept, w, b, padding=1, groups=g)
+    (ref_grad,) = torch.autograd.grad(expected.square().sum(), x)
+    assert torch_nest._functional(op, [x, w, b], [e for _, e in op.domain.dims]) is not None
+    for fast in (True, False):
+        got = run_compute(op, [x, w, b], fast=fast)
+        torch.testing.assert_close(got, expected, **TOL, msg=f"fast={fast}")
+        (grad,) = torch.autograd.grad(got.square().sum(), x)
+        torch.testing.assert_close(grad, ref_grad, **TOL, msg=f"fast={fast}")
+
+
+def test_conv_reading_past_its_input_is_left_to_the_generic_path():
+    """A channel access the slice cannot express (here: channels 2..9 of 8) is not fast-pathed."""
+    gr = Graph((1, 8, 5, 5))
+    y = gr.add(nn.Conv2DOp.new(gr.args[0], gr.weight("w", (4, 8, 3, 3)), pads=(1, 1, 1, 1)).named("conv"))
+    module = gr.module(y)
+    run_pipeline(module, "convert-nn-to-nest")
+    (op,) = nests(module)
+    d = dims_of(op.domain.dim_names)
+    x_map = op.access_maps[0]
+    shifted = amap(x_map.num_dims, [x_map.results[0], d["ci"] + 2, *x_map.results[2:]])
+    op = nest.ComputeOp.make("conv", op.operands, op.domain, [shifted, *op.access_maps[1:]], op.output_map,
+                             shape_of(op.result))
+    args = [gr.inputs[0], gr.w("w")]
+    assert torch_nest._functional(op, args, [e for _, e in op.domain.dims]) is None
+    xp = F.pad(gr.inputs[0][:, 2:], (1, 1, 1, 1, 0, 2))  # channels 8, 9 read as zeros
+    torch.testing.assert_close(run_compute(op, args), F.conv2d(xp, gr.w("w")), **TOL)
+
+
 # --- gemm / matmul -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("trans_a,trans_b,alpha,beta,c_kind", [

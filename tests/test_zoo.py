@@ -314,3 +314,12 @@ def test_export_batch_and_seed(tmp_path):
     assert got.shape == (3, 10)
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
     assert not np.allclose(got, other_seed, rtol=1e-3, atol=1e-3)
+
+
+def test_export_at_another_image_size_keeps_the_weights(tmp_path):
+    p = zoo.export_onnx("resnet18", tmp_path / "r18-16.onnx", batch=2, image_size=16)
+    x = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = _model("resnet18", "cifar10")(x).numpy()
+    got = _ort_run(p, x.numpy())
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)

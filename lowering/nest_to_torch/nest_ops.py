@@ -14,7 +14,9 @@ Generic path, correct for any nest (arbitrary affine maps, split parts, shifted 
 
 Fast path: inputs whose maps are plain (permuted) dims are viewed, not gathered, and convs and
 pools built by convert-nn-to-nest (recognised by rebuilding their maps) go to
-torch.nn.functional. Both paths compute the same numbers; `fast=False` forces the generic one.
+torch.nn.functional; so do the convs the architecture transforms make of them (grouped, depthwise,
+index-split parts, shifted or unshared windows, and a conv reading the first channels of each
+group, bottleneck{dim=ci}, as a conv of that channel slice). Both paths compute the same numbers; `fast=False` forces the generic one.
 """
 
 from __future__ import annotations
@@ -199,27 +201,63 @@ def _padded(x: torch.Tensor, out_hw: tuple[int, int], kernel: tuple[int, int], g
     return F.pad(x, _pads(x, out_hw, kernel, geo), value=value)
 
 
+def _read_channels(op: nest.ComputeOp, x: torch.Tensor, groups: int, ci: int) -> torch.Tensor | None:
+    """The input channels a conv reads, in the order a conv of `groups` groups of `ci` channels
+    takes them, or None. The channel access must be `g * S + ci + offset`: S = ci and offset 0 read
+    the whole input (x as is); a larger S reads the first channels of each group (bottleneck{dim=ci}).
+    A depthwise conv (no ci dim) must read channel `g`."""
+    names = op.domain.dim_names
+    form = affine.linear_form(op.access_maps[0].results[1])
+    if form is None:
+        return None
+    coeffs, offset = dict(form[0]), form[1]
+    stride = coeffs.pop(names.index("g"), 0) if "g" in names else 0
+    if "ci" not in names:
+        return x if (coeffs, offset, stride) == ({}, 0, 1) else None
+    channels = _shape(x)[1]
+    if coeffs != {names.index("ci"): 1} or offset < 0 or (groups - 1) * stride + offset + ci > channels:
+        return None
+    if groups == 1:
+        return x if (offset, ci) == (0, channels) else x.narrow(1, offset, ci)
+    if (stride, offset, groups * ci) == (ci, 0, channels):
+        return x
+    index = (torch.arange(groups).view(-1, 1) * stride + offset + torch.arange(ci)).reshape(-1)
+    return x.index_select(1, index)
+
+
+def _same_but_channel(a, b) -> bool:
+    """Two input maps that agree on every result but the channel one (checked by `_read_channels`)."""
+    return a.num_dims == b.num_dims and a.results[:1] + a.results[2:] == b.results[:1] + b.results[2:]
+
+
+def _conv(op: nest.ComputeOp, inputs: list[torch.Tensor], extents: list[int], geo: Window) -> torch.Tensor | None:
+    """F.conv2d for a conv nest as convert-nn-to-nest builds it, also one reading a channel slice."""
+    dom = op.domain
+    x, w = inputs[0], inputs[1]
+    if x.dim() != 4 or w.dim() != 4:
+        return None
+    groups = dom.extent("g") if "g" in dom.dim_names else 1
+    out_hw = (dom.extent("oh"), dom.extent("ow"))
+    # the whole input's shape: a slice of one channel per group is still a conv with a ci dim
+    domain, maps, _ = conv_nest(tuple(_shape(x)), tuple(_shape(w)), out_hw, groups, geo)
+    if domain != dom or maps[1] != op.access_maps[1] or not _same_but_channel(maps[0], op.access_maps[0]):
+        return None
+    x = _read_channels(op, x, groups, _shape(w)[1])
+    if x is None or _shape(x)[1] != groups * _shape(w)[1]:
+        return None
+    pw0, pw1, ph0, ph1 = _pads(x, out_hw, tuple(_shape(w)[2:]), geo)
+    if pw0 == pw1 >= 0 and ph0 == ph1 >= 0:  # symmetric: let the conv pad (exports as one Conv)
+        y = F.conv2d(x, w, stride=geo.strides, padding=(ph0, pw0), dilation=geo.dilations, groups=groups)
+    else:
+        y = F.conv2d(F.pad(x, [pw0, pw1, ph0, ph1]), w, stride=geo.strides, dilation=geo.dilations, groups=groups)
+    return y.reshape(extents[:dom.num_parallel.data])
+
+
 def _functional(op: nest.ComputeOp, inputs: list[torch.Tensor], extents: list[int]) -> torch.Tensor | None:
     dom = op.domain
     key = (tuple(n for n, _ in dom.parallel), tuple(n for n, _ in dom.reduction))
     if op.kind == "mac" and key in CONV_DOMAINS and (geo := _window_geometry(op)) is not None:
-        x, w = inputs[0], inputs[1]
-        if x.dim() != 4 or w.dim() != 4:
-            return None
-        out_hw = (dom.extent("oh"), dom.extent("ow"))
-        groups = dom.extent("g") if "g" in key[0] else 1
-        if _shape(x)[1] != groups * _shape(w)[1]:
-            return None
-        domain, maps, _ = conv_nest(tuple(_shape(x)), tuple(_shape(w)), out_hw, groups, geo)
-        if domain != dom or maps[:2] != op.access_maps[:2]:
-            return None
-        pw0, pw1, ph0, ph1 = _pads(x, out_hw, tuple(_shape(w)[2:]), geo)
-        if pw0 == pw1 >= 0 and ph0 == ph1 >= 0:  # symmetric: let the conv pad (exports as one Conv)
-            y = F.conv2d(x, w, stride=geo.strides, padding=(ph0, pw0), dilation=geo.dilations, groups=groups)
-        else:
-            y = F.conv2d(F.pad(x, [pw0, pw1, ph0, ph1]), w, stride=geo.strides, dilation=geo.dilations,
-                         groups=groups)
-        return y.reshape(extents[:dom.num_parallel.data])
+        return _conv(op, inputs, extents, geo)
     if op.kind in ("max", "avg") and key == (("n", "c", "oh", "ow"), ("kh", "kw")):
         geo = _window_geometry(op)
         x = inputs[0]

@@ -7,10 +7,16 @@ batch-norm uses batch statistics (and updates its buffers), as `torch.nn.BatchNo
 same program serves Fisher Potential and training (`Model.to_torch`);
 `nasir.runtime.torch_executable` runs it for inference.
 
+`frozen=True` is the program of an analysis that differentiates with respect to activations only
+(Fisher Potential): weights are read-only views of the store's arrays (no copy, no gradient) and
+training-mode batch-norm leaves its running statistics alone (its output is the same either way).
+
     program = TorchProgram(module).train()      # module: nn and/or nest ops, with its weight store
 """
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 import torch
@@ -36,12 +42,21 @@ def _kernel(op: Operation):
     return fn
 
 
+def _view(array: np.ndarray) -> torch.Tensor:
+    """`array` as a float32 tensor, sharing its memory when it is float32 and contiguous."""
+    array = np.ascontiguousarray(array, dtype=np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # store arrays are read-only; a frozen program never writes them
+        return torch.from_numpy(array)
+
+
 class TorchProgram(torch.nn.Module):
     """`@main` of a model as a torch module; `weight(name)` is the tensor of store entry `name`."""
 
-    def __init__(self, module: ModuleOp, momentum: float = 0.1):
+    def __init__(self, module: ModuleOp, momentum: float = 0.1, frozen: bool = False):
         super().__init__()
         self.momentum = momentum
+        self.frozen = frozen
         self.func = main_func(module)
         self.params = torch.nn.ParameterDict()
         self.stats = torch.nn.Module()  # batch-norm running mean / var as buffers
@@ -65,6 +80,9 @@ class TorchProgram(torch.nn.Module):
         while key in self.params or hasattr(self.stats, key):
             key, n = f"{name.replace('.', '_')}_{n}", n + 1
         self.keys[name] = key
+        if self.frozen:
+            self.stats.register_buffer(key, _view(array))
+            return
         tensor = torch.tensor(np.asarray(array), dtype=torch.float32)  # a copy: the store stays unchanged
         if buffer:
             self.stats.register_buffer(key, tensor)
@@ -92,6 +110,6 @@ class TorchProgram(torch.nn.Module):
 
     def _train_batch_norm(self, op: nn.BatchNormOp, args: list[torch.Tensor]) -> torch.Tensor:
         x, scale, bias, mean, var = args
-        running = all(isinstance(o.owner, nn.WeightOp) for o in op.operands[3:])
+        running = not self.frozen and all(isinstance(o.owner, nn.WeightOp) for o in op.operands[3:])
         return F.batch_norm(x, mean if running else None, var if running else None, scale, bias,
                             training=True, momentum=self.momentum, eps=op.epsilon.value.data)

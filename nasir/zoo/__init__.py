@@ -114,11 +114,14 @@ def export_onnx(
     batch: int = 1,
     opset: int = 17,
     fold_batch_norm: bool = False,
+    image_size: int | None = None,
 ) -> str:
     """Export `name` to ONNX at `path` (static shapes, input "input", output "output").
 
     BatchNormalization nodes are kept by default (the network as trained: Fisher Potential runs it in
     training mode); `fold_batch_norm=True` folds them into the convolutions as deployment exports do.
+    `image_size` exports the same network (same weights) for square inputs of that side instead of
+    the dataset's (the zoo's networks pool globally before the classifier).
 
     Uses the TorchScript exporter (``dynamo=False``): it works offline without onnxscript and
     names nodes after the module hierarchy ("/layer1/layer1.0/conv1/Conv").
@@ -126,7 +129,8 @@ def export_onnx(
     import torch
 
     model = build_torch(name, dataset, seed)
-    shape = (batch, *input_shape(name, dataset)[1:])
+    _, channels, height, width = input_shape(name, dataset)
+    shape = (batch, channels, *((image_size, image_size) if image_size else (height, width)))
     example = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
     path = os.fspath(path)
     parent = os.path.dirname(os.path.abspath(path))
