@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--out", type=Path, default=Path("bench-search"))
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args(argv)
-    console = Console(highlight=False)
+    console = Console(highlight=False, width=max(Console().width, 160))
     rows = [one_search(args.model, args.dataset, s, seed, args, args.out) for s in args.strategies for seed in args.seeds]
     console.print(table(rows))
     report: dict = {"model": args.model, "dataset": args.dataset, "budget": args.budget, "runs": rows}

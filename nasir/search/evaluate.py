@@ -94,7 +94,7 @@ class Evaluator:
         self.latency = LatencyModel(self.model, kernels, setup.profile)
 
     def fisher(self, model: Model) -> float:
-        return fisher_potential(model, *self.batch, seed=self.setup.seed).total
+        return fisher_potential(model, *self.batch, seed=self.setup.seed, threads=1).total
 
     def __call__(self, pipeline: str) -> Outcome:
         """Checks on the model at the Fisher batch (the properties and the MAC and parameter ratios
