@@ -67,8 +67,8 @@ def test_a_candidate_is_the_pipeline_of_its_choices(tiny):
     model, _ = load_source(str(tiny), "cifar10", 2)
     space = SearchSpace.of(model, ("identity", "group2", "bottleneck-co2"))
     pipeline = space.pipeline({"layer1_conv1_Conv": "group2", "layer2_conv1_Conv": "bottleneck-co2"})
-    assert pipeline == ('group{factor=2 layers="layer1_conv1_Conv"},'
-                        'bottleneck{dim=co factor=2 layers="layer2_conv1_Conv"}')
+    assert pipeline == ('bottleneck{dim=co factor=2 layers="layer2_conv1_Conv"},'
+                        'group{factor=2 layers="layer1_conv1_Conv"}')
     nests = {op.layer_name: op for op in model.transform(pipeline).module.walk() if isinstance(op, nest.ComputeOp)}
     assert shape_of(nests["layer1_conv1_Conv"].inputs[1]) == (16, 8, 3, 3)  # 2 groups of 8 input channels
     assert shape_of(nests["layer2_conv1_Conv"].result) == (1, 16, 8, 8)  # 32 -> 16 output channels

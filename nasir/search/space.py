@@ -41,10 +41,10 @@ def _pass(name: str, **options: object) -> Callable[[str], str]:
 
 TEMPLATES: dict[str, Callable[[str], str]] = {
     IDENTITY: lambda layers: "",
-    **{f"group{g}": partial(C.grouped, g=g) for g in (2, 4, 8, 16)},
-    "depthwise": C.depthwise,
     **{f"bottleneck-{d}{b}": _pass("bottleneck", dim=d, factor=b) for d in ("co", "ci") for b in (2, 4)},
     **{f"bottleneck-hw{b}": partial(C.spatial_bottleneck, b=b) for b in (2, 4)},
+    **{f"group{g}": partial(C.grouped, g=g) for g in (2, 4, 8, 16)},
+    "depthwise": C.depthwise,
     "seq1": C.seq1,
     "seq2": C.seq2,
     "seq3": C.seq3,
@@ -58,8 +58,10 @@ TEMPLATES: dict[str, Callable[[str], str]] = {
     "unshare-oh2": partial(C.seq3_bands, parts=2),
 }
 """Every choice a layer can make, in the order their passes run, with the pipeline it gives for a
-`layers` pattern. Parameters: group G; bottleneck of co or ci (factor B) or of the spatial domain
-(`hw`: the paper's interchange/bottleneck(h)/bottleneck(w) composition); Seq 1-3 as in
+`layers` pattern. Channel bottlenecks run first: a changed channel count passes into the next conv
+while it is still ungrouped, then grouping applies to the new count. Parameters: group G;
+bottleneck of co or ci (factor B) or of the spatial domain (`hw`: the paper's
+interchange/bottleneck(h)/bottleneck(w) composition); Seq 1-3 as in
 `nasir.transforms.compositions`; a k x k window folded to its centre row or column, or split into
 1 x k and k x 1 pieces; a 1-wide window unfolded to 3; the input read one pixel further; output
 rows in two bands with their own weights (index-split + unshare)."""
