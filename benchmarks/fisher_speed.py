@@ -3,14 +3,15 @@
     python benchmarks/fisher_speed.py                  # seconds per evaluation, ResNet-34 cifar10 batch 16
     python benchmarks/fisher_speed.py --rank           # + the rank-stability table over batches and seeds
 
-Speed: the original network and `CANDIDATES` (one per kind of architecture transform) are timed by
-three worker processes, run one after the other in each of `--rounds` rounds: "before" is the tree
-at `--before` (default: the commit this work started from, extracted with `git archive`):
-`fisher_potential` with torch's thread count, and a candidate's check is `check_capacity`, which
-measures the original again; "after-threads" is this tree with torch's thread count; "after" is
-this tree with one thread, a check being a call of a `FisherCheck` (the original measured once per
-search). Figures are medians of wall-clock and CPU seconds; after/before is the wall-clock ratio from
-the same run. The machine may be shared: the load average is printed with them.
+Speed: the original network and `CANDIDATES` (one per kind of architecture transform), transformed
+by this tree and saved, are timed by three worker processes, run one after the other in each of
+`--rounds` rounds: "before" is the tree at `--before` (default: the commit this work started from,
+extracted with `git archive`): `fisher_potential` with torch's thread count, and a candidate's
+check is `check_capacity`, which measures the original again; "after-threads" is this tree with
+torch's thread count; "after" is this tree with one thread, a check being a call of a `FisherCheck`
+(the original measured once per search). Figures are medians of wall-clock and CPU seconds;
+after/before is the wall-clock ratio from the same run. The machine may be shared: the load
+average is printed with them.
 
 Rank stability (`--rank`): `--candidates` random candidates (per conv: kept, or one of `CHOICES`,
 drawn with a seeded generator) are measured at every setting of `--batches` (a batch, or batch@side
@@ -22,13 +23,14 @@ candidates whose consensus is at least `CLEAR` from 1; then Spearman and decisio
 on every other seed (batch 16's own row is the noise floor of the reference). `--rank-from` prints
 the table of a saved rank_ratios.json.
 
-Measured (AMD EPYC Zen 4, 2 cores shared with other jobs, load average 2-5; ResNet-34 cifar10):
-per evaluation, the original 3.75 s -> 0.79 s, the candidates 1.5-6.8 s -> 0.21-0.96 s; per
-candidate's check 3.3-15.5 s -> 0.18-0.93 s (after/before 0.05-0.20). One core's cost of an
-evaluation hardly moves (0.77 -> 0.79 s CPU for the original: conv FLOPs); the time went to torch's
-two threads spinning against other work and to measuring the original again for every check. Rank
-study, 50 candidates x 5 seeds, CPU s per candidate / Spearman / Kendall / decisions agreeing / clear
-decisions wrong: batch 32 1.34 / 0.95 / 0.84 / 0.89 / 0 of 126; 16 0.70 / 0.93 / 0.80 / 0.84 / 0;
+Measured (AMD EPYC Zen 4, 2 cores; ResNet-34 cifar10 batch 16), wall / CPU seconds. Quiet machine
+(load 1.5): the original's evaluation 0.52 / 1.02 before, 0.80 / 0.80 after; a candidate's check
+0.57-0.95 / 1.1-1.9 before, 0.17-1.03 / 0.17-1.03 after (CPU 0.15-0.55x; two workers run two checks
+at once). Shared with other jobs (load 3-5): the original 3.75 -> 0.79, a check 3.3-15.5 -> 0.18-0.93
+(0.05-0.20x): torch's two threads spin against the other work. One core's cost of an evaluation is
+conv FLOPs (0.77 -> 0.79 s CPU at one thread for the original; a plain torch ResNet-34 takes 0.70).
+Rank study, 50 candidates x 5 seeds, CPU s per candidate / Spearman / Kendall / decisions agreeing /
+clear decisions wrong: batch 32 1.34 / 0.95 / 0.84 / 0.89 / 0 of 126; 16 0.70 / 0.93 / 0.80 / 0.84 / 0;
 8 0.38 / 0.87 / 0.72 / 0.85 / 8; 4 0.21 / 0.80 / 0.64 / 0.80 / 8; 16@16 0.21 / 0.82 / 0.65 / 0.77 / 12.
 Batch 16 stays: below it clear decisions flip.
 """
@@ -271,19 +273,21 @@ def before_tree(rev: str, folder: Path) -> Path:
     return tree
 
 
-def measure(path: str, repeat: int, folder: Path, name: str, dataset: str, batch: int) -> dict:
+def measure(path: str, repeat: int, folder: Path) -> dict:
     """Worker: seconds (wall, CPU) of each evaluation and each candidate's check by `path`, `repeat` times.
 
     "before" (the tree at `BEFORE`) and "after-threads": `fisher_potential` as torch's threads are
     set, and a check is `check_capacity` (which measures the original too); "after": one thread, and
     a check is a call of a `FisherCheck` (the original measured once, when it is built)."""
-    model = load(name, dataset, batch, folder)
-    x, y = minibatch(None, batch, 0, tuple(model.input_shapes[0][1:]), model.output_shapes[0][-1])
-    models = {"original": model} | {k: model.transform(p) for k, p in CANDIDATES.items()}
+    models = {key: nasir.load(folder / f"{key}.mlir") for key in ["original", *CANDIDATES]}
+    model = models["original"]
+    shape = model.input_shapes[0]
+    x, y = minibatch(None, shape[0], 0, tuple(shape[1:]), model.output_shapes[0][-1])
     threads = {"threads": 1} if path == "after" else {}
     check = nasir.fisher.FisherCheck(model, x, y, **threads) if path == "after" else (
         lambda m: nasir.fisher.check_capacity(m, model, x, y))
-    jobs = {f"{k} eval": functools.partial(nasir.fisher.fisher_potential, m, x, y, **threads) for k, m in models.items()}
+    evaluate = functools.partial(nasir.fisher.fisher_potential, inputs=x, labels=y, **threads)
+    jobs = {f"{k} eval": functools.partial(evaluate, m) for k, m in models.items()}
     jobs |= {f"{k} check": functools.partial(check, m) for k, m in models.items() if k != "original"}
     times: dict[str, list[tuple[float, float]]] = {key: [] for key in jobs}
     values = {}
@@ -297,23 +301,25 @@ def measure(path: str, repeat: int, folder: Path, name: str, dataset: str, batch
             "threads": threads.get("threads", torch.get_num_threads())}
 
 
-def run_worker(path: str, tree: Path | None, repeat: int, folder: Path, name: str, dataset: str, batch: int) -> dict:
+def run_worker(path: str, tree: Path | None, repeat: int, folder: Path) -> dict:
     env = dict(os.environ, PYTHONPATH=str(tree)) if tree else dict(os.environ)
-    command = [sys.executable, __file__, "--worker", path, "--repeat", str(repeat), "--out", str(folder),
-               "--model", name, "--dataset", dataset, "--batch", str(batch)]
+    command = [sys.executable, __file__, "--worker", path, "--repeat", str(repeat), "--out", str(folder)]
     return json.loads(subprocess.run(command, env=env, capture_output=True, check=True, text=True).stdout)
 
 
 def speed_table(args, folder: Path) -> None:
     """Rounds of the three workers one after the other; medians over all rounds' samples."""
     tree = before_tree(args.before, folder)
-    load(args.model, args.dataset, args.batch, folder)  # the ONNX file, once for all workers
+    original = load(args.model, args.dataset, args.batch, folder)
+    original.save(folder / "original.mlir")  # every worker measures these very networks
+    for key, pipeline in CANDIDATES.items():
+        original.transform(pipeline).save(folder / f"{key}.mlir")
     paths = {"before": tree, "after-threads": None, "after": None}
     samples: dict[str, dict[str, list]] = {p: {} for p in paths}
     runs: dict[str, list[dict]] = {p: [] for p in paths}
     for _ in range(args.rounds):
         for path, where in paths.items():
-            run = run_worker(path, where, args.repeat, folder, args.model, args.dataset, args.batch)
+            run = run_worker(path, where, args.repeat, folder)
             runs[path].append(run)
             for key, ts in run["times"].items():
                 samples[path].setdefault(key, []).extend(ts)
@@ -363,7 +369,7 @@ def main() -> None:
     parser.add_argument("--worker", choices=["before", "after-threads", "after"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(measure(args.worker, args.repeat, Path(args.out), args.model, args.dataset, args.batch)))
+        print(json.dumps(measure(args.worker, args.repeat, Path(args.out))))
         return
     with tempfile.TemporaryDirectory(prefix="fisher-speed-") as tmp:
         folder = Path(args.out or tmp)
