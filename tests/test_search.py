@@ -26,7 +26,7 @@ from nasir.data import minibatch
 from nasir.fisher import fisher_potential
 from nasir.search.driver import Search, SearchOptions
 from nasir.search.evaluate import Outcome
-from nasir.search.results import Candidate, pareto_front
+from nasir.search.results import Candidate, pareto_front, passes
 from nasir.search.space import SearchSpace, layer_pattern
 from nasir.search.sources import load_source
 
@@ -82,6 +82,11 @@ def test_layer_pattern_matches_only_its_layer():
     assert not re.fullmatch(layer_pattern("layer1.0_conv1"), "layer1x0_conv1")
     with pytest.raises(nasir.NasirError):
         layer_pattern('bad"name')
+
+
+def test_passes_of_a_pipeline():
+    assert passes('group{factor=2 layers="a|b"},fold{dim=kh layers="(?:a)[.]part0"},group{factor=4 layers="c"}') \
+        == "group x2, fold"
 
 
 def test_pareto_front_by_hand():

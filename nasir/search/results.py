@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,15 +76,21 @@ def pareto_front(candidates: Iterable[Candidate]) -> list[Candidate]:
     return sorted((c for c in pool if not beaten(c)), key=lambda c: c.outcome.estimate_ms)
 
 
+def passes(pipeline: str) -> str:
+    """The passes of a pipeline and how often each runs: `group{...},group{...},fold{...}` -> `group x2, fold`."""
+    names = Counter(step.split("{")[0] for step in re.split(r"(?<=\}),", pipeline) if step)
+    return ", ".join(f"{name} x{k}" if k > 1 else name for name, k in names.items()) or "(none)"
+
+
 def front_table(result: SearchResult) -> Table:
-    table = Table(title=f"Pareto front (original: {result.original_ms:.2f} ms)")
-    for col in ("trial", "est. ms", "ms", "speedup", "MACs", "params", "Fisher", "pipeline"):
-        table.add_column(col, justify="left" if col == "pipeline" else "right", overflow="fold")
+    table = Table(title=f"Pareto front (original: {result.original_ms:.2f} ms; whole pipelines in results.jsonl)")
+    for col in ("trial", "est. ms", "ms", "speedup", "MACs", "params", "Fisher", "passes"):
+        table.add_column(col, justify="left" if col == "passes" else "right", overflow="fold")
     for c in result.pareto:
         o, ms = c.outcome, c.measured_ms
         table.add_row(str(c.number), f"{o.estimate_ms:.2f}", f"{ms:.2f}" if ms else "-",
                       f"{result.original_ms / ms:.2f}x" if ms else "-", f"{o.mac_ratio:.2f}", f"{o.param_ratio:.2f}",
-                      f"{o.fisher_ratio:.3f}", c.pipeline)
+                      f"{o.fisher_ratio:.3f}", passes(c.pipeline))
     return table
 
 
