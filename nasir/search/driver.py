@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import time
 from dataclasses import dataclass, replace
@@ -103,14 +104,13 @@ def check_fingerprint(storage: str, stored: dict, fingerprint: dict) -> None:
 
 
 def open_study(storage: str, fingerprint: dict) -> tuple[optuna.Study, optuna.storages.RDBStorage]:
-    """The study in `storage`, created or resumed (its fingerprint checked)."""
+    """The study in `storage`, created or resumed (`existing_study` and `check_fingerprint` have
+    vetted one that exists); a new one is stamped with `fingerprint`."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     rdb = optuna.storages.RDBStorage(storage)
     study = optuna.create_study(storage=rdb, study_name=STUDY, directions=list(strategies.DIRECTIONS),
                                 load_if_exists=True)
-    if study.user_attrs:
-        check_fingerprint(storage, study.user_attrs, fingerprint)
-    else:
+    if not study.user_attrs:
         for key, value in fingerprint.items():
             study.set_user_attr(key, value)
     return study, rdb
@@ -125,13 +125,12 @@ def finished(study: optuna.Study) -> dict[int, Candidate]:
     return out
 
 
-def mark_interrupted(study: optuna.Study, rdb: optuna.storages.RDBStorage) -> int:
+def mark_interrupted(study: optuna.Study, rdb: optuna.storages.RDBStorage) -> None:
     """Trials a killed run left running: failed, marked interrupted (they do not count)."""
     stale = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.RUNNING]
     for t in stale:
         rdb.set_trial_user_attr(t._trial_id, "status", "interrupted")
         rdb.set_trial_state_values(t._trial_id, TrialState.FAIL)
-    return len(stale)
 
 
 def tell(study: optuna.Study, trial: optuna.Trial, outcome: Outcome) -> None:
@@ -187,17 +186,16 @@ class Search:
         mark_interrupted(study, rdb)
         done = finished(study)
         seen = {c.pipeline for c in done.values()}
-        budget = budget if budget is not None else 10**9
         pool = (pool_factory or LocalPool)(self.setup, workers, timeout)
-        progress = SearchProgress(budget if budget < 10**9 else None, time_limit, evaluator.latency.original_ms,
-                                  list(done.values()), enabled=self.show_progress)
+        progress = SearchProgress(budget, evaluator.latency.original_ms, list(done.values()), enabled=self.show_progress)
+        limit = budget if budget is not None else math.inf
         asked: dict[int, optuna.Trial] = {}
         start, duplicates = time.perf_counter(), 0
         try:
             with progress:
                 while True:
                     out_of_time = time_limit is not None and time.perf_counter() - start > time_limit
-                    while (pool.idle and not out_of_time and len(done) + len(asked) < budget
+                    while (pool.idle and not out_of_time and len(done) + len(asked) < limit
                            and duplicates < 1000):
                         number = len(study.get_trials(deepcopy=False))
                         study.sampler = strategies.sampler(self.options.strategy, self.options.seed, number)

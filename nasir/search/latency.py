@@ -26,7 +26,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import Block, Region
@@ -36,17 +35,15 @@ from nasir.dialects.module import WeightStore
 from nasir.lowering.target import CPU_ENV, host_target
 from nasir.model import Model
 from nasir.runtime.llvm_executable import compile_llvm
-from nasir.transforms.nest_spec import is_conv, is_weight
+from nasir.search.space import conv_nests
+from nasir.tools.reference import seeded_inputs
+from nasir.transforms.nest_spec import is_weight
 
 REPEAT = 7
 TIMING_LOCK = Path(tempfile.gettempdir()) / "nasir-timing.lock"
 """One timing at a time on a machine, whichever search or worker asks."""
 TOTAL = ""
 """The key of a profile's whole time."""
-
-
-def conv_nests(model: Model) -> list[nest.ComputeOp]:
-    return [op for op in model.module.walk() if isinstance(op, nest.ComputeOp) and is_conv(op)]
 
 
 def standalone(model: Model, op: nest.ComputeOp) -> Model:
@@ -71,11 +68,6 @@ def standalone(model: Model, op: nest.ComputeOp) -> Model:
 
 def signature(model: Model, options: str) -> str:
     return hashlib.sha256(f"{options}\n{model.text()}".encode()).hexdigest()[:24]
-
-
-def seeded_inputs(model: Model) -> list[np.ndarray]:
-    rng = np.random.default_rng(0)
-    return [rng.standard_normal(shape).astype(np.float32) for shape in model.input_shapes]
 
 
 class KernelTimes:

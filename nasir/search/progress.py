@@ -14,7 +14,7 @@ from nasir.search.results import Candidate
 class SearchProgress:
     """A rich progress bar fed candidate by candidate; silent when `enabled` is False."""
 
-    def __init__(self, total: int | None, time_limit: float | None, original_ms: float,
+    def __init__(self, total: int | None, original_ms: float,
                  done: list[Candidate], enabled: bool = True, console: Console | None = None):
         self.original_ms = original_ms
         self.counts: dict[str, int] = {}

@@ -67,6 +67,12 @@ interchange/bottleneck(h)/bottleneck(w) composition); Seq 1-3 as in
 rows in two bands with their own weights (index-split + unshare)."""
 
 
+def conv_nests(model: Model) -> list[nest.ComputeOp]:
+    """The convolutions a search may change: nests contracting data with a weight into a 4-D output."""
+    return [op for op in model.module.walk()
+            if isinstance(op, nest.ComputeOp) and is_conv(op) and len(shape_of(op.result)) == 4]
+
+
 def layer_pattern(name: str) -> str:
     """A regex matching exactly the nest name `name` in a pipeline option: `a.b` -> `a[.]b`."""
     bad = [c for c in name if c in '"\\]^']
@@ -93,20 +99,16 @@ class SearchSpace:
     layers: tuple[LayerChoices, ...]
 
     @staticmethod
-    def of(model: Model, choices: tuple[str, ...] = tuple(TEMPLATES), on_layer: Callable[[str], None] | None = None
-           ) -> SearchSpace:
+    def of(model: Model, choices: tuple[str, ...] = tuple(TEMPLATES)) -> SearchSpace:
         """Try every choice on every conv of `model` (nest level) alone; keep those that apply."""
         unknown = [c for c in choices if c not in TEMPLATES]
         if unknown:
             raise NasirError(f"unknown choice(s) {', '.join(unknown)} (known: {', '.join(TEMPLATES)})")
-        convs = [op for op in model.module.walk()
-                 if isinstance(op, nest.ComputeOp) and is_conv(op) and len(shape_of(op.result)) == 4]
+        convs = conv_nests(model)
         if not convs:
             raise NasirError("the model has no convolution for an architecture transform to change")
         layers = []
         for op in convs:
-            if on_layer is not None:
-                on_layer(op.layer_name)
             kept, excluded = [IDENTITY], {}
             for choice in choices:
                 if choice == IDENTITY:
@@ -120,14 +122,6 @@ class SearchSpace:
         if all(len(lc.choices) == 1 for lc in layers):
             raise NasirError("no architecture transform applies to any layer of the model")
         return SearchSpace(tuple(layers))
-
-    @property
-    def size(self) -> int:
-        """The number of candidates (identity everywhere included)."""
-        total = 1
-        for lc in self.layers:
-            total *= len(lc.choices)
-        return total
 
     def pipeline(self, picks: Mapping[str, str]) -> str:
         """The pipeline of a candidate: `picks` maps layer -> choice (missing layers: identity)."""
