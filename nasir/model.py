@@ -32,6 +32,7 @@ from nasir.dialects.module import (
 from nasir.dialects.shapes import shape_of
 from nasir.errors import NasirError, ShapeError
 from nasir.lowering.passes import run_pipeline
+from nasir.transforms.arch import in_place
 
 
 class Model:
@@ -103,7 +104,8 @@ class Model:
         below this model's: pass a CIFAR-10 directory, an .npz file, "synthetic", or (inputs, labels).
         """
         out = self.clone()
-        run_pipeline(out.module, pipeline)
+        with in_place():  # `out` is dropped if a pass fails
+            run_pipeline(out.module, pipeline)
         if capacity_check is not None:
             from nasir.fisher import require_capacity
 

@@ -27,7 +27,8 @@ from nasir.fisher import fisher_potential
 from nasir.search.driver import Search, SearchOptions
 from nasir.search.evaluate import Outcome
 from nasir.search.results import Candidate, pareto_front, passes
-from nasir.search.space import SearchSpace, layer_pattern
+from nasir.search.latency import standalone
+from nasir.search.space import SearchSpace, conv_nests, layer_pattern
 from nasir.search.sources import load_source
 
 TESTS = Path(__file__).resolve().parent
@@ -73,6 +74,20 @@ def test_a_candidate_is_the_pipeline_of_its_choices(tiny):
     assert shape_of(nests["layer1_conv1_Conv"].inputs[1]) == (16, 8, 3, 3)  # 2 groups of 8 input channels
     assert shape_of(nests["layer2_conv1_Conv"].result) == (1, 16, 8, 8)  # 32 -> 16 output channels
     assert shape_of(nests["layer2_conv2_Conv"].inputs[1]) == (32, 16, 3, 3)  # the next conv reads 16
+
+
+def test_nests_timed_at_batch_1_from_the_fisher_batch_candidate(tiny):
+    """The evaluator transforms only the candidate at the Fisher batch: its nests, taken at batch 1,
+    must be the very kernels of the batch-1 network transformed by the same pipeline."""
+    model, fisher_model = load_source(str(tiny), "cifar10", 4)
+    space = SearchSpace.of(model)
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        pipeline = space.pipeline({lc.layer: rng.choice(lc.choices) for lc in space.layers})
+        one, many = model.transform(pipeline), fisher_model.transform(pipeline)
+        assert [standalone(many, op, 1).text() for op in conv_nests(many)] == \
+            [standalone(one, op).text() for op in conv_nests(one)]
+        assert "tensor<4x" in standalone(many, conv_nests(many)[0]).text()  # the batch changed
 
 
 def test_layer_pattern_matches_only_its_layer():

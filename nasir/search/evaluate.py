@@ -26,7 +26,7 @@ from nasir.data import minibatch
 from nasir.errors import NasirError
 from nasir.fisher import fisher_potential
 from nasir.model import Model, load_text
-from nasir.search.latency import KernelTimes, LatencyModel
+from nasir.search.latency import KernelTimes, LatencyModel, NotBatched
 from nasir.summary import summarize
 from nasir.transforms.properties import properties_at_least
 
@@ -97,9 +97,9 @@ class Evaluator:
         return fisher_potential(model, *self.batch, seed=self.setup.seed, threads=1).total
 
     def __call__(self, pipeline: str) -> Outcome:
-        """Checks on the model at the Fisher batch (the properties and the MAC and parameter ratios
-        do not depend on the batch); the model at batch 1 is transformed only for the latency of a
-        candidate that passed them."""
+        """Every check on the candidate at the Fisher batch (the properties and the MAC and
+        parameter ratios do not depend on the batch); its nests are timed at batch 1, which gives
+        the kernels of the batch-1 candidate without transforming the model a second time."""
         try:
             candidate = self.fisher_model.transform(pipeline)
         except NasirError as e:
@@ -117,5 +117,8 @@ class Evaluator:
         if ratio < 1 - self.setup.fisher_slack:
             return Outcome("rejected", "fisher", f"Fisher Potential {ratio:.3f} of the original's "
                            f"(needs >= {1 - self.setup.fisher_slack:.3f})", ratio, **costs)
-        estimate = self.latency.estimate(self.model.transform(pipeline))
+        try:
+            estimate = self.latency.estimate(candidate)
+        except NotBatched:
+            estimate = self.latency.estimate(self.model.transform(pipeline))
         return Outcome("accepted", None, "", ratio, **costs, estimate_ms=estimate)

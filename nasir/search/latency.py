@@ -29,9 +29,12 @@ from pathlib import Path
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import Block, Region
+from xdsl.ir.affine import AffineDimExpr
 
 from nasir.dialects import nest, nn
 from nasir.dialects.module import WeightStore
+from nasir.dialects.shapes import shape_of, tensor
+from nasir.errors import NasirError
 from nasir.lowering.target import CPU_ENV, host_target
 from nasir.model import Model
 from nasir.runtime.llvm_executable import compile_llvm
@@ -46,11 +49,19 @@ TOTAL = ""
 """The key of a profile's whole time."""
 
 
-def standalone(model: Model, op: nest.ComputeOp) -> Model:
+def standalone(model: Model, op: nest.ComputeOp, batch: int | None = None) -> Model:
     """A model of `op` alone: its data inputs become @main's arguments, its weights `w0`, `w1`, ...
-    and its name `nest`, so nests that compute the same way print the same."""
+    and its name `nest`, so nests that compute the same way print the same.
+
+    `batch`: the nest at that batch instead of its own, so the search's candidate at the Fisher
+    batch gives the kernels of the batch-1 network it stands for (printed identically to those
+    of that network transformed itself); `NotBatched` when the batch is not its first dimension."""
     data = [v for v in op.inputs if not is_weight(v)]
-    block = Block(arg_types=[v.type for v in data])
+    types = [v.type for v in data]
+    result_type, domain = op.result.type, op.domain
+    if batch is not None:
+        types, result_type, domain = _at_batch(op, data, batch)
+    block = Block(arg_types=types)
     mapping = dict(zip(data, block.args))
     store = WeightStore()
     for v in op.inputs:
@@ -59,11 +70,29 @@ def standalone(model: Model, op: nest.ComputeOp) -> Model:
             store[w.key] = model.weights[v.owner.key]
             block.add_op(w)
             mapping[v] = w.result
-    clone = op.clone(value_mapper=mapping)
-    clone.properties["name"] = StringAttr("nest")
+    properties = {**op.properties, "name": StringAttr("nest"), "domain": domain}
+    clone = nest.ComputeOp.create(operands=[mapping[v] for v in op.inputs], properties=properties,
+                                  result_types=[result_type])
     block.add_ops([clone, func.ReturnOp(clone.result)])
-    main = func.FuncOp("main", ([v.type for v in data], [op.result.type]), Region(block))
+    main = func.FuncOp("main", (types, [result_type]), Region(block))
     return Model(ModuleOp([main]), store, [f"x{k}" for k in range(len(data))], ["y"])
+
+
+class NotBatched(NasirError):
+    """A nest whose batch is not its first dimension (`n`, the first axis of its data and result)."""
+
+
+def _at_batch(op: nest.ComputeOp, data: list, batch: int):
+    """The types of `data`, the result type and the domain of `op` with batch `batch`."""
+    name, extent = op.domain.dims[0]
+    first = AffineDimExpr(0)
+    maps = [m for v, m in zip(op.inputs, op.access_maps) if not is_weight(v)]
+    if (name != "n" or any(shape_of(v)[0] != extent or m.results[0] != first for v, m in zip(data, maps))
+            or shape_of(op.result)[0] != extent or op.output_map.results[0] != first):
+        raise NotBatched(f"nest '{op.layer_name}': the batch is not its first dimension")
+    domain = nest.DomainAttr.make([("n", batch), *op.domain.parallel[1:]], op.domain.reduction)
+    return ([tensor((batch, *shape_of(v)[1:])) for v in data], tensor((batch, *shape_of(op.result)[1:])),
+            domain)
 
 
 def signature(model: Model, options: str) -> str:
@@ -79,8 +108,8 @@ class KernelTimes:
         self.lock, self.cpu, self.threads = lock, cpu, threads
         self.options = f"host={host_target().cpu} cpu={cpu or os.environ.get(CPU_ENV) or 'host'} threads={threads}"
 
-    def nest_ms(self, model: Model, op: nest.ComputeOp) -> float:
-        alone = standalone(model, op)
+    def nest_ms(self, model: Model, op: nest.ComputeOp, batch: int | None = None) -> float:
+        alone = standalone(model, op, batch)
         key = signature(alone, self.options)
         row = self.db.execute("select ms from kernels where signature = ?", (key,)).fetchone()
         if row is not None:
@@ -114,13 +143,16 @@ class LatencyModel:
         self.kernels = kernels
         self.profile = profile if profile is not None else kernels.profile(original)
         self.original_ms = self.profile[TOTAL]
+        self.batch = original.input_shapes[0][0]
         self.alone = {op.layer_name: kernels.nest_ms(original, op) for op in conv_nests(original)}
 
     def estimate(self, candidate: Model) -> float:
+        """The estimate for `candidate` at the original's batch, whatever the batch `candidate`
+        was built at (its nests are timed at the original's; `NotBatched` if one cannot be)."""
         new: dict[str, float] = {}
         for op in conv_nests(candidate):
             layer = origin(op.layer_name, self.alone)
-            new[layer] = new.get(layer, 0.0) + self.kernels.nest_ms(candidate, op)
+            new[layer] = new.get(layer, 0.0) + self.kernels.nest_ms(candidate, op, self.batch)
         change = sum(self.profile.get(layer, 0.0) * (new.get(layer, 0.0) / alone - 1)
                      for layer, alone in self.alone.items() if alone > 0)
         return max(self.original_ms + change, 1e-6)
