@@ -24,11 +24,12 @@ from nasir.dialects import nest
 from nasir.dialects.shapes import shape_of
 from nasir.data import minibatch
 from nasir.fisher import fisher_potential
-from nasir.search.driver import Search, SearchOptions
+from nasir.search.driver import Search, SearchOptions, measure_front
 from nasir.search.evaluate import Outcome
 from nasir.search.results import Candidate, pareto_front, passes
 from nasir.search.latency import standalone
 from nasir.search.space import SearchSpace, conv_nests, layer_pattern
+from nasir.search.workers import MEASURE
 from nasir.search.sources import load_source
 
 TESTS = Path(__file__).resolve().parent
@@ -110,6 +111,46 @@ def test_pareto_front_by_hand():
 
     pool = [cand(0, 10, 1.0), cand(1, 8, 1.2), cand(2, 9, 1.1), cand(3, 5, 1.05), cand(4, 1, 9, "rejected")]
     assert [c.number for c in pareto_front(pool)] == [3, 1]
+
+
+def test_front_measured_by_the_workers_and_a_failed_measurement_noted():
+    class Pool:  # evaluates nothing: answers measure jobs, one of them failing
+        idle, jobs = 2, []
+
+        def submit(self, number, pipeline, kind):
+            assert kind == MEASURE
+            self.jobs.append(number)
+
+        def results(self, wait):
+            done = [(n, Outcome("failed", reason="boom") if n == 2 else Outcome("measured", measured_ms=n / 10))
+                    for n in self.jobs]
+            self.jobs = []
+            return done
+
+    class Study:
+        user_attrs = {"measured_ms": {"1": 0.5}}  # measured before an interruption
+
+        def set_user_attr(self, key, value):
+            self.user_attrs[key] = value
+
+    class Progress:
+        notes: list[str] = []
+
+        def measuring(self, n):
+            assert n == 2
+
+        def measured(self):
+            pass
+
+        def note(self, text):
+            self.notes.append(text)
+
+    front = [Candidate(n, f"p{n}", Outcome("accepted", estimate_ms=n)) for n in (1, 2, 3)]
+    progress = Progress()
+    measure_front(front, Pool(), Study(), progress)
+    assert [c.measured_ms for c in front] == [0.5, None, 0.3]
+    assert "candidate 2" in progress.notes[0] and "boom" in progress.notes[0]
+    assert Study.user_attrs["measured_ms"] == {"1": 0.5, "3": 0.3}
 
 
 # --- one search --------------------------------------------------------------------------------

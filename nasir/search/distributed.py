@@ -18,7 +18,7 @@ from functools import partial
 
 from nasir.errors import NasirError
 from nasir.search.evaluate import Outcome, Setup
-from nasir.search.workers import STARTUP_SECONDS, WorkerStartError, evaluate_safely, failed
+from nasir.search.workers import EVALUATE, STARTUP_SECONDS, WorkerStartError, evaluate_safely, failed
 
 
 def ray_pool(address: str) -> partial:
@@ -39,8 +39,8 @@ class EvaluatorActor:
     def ready(self) -> bool:
         return True
 
-    def evaluate(self, pipeline: str) -> Outcome:
-        return evaluate_safely(self.evaluator, pipeline)
+    def evaluate(self, job: tuple[str, str]) -> Outcome:
+        return evaluate_safely(self.evaluator, job)
 
 
 class RayPool:
@@ -74,9 +74,9 @@ class RayPool:
     def idle(self) -> int:
         return len(self.actors) - len(self.busy_actors)
 
-    def submit(self, number: int, pipeline: str) -> None:
+    def submit(self, number: int, pipeline: str, kind: str = EVALUATE) -> None:
         k = next(k for k in range(len(self.actors)) if k not in self.busy_actors)
-        self.jobs[self.actors[k].evaluate.remote(pipeline)] = (k, number, pipeline, time.perf_counter())
+        self.jobs[self.actors[k].evaluate.remote((kind, pipeline))] = (k, number, pipeline, time.perf_counter())
 
     def results(self, wait: float = 0.5) -> list[tuple[int, Outcome]]:
         done = []

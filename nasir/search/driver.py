@@ -5,8 +5,9 @@
 The study lives in SQLite (`storage`, default `<out>/study.db`). Run the same command again after
 an interruption (even SIGKILL) and it goes on: trials that were in flight are marked interrupted
 and do not count, finished ones are never evaluated again, and it stops at `budget` distinct
-finished candidates (or at `time_limit` seconds of this run). A storage that holds a search of
-another model, or with other options, is refused.
+finished candidates (or at `time_limit` seconds of this run). The workers then compile the front's
+members whole and time them (kept in the study too, so a resumed search does not measure them
+again). A storage that holds a search of another model, or with other options, is refused.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from nasir.search.results import (
 )
 from nasir.search.sources import load_source
 from nasir.search.space import TEMPLATES, SearchSpace
-from nasir.search.workers import LocalPool
+from nasir.search.workers import MEASURE, LocalPool
 
 STUDY = "nasir-search"
 COUNTED = ("accepted", "rejected", "failed")
@@ -218,25 +219,22 @@ class Search:
                         tell(study, trial, outcome)
                         done[number] = Candidate(number, trial.user_attrs["pipeline"], outcome)
                         progress.add(done[number])
+                if duplicates >= 1000:
+                    progress.note("the strategy keeps drawing candidates already evaluated: the space is exhausted")
+                result = SearchResult(evaluator.latency.original_ms, [done[k] for k in sorted(done)], out=self.out)
+                result.pareto = pareto_front(result.candidates)
+                result.seconds["search"] = time.perf_counter() - start
+                measure_front(result.pareto, pool, study, progress)
+                result.seconds["front"] = time.perf_counter() - start - result.seconds["search"]
         finally:
             pool.close()
-        if duplicates >= 1000:
-            progress.note("the strategy keeps drawing candidates already evaluated: the space is exhausted")
-        return self.finish(evaluator, study, done)
+        return self.finish(evaluator, result)
 
-    def finish(self, evaluator: Evaluator, study: optuna.Study, done: dict[int, Candidate]) -> SearchResult:
-        """Measure the front's members whole, pick the best, write the output files."""
-        result = SearchResult(evaluator.latency.original_ms, [done[k] for k in sorted(done)], out=self.out)
-        result.pareto = pareto_front(result.candidates)
-        measured = dict(study.user_attrs.get("measured_ms", {}))
-        for c in result.pareto:
-            c.measured_ms = measured.get(str(c.number))
-            if c.measured_ms is None:
-                c.measured_ms = measured[str(c.number)] = evaluator.latency.kernels.measure(
-                    evaluator.model.transform(c.pipeline))
-                study.set_user_attr("measured_ms", measured)
-        if result.pareto:
-            result.best = min(result.pareto, key=lambda c: c.measured_ms)
+    def finish(self, evaluator: Evaluator, result: SearchResult) -> SearchResult:
+        """Pick the best measured member of the front, write the output files."""
+        measured = [c for c in result.pareto if c.measured_ms is not None]
+        if measured:
+            result.best = min(measured, key=lambda c: c.measured_ms)
             write_atomically(self.out / "best.pipeline", result.best.pipeline + "\n")
             tmp = self.out / ".best.tmp.onnx"
             evaluator.model.transform(result.best.pipeline).to_onnx(tmp)
@@ -245,3 +243,27 @@ class Search:
         plot_front(result, self.out / "pareto.png")
         return result
 
+
+def measure_front(front: list[Candidate], pool, study: optuna.Study, progress: SearchProgress) -> None:
+    """Each member of `front` compiled whole and timed by the pool's workers (`measured_ms`; the
+    times are kept in the study's `measured_ms`). A member whose measurement fails stays unmeasured,
+    with a note saying why."""
+    measured = dict(study.user_attrs.get("measured_ms", {}))
+    for c in front:
+        c.measured_ms = measured.get(str(c.number))
+    queue = [c for c in front if c.measured_ms is None]
+    by_number, pending = {c.number: c for c in queue}, 0
+    progress.measuring(len(queue))
+    while queue or pending:
+        while queue and pool.idle:
+            c = queue.pop(0)
+            pool.submit(c.number, c.pipeline, MEASURE)
+            pending += 1
+        for number, outcome in pool.results(wait=0.5):
+            pending -= 1
+            if outcome.status == "measured":
+                by_number[number].measured_ms = measured[str(number)] = outcome.measured_ms
+                study.set_user_attr("measured_ms", measured)
+            else:
+                progress.note(f"candidate {number} of the front could not be measured: {outcome.reason}")
+            progress.measured()

@@ -12,7 +12,8 @@
     -> Outcome(status='accepted', stage=None, ..., fisher_ratio=1.02, mac_ratio=0.93, estimate_ms=...)
 
 An outcome is `accepted`, `rejected` (with the stage and the reason) or, decided by the search
-driver, `failed` (the evaluation crashed, hung or raised something unexpected).
+driver, `failed` (the evaluation crashed, hung or raised something unexpected). The front's members
+are then compiled whole and timed by the same workers (`Evaluator.measure`, outcome `measured`).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class Outcome:
     param_ratio: float | None = None
     estimate_ms: float | None = None
     seconds: float | None = None
+    measured_ms: float | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -122,3 +124,7 @@ class Evaluator:
         except NotBatched:
             estimate = self.latency.estimate(self.model.transform(pipeline))
         return Outcome("accepted", None, "", ratio, **costs, estimate_ms=estimate)
+
+    def measure(self, pipeline: str) -> Outcome:
+        """The candidate at batch 1 compiled whole and timed (median ms, under the timing lock)."""
+        return Outcome("measured", measured_ms=self.latency.kernels.measure(self.model.transform(pipeline)))

@@ -1,5 +1,6 @@
 """Live progress of a search (rich): done/total, accepted, rejected per filter, failed, best
-speedup so far (original time / best latency estimate of an accepted candidate), ETA."""
+speedup so far (original time / best latency estimate of an accepted candidate), ETA; then the
+front's members measured whole, one by one."""
 
 from __future__ import annotations
 
@@ -20,10 +21,10 @@ class SearchProgress:
         self.counts: dict[str, int] = {}
         self.best_ms: float | None = None
         self.console = console or Console(stderr=True, highlight=False)
-        self.progress = Progress(TextColumn("search"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+        self.progress = Progress(TextColumn("{task.fields[stage]}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
                                  TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
                                  console=self.console, disable=not enabled)
-        self.task = self.progress.add_task("", total=total)
+        self.task = self.progress.add_task("", total=total, stage="search")
         for c in done:
             self.add(c)
 
@@ -41,6 +42,13 @@ class SearchProgress:
         best = f"{self.original_ms / self.best_ms:.2f}x" if self.best_ms else "-"
         return (f"accepted {c.get('accepted', 0)} | rejected: {rejected or '0'} | failed {c.get('failed', 0)} "
                 f"| best speedup (est.) {best}")
+
+    def measuring(self, members: int) -> None:
+        """The front's `members` are now being compiled whole and timed."""
+        self.front = self.progress.add_task("", total=members, stage="front measured whole")
+
+    def measured(self) -> None:
+        self.progress.update(self.front, advance=1)
 
     def note(self, text: str) -> None:
         self.console.print(text)

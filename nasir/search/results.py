@@ -42,13 +42,15 @@ class Candidate:
 
 @dataclass
 class SearchResult:
-    """`candidates` in trial order, `pareto` (the front, fastest first) and `best` (or None)."""
+    """`candidates` in trial order, `pareto` (the front, fastest first) and `best` (or None);
+    `seconds`: this run's time evaluating candidates (`search`) and measuring the front (`front`)."""
 
     original_ms: float
     candidates: list[Candidate]
     pareto: list[Candidate] = field(default_factory=list)
     best: Candidate | None = None
     out: Path | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def accepted(self) -> list[Candidate]:

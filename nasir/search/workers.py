@@ -1,12 +1,13 @@
 """Evaluations in worker processes, so a crash, a hang or an exception costs one candidate only.
 
 `LocalPool(setup, workers, timeout)` keeps `workers` processes, each holding an `Evaluator`. A
-candidate sent to a worker comes back as an `Outcome`; a worker that dies (a segfault in generated
-code), runs past `timeout` seconds or raises gives an outcome `failed` with the reason, and is
-replaced by a fresh one.
+candidate sent to a worker (to be evaluated, or, for the front's members, to be compiled whole and
+timed: `MEASURE`) comes back as an `Outcome`; a worker that dies (a segfault in generated code),
+runs past `timeout` seconds or raises gives an outcome `failed` with the reason, and is replaced by
+a fresh one.
 
     pool = LocalPool(setup, workers=2, timeout=600)
-    pool.submit(7, "group{factor=2 ...}")
+    pool.submit(7, "group{factor=2 ...}")            # or pool.submit(7, pipeline, MEASURE)
     for number, outcome in pool.results(wait=1.0): ...
 
 The Ray pool (`nasir.search.distributed`) has the same three methods.
@@ -26,6 +27,8 @@ from multiprocessing.connection import Connection
 from nasir.search.evaluate import Evaluator, Outcome, Setup
 
 STARTUP_SECONDS = 900
+EVALUATE, MEASURE = "evaluate", "measure"
+"""The jobs of a worker: evaluate a candidate; compile a candidate whole and time it."""
 """Time a worker may take to load the models and measure the original before its first candidate."""
 
 
@@ -33,11 +36,13 @@ def failed(reason: str, seconds: float | None = None) -> Outcome:
     return Outcome("failed", None, reason, seconds=seconds)
 
 
-def evaluate_safely(evaluator: Evaluator, pipeline: str) -> Outcome:
-    """The evaluator's outcome; an unexpected exception is a failed outcome with its traceback tail."""
+def evaluate_safely(evaluator: Evaluator, job: tuple[str, str]) -> Outcome:
+    """The outcome of `job` (kind, pipeline); an unexpected exception is a failed outcome with its
+    traceback tail."""
+    kind, pipeline = job
     start = time.perf_counter()
     try:
-        outcome = evaluator(pipeline)
+        outcome = evaluator.measure(pipeline) if kind == MEASURE else evaluator(pipeline)
     except Exception as e:  # noqa: BLE001 - any error of one candidate is that candidate's failure
         tail = traceback.format_exc(limit=-3).strip().splitlines()[-1]
         return failed(f"{type(e).__name__}: {e} [{tail}]", time.perf_counter() - start)
@@ -117,10 +122,10 @@ class LocalPool:
     def busy(self) -> int:
         return len(self.workers) - self.idle
 
-    def submit(self, number: int, pipeline: str) -> None:
+    def submit(self, number: int, pipeline: str, kind: str = EVALUATE) -> None:
         worker = next(w for w in self.workers if w.job is None)
         worker.job, worker.started = (number, pipeline), time.perf_counter()
-        worker.inbox.send(pipeline)
+        worker.inbox.send((kind, pipeline))
 
     def results(self, wait: float = 0.5) -> list[tuple[int, Outcome]]:
         """Outcomes finished within `wait` seconds (failed ones included)."""
