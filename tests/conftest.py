@@ -14,6 +14,8 @@ optimised IR is checked for vectors of that width, but it cannot run: the call r
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from nasir.errors import ForeignCPUError
@@ -29,6 +31,19 @@ HOSTILE = "hostile file"
 COUNTED = {CASES: "differential cases run against ONNX Runtime", HOSTILE: "hostile ONNX files by outcome"}
 COMPILED_ONLY = "compiled only"
 """user_properties key of a test that compiled code this CPU cannot run (seen by xdist's controller)."""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def user_cache(tmp_path_factory):
+    """The tests' user cache (the search's kernel timings): a fresh folder, not the developer's."""
+    folder = tmp_path_factory.mktemp("user-cache")
+    before = os.environ.get("NASIR_CACHE_DIR")
+    os.environ["NASIR_CACHE_DIR"] = str(folder)
+    yield folder
+    if before is None:
+        del os.environ["NASIR_CACHE_DIR"]
+    else:
+        os.environ["NASIR_CACHE_DIR"] = before
 
 
 @pytest.fixture(params=[cpu for cpu, _ in WIDTHS.values()], ids=list(WIDTHS))

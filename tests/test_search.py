@@ -27,7 +27,7 @@ from nasir.fisher import fisher_potential
 from nasir.search.driver import Search, SearchOptions, measure_front
 from nasir.search.evaluate import Outcome
 from nasir.search.results import Candidate, pareto_front, passes
-from nasir.search.latency import standalone
+from nasir.search.latency import KernelTimes, compiler_digest, standalone
 from nasir.search.space import SearchSpace, conv_nests, layer_pattern
 from nasir.search.workers import MEASURE
 from nasir.search.sources import load_source
@@ -166,6 +166,15 @@ def test_search_writes_its_results(first):
         assert (out / "best.pipeline").read_text().strip() == first.best.pipeline
         assert (out / "best.onnx").stat().st_size > 0
         assert first.best in first.pareto and all(c.measured_ms > 0 for c in first.pareto)
+
+
+def test_kernel_times_go_to_the_users_cache(first, user_cache):
+    """By default the per-nest timings live in the user's cache (shared by their searches), keyed
+    by the compiler too, not in the output folder."""
+    rows = sqlite3.connect(user_cache / "kernels.db").execute("select count(*) from kernels").fetchone()[0]
+    assert rows >= 5 and not (first.out / "kernels.db").exists()  # the tiny model has 5 convs
+    times = KernelTimes(user_cache / "kernels.db", None, 1)
+    assert f"compiler={compiler_digest()}" in times.options and len(compiler_digest()) == 16
 
 
 def test_accepted_candidates_keep_fisher_potential(first, tiny):

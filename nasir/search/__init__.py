@@ -32,8 +32,8 @@ def search(model: str | Path, dataset: str = "cifar10", *, budget: int | None = 
         result = nasir.search("resnet18", budget=100, strategy="evolution", out="runs/r18")
         print(result.best.pipeline, result.original_ms / result.best.measured_ms)
 
-    `kernel_cache`: the SQLite file of per-nest timings (default `<out>/kernels.db`; searches on one
-    machine may share one). `ray`: evaluate as Ray tasks on the cluster at that address ("auto", "127.0.0.1:6379"; needs
+    `kernel_cache`: the SQLite file of per-nest timings (default: the user's, shared by their
+    searches; `nasir.search.latency.default_kernel_cache`). `ray`: evaluate as Ray tasks on the cluster at that address ("auto", "127.0.0.1:6379"; needs
     `pip install nasir[distributed]`); `workers`: processes (local) or concurrent tasks (Ray).
     """
     from nasir.search.driver import Search, SearchOptions, check_run

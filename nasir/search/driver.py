@@ -26,6 +26,7 @@ from optuna.trial import TrialState
 from nasir.errors import NasirError
 from nasir.search import strategies
 from nasir.search.evaluate import DEFAULT_EVALUATOR, Evaluator, Outcome, Setup
+from nasir.search.latency import default_kernel_cache
 from nasir.search.progress import SearchProgress
 from nasir.search.results import (
     Candidate,
@@ -150,7 +151,7 @@ class Search:
                  storage: str | None = None, progress: bool = True, evaluator: str = DEFAULT_EVALUATOR,
                  kernel_cache: str | Path | None = None):
         self.out, self.options, self.show_progress, self.evaluator = out, options, progress, evaluator
-        self.kernel_cache = Path(kernel_cache) if kernel_cache else out / "kernels.db"
+        self.kernel_cache = Path(kernel_cache) if kernel_cache else default_kernel_cache()
         self.storage = storage or f"sqlite:///{out / 'study.db'}"
         self.source, self.dataset = str(source), dataset
 

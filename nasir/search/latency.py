@@ -8,9 +8,12 @@ compiled and timed alone (`standalone`), as is the original conv it came from (a
     estimate = original's time + sum over convs L of in_model_ms(L) * (alone(new nests of L) / alone(L) - 1)
 
 A nest's time alone is cached under its signature, the printed standalone module with names
-erased (and the host CPU, the target CPU and the threads), so one layer shape with one transform
-compiles and is timed once for the whole search, by whichever worker meets it first (the cache is
-an SQLite table the workers share; searches may share it too: `kernel_cache`). Timing holds a
+erased (and the host CPU, the target CPU, the threads and the compiler: a digest of nasir's
+lowering code and llvmlite's version), so one layer shape with one transform compiles and is
+timed once, by whichever worker meets it first. The cache is an SQLite table the workers share,
+and by default every search of the user shares it too (`default_kernel_cache()`:
+`$NASIR_CACHE_DIR/kernels.db`, else `~/.cache/nasir/kernels.db`; safe to delete): a second search
+of the same or a related model finds most of its kernels timed. Timing holds a
 lock file, so the workers of one machine time one thing at a time. The front's members are then
 compiled whole and measured (`KernelTimes.measure`), and the estimate is reported beside it.
 """
@@ -18,6 +21,7 @@ compiled whole and measured (`KernelTimes.measure`), and the estimate is reporte
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import os
 import sqlite3
@@ -26,11 +30,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import llvmlite
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import Block, Region
 from xdsl.ir.affine import AffineDimExpr
 
+from nasir import dialects, lowering, runtime
 from nasir.dialects import nest, nn
 from nasir.dialects.module import WeightStore
 from nasir.dialects.shapes import shape_of, tensor
@@ -95,6 +101,24 @@ def _at_batch(op: nest.ComputeOp, data: list, batch: int):
             domain)
 
 
+def default_kernel_cache() -> Path:
+    """The user's kernel cache: `$NASIR_CACHE_DIR/kernels.db`, else `$XDG_CACHE_HOME/nasir/` or
+    `~/.cache/nasir/`."""
+    folder = os.environ.get("NASIR_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "nasir"
+    return Path(folder) / "kernels.db"
+
+
+@functools.cache
+def compiler_digest() -> str:
+    """What decides the code a nest compiles to: the source of nasir's dialects, lowering and
+    runtime, and llvmlite's version (a changed compiler never reuses an old kernel's time)."""
+    h = hashlib.sha256(llvmlite.__version__.encode())
+    for package in (dialects, lowering, runtime):
+        for path in sorted(Path(package.__path__[0]).rglob("*.py")):
+            h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def signature(model: Model, options: str) -> str:
     return hashlib.sha256(f"{options}\n{model.text()}".encode()).hexdigest()[:24]
 
@@ -103,10 +127,12 @@ class KernelTimes:
     """Times (ms) of standalone nests by signature, in an SQLite file shared by the workers."""
 
     def __init__(self, path: Path, cpu: str | None, threads: int, lock: Path = TIMING_LOCK):
+        path.parent.mkdir(parents=True, exist_ok=True)
         self.db = sqlite3.connect(path, timeout=60, isolation_level=None)
         self.db.execute("create table if not exists kernels (signature text primary key, ms real)")
         self.lock, self.cpu, self.threads = lock, cpu, threads
-        self.options = f"host={host_target().cpu} cpu={cpu or os.environ.get(CPU_ENV) or 'host'} threads={threads}"
+        self.options = (f"host={host_target().cpu} cpu={cpu or os.environ.get(CPU_ENV) or 'host'} threads={threads} "
+                        f"compiler={compiler_digest()}")
 
     def nest_ms(self, model: Model, op: nest.ComputeOp, batch: int | None = None) -> float:
         alone = standalone(model, op, batch)

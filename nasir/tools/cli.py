@@ -241,7 +241,8 @@ def search_args(c: argparse.ArgumentParser) -> None:
     c.add_argument("--no-properties", action="store_true", help="skip the mixing/depth property filter")
     c.add_argument("--timeout", type=float, default=600.0, help="seconds one evaluation may take (default 600)")
     c.add_argument("--cpu", help="llvm: the CPU to compile for (default: NASIR_CPU, else the host)")
-    c.add_argument("--kernel-cache", help="SQLite file of per-nest timings (default OUT/kernels.db; shareable)")
+    c.add_argument("--kernel-cache", help="SQLite file of per-nest timings (default: the user's cache, "
+                   "$NASIR_CACHE_DIR/kernels.db or ~/.cache/nasir/kernels.db, shared by their searches)")
 
 
 def main(argv: list[str] | None = None) -> None:
