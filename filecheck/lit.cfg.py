@@ -2,11 +2,13 @@
 
 Tests are .mlir files with RUN lines. `nasir-opt` and `filecheck` come from the virtual environment
 lit runs in (its bin directory goes first on PATH); `%python` is that environment's interpreter,
-for RUN lines that generate inputs (e.g. small ONNX files in frontend/).
+for RUN lines that generate inputs (e.g. small ONNX files in frontend/). NASIR_CACHE_DIR points at an
+empty folder, so the user's tuning database does not change the schedules the tests check.
 """
 
 import os
 import sys
+import tempfile
 
 import lit.formats
 
@@ -19,3 +21,5 @@ config.excludes = ["Output", "lit.cfg.py"]
 venv_bin = os.path.dirname(sys.executable)
 config.environment["PATH"] = os.pathsep.join([venv_bin, os.environ.get("PATH", "")])
 config.substitutions.append(("%python", sys.executable))
+# a cache folder of the run's own: the user's tuning database must not change default-schedule's output
+config.environment["NASIR_CACHE_DIR"] = tempfile.mkdtemp(prefix="nasir-lit-cache-")

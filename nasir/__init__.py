@@ -5,12 +5,13 @@
     print(model.summary())
     exe = nasir.compile(model, target="llvm")
     y = exe(x)
+    nasir.tune(model)                             # time the best schedules of its convs on this CPU
     result = nasir.search("resnet18", budget=100)   # faster networks of the same capacity
 """
 
 from nasir import search, zoo
-from nasir.api import check_capacity, compile, fisher_potential, load
+from nasir.api import check_capacity, compile, fisher_potential, load, tune
 from nasir.errors import NasirError
 from nasir.model import Model
 
-__all__ = ["Model", "NasirError", "check_capacity", "compile", "fisher_potential", "load", "search", "zoo"]
+__all__ = ["Model", "NasirError", "check_capacity", "compile", "fisher_potential", "load", "search", "tune", "zoo"]

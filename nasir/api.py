@@ -43,7 +43,7 @@ def load(path: str | Path, input_shapes: dict[str, tuple[int, ...]] | list[tuple
     return import_onnx(path, input_shapes)
 
 
-def compile(model: Model, target: str = "llvm", threads: int = 1, **options):
+def compile(model: Model, target: str = "llvm", threads: int = 1, tune: bool = False, **options):
     """Compile `model` for `target` ("llvm": native CPU code, "torch": PyTorch reference). An option
     the target does not take is an error, not ignored:
 
@@ -51,6 +51,10 @@ def compile(model: Model, target: str = "llvm", threads: int = 1, **options):
                                           default: the environment's NASIR_CPU, else the host)
         compile(model, checked=True)      llvm code that checks every load and store and raises
                                           BoundsError instead of leaving a buffer
+        compile(model, tune=True)         first time the best schedules of each conv the tuning
+                                          database lacks and keep the fastest (`tune`)
+        compile(model, tuning="t.db")     schedules from that tuning database ("none": the cost
+                                          model's alone; default: the user's, see `tune`)
 
         compile(model, target="torch", threads=2)
         -> NasirError: target 'torch' takes no option 'threads' (it takes: none)
@@ -60,11 +64,26 @@ def compile(model: Model, target: str = "llvm", threads: int = 1, **options):
     if target not in TARGETS:
         raise NasirError(f"unknown target '{target}' (choose from {', '.join(TARGETS)})")
     given = {**options, **({"threads": threads} if threads != 1 else {})}
-    takes = target_options(target)
-    for option in given:
+    takes = target_options(target) + (("tune",) if target == "llvm" else ())
+    for option in [*given, *(["tune"] if tune else [])]:
         if option not in takes:
             raise NasirError(f"target '{target}' takes no option '{option}' (it takes: {', '.join(takes) or 'none'})")
+    if tune:
+        from nasir.tuning import tune as tune_model
+
+        tune_model(model, cpu=options.get("cpu"), threads=threads, database=options.get("tuning"), progress=True)
     return backend_compiler(target)(model.module, **given)
+
+
+def tune(model: Model, cpu: str | None = None, threads: int = 1, database: str | Path | None = None,
+         progress: bool = False):
+    """Time the schedules the cost model ranks highest for each distinct conv of `model` that the
+    tuning database lacks for `cpu` and store the fastest, which every later compile for that CPU
+    then uses (see nasir/tuning.py). `database`: a file (default: the user's cache,
+    `$NASIR_CACHE_DIR/tuning.db` or `~/.cache/nasir/tuning.db`). Returns a `TuningReport`."""
+    from nasir.tuning import tune as tune_model
+
+    return tune_model(model, cpu=cpu, threads=threads, database=database, progress=progress)
 
 
 def fisher_potential(model: Model, inputs, labels, seed: int = 0):

@@ -145,11 +145,12 @@ class LLVMExecutable(Executable):
 
 
 def lower_to_llvm_dialect(module: ModuleOp, profile: bool = False, cpu: str | CPUTarget | None = None,
-                          checked: bool = False) -> ModuleOp:
+                          checked: bool = False, tuning: str | Path | None = None) -> ModuleOp:
     """A copy of `module` through LLVM_PIPELINE for `cpu` (a name LLVM knows, "host", a description, or None:
     the module's own `nasir.target`, else the host; see `nasir.lowering.target`); `profile`:
     with per-call tick counters, see `nasir.runtime.profile`; `checked`: every load and store of the kernels
-    checks its indices (`BoundsError`).
+    checks its indices (`BoundsError`); `tuning`: the tuning database default-schedule reads (a file,
+    "none"; default: the user's, see `nasir.lowering.schedule.tuned`).
     The nest-level result is verified; the loop and llvm levels are not: verifying tens of
     thousands of ops costs as much as building them, and LLVM verifies the IR made from them
     (`nasir.lowering.loops_to_llvm.llvm_ir.optimize`)."""
@@ -157,6 +158,8 @@ def lower_to_llvm_dialect(module: ModuleOp, profile: bool = False, cpu: str | CP
     options = " ".join(name + "=true" for name, on in (("profile", profile), ("checked", checked)) if on)
     if options:
         stages[stages.index("convert-loops-to-llvm")] = f"convert-loops-to-llvm{{{options}}}"
+    if tuning is not None:
+        stages[stages.index("default-schedule")] = f'default-schedule{{tuning="{tuning}"}}'
     loops = stages.index("convert-nest-to-loops")
     out = module.clone()
     attach_weights(out, WeightStore(weights_of(module)))
@@ -169,14 +172,16 @@ def lower_to_llvm_dialect(module: ModuleOp, profile: bool = False, cpu: str | CP
 
 @gc_paused()
 def compile_llvm(module: ModuleOp, threads: int = 1, profile: bool = False,
-                 cpu: str | CPUTarget | None = None, checked: bool = False) -> LLVMExecutable:
+                 cpu: str | CPUTarget | None = None, checked: bool = False,
+                 tuning: str | Path | None = None) -> LLVMExecutable:
     """Compile `module` (nn and/or nest ops, with its weight store) to native code for `cpu` (by
     default the host; see the module docstring and `lower_to_llvm_dialect`); `profile` times every
     kernel call for `LLVMExecutable.profile` (two counter reads and an add a call); `checked` makes a
-    call that reads or writes outside a buffer raise `BoundsError` instead. Its keyword parameters
+    call that reads or writes outside a buffer raise `BoundsError` instead; `tuning` names the
+    tuning database of schedules (a file, or "none"; default: the user's). Its keyword parameters
     are the options `nasir.compile` takes for the llvm target."""
     start = time.perf_counter()
-    return executable_of(module, lower_to_llvm_dialect(module, profile, cpu, checked), threads, start)
+    return executable_of(module, lower_to_llvm_dialect(module, profile, cpu, checked, tuning), threads, start)
 
 
 def executable_of(module: ModuleOp, lowered: ModuleOp, threads: int = 1, start: float | None = None) -> LLVMExecutable:

@@ -27,7 +27,7 @@ from nasir.fisher import fisher_potential
 from nasir.search.driver import Search, SearchOptions, measure_front
 from nasir.search.evaluate import Outcome
 from nasir.search.results import Candidate, pareto_front, passes
-from nasir.search.latency import KernelTimes, compiler_digest, standalone
+from nasir.kernels import KernelTimes, compiler_digest, standalone
 from nasir.search.space import SearchSpace, conv_nests, layer_pattern
 from nasir.search.workers import MEASURE
 from nasir.search.sources import load_source

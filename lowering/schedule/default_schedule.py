@@ -48,6 +48,8 @@ FMA, masked edge vectors, epilogue of transposed tiles):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
@@ -64,8 +66,9 @@ from nasir.lowering.schedule.schedules import (
     schedule_for,
     winograd_schedule,
 )
+from nasir.lowering.schedule.tuned import tuning_database
 from nasir.lowering.schedule.winograd import winograd_plan
-from nasir.lowering.target import target_of
+from nasir.lowering.target import CPUTarget, target_of
 from nasir.transforms.schedule import operand_axes
 
 
@@ -75,17 +78,39 @@ def nest_shape(op: nest.ComputeOp) -> NestView:
     return NestView.of(op, {k: axes for k, axes in weights.items() if axes})
 
 
+def tunable(op: nest.ComputeOp, target: CPUTarget) -> NestView | None:
+    """`op`'s shape if default-schedule gives it the better of the spatial and channel families
+    (`schedule_for`, or a tuned schedule), None if it runs as Winograd or with lanes over
+    channels (a max pool, a depthwise conv) or already has a schedule."""
+    if op.schedule is not None:
+        return None
+    shape = nest_shape(op)
+    if 1 in shape.weight_layouts and winograd_plan(shape, target.lanes) is not None:
+        return None
+    if channel_pool_schedule(shape, target) or depthwise_channel_schedule(shape, target):
+        return None
+    return shape
+
+
+@dataclass(frozen=True)
 class DefaultSchedulePass(ModulePass):
     """Set a vectorised, thread-parallel schedule on every nest.compute that has none, for the
     module's target CPU (`nasir.target`, else NASIR_CPU, else the host; `nasir-opt --cpu`): its
     vector lanes, registers and caches; a conv with a wide strided row window (a 7x7 stride-2
     stem) gets `winograd_schedule` and is marked to run as 1-D Winograd (`nasir.winograd`, with
-    the `nasir.scratch_bytes` its kernel needs)."""
+    the `nasir.scratch_bytes` its kernel needs). A conv or gemm whose signature the tuning
+    database holds for the target CPU (`nasir tune`) gets the schedule timed fastest there.
+
+    Options: `tuning`: the tuning database file ("" the user's, `default_tuning_db`; "none": the
+    cost model alone), as in `default-schedule{tuning=none}`."""
 
     name = "default-schedule"
 
+    tuning: str = ""
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         target = target_of(op)
+        tuned = tuning_database(self.tuning)
         # nests that run lanes over channels only if their input is stored channel-blocked (a max
         # pool after a stem, a depthwise conv): their channel schedule, and the spatial one to fall
         # back to
@@ -99,8 +124,9 @@ class DefaultSchedulePass(ModulePass):
                     WINOGRAD.set(nest_op, winograd.m)
                     SCRATCH_BYTES.set(nest_op, winograd.scratch_bytes)
                     continue
-                spatial = schedule_for(shape, target)
                 channel = channel_pool_schedule(shape, target) or depthwise_channel_schedule(shape, target)
+                spatial = (channel is None and tuned is not None and tuned.lookup(target.cpu, nest_op)
+                           or schedule_for(shape, target))
                 nest_op.properties["schedule"] = (channel or spatial).to_attr()
                 if channel is not None:
                     blocked_input[nest_op] = spatial

@@ -6,7 +6,8 @@
   packed weights (`OIHW16o`), a register tile of row points x channel blocks;
 - `winograd_schedule`, `channel_pool_schedule`, `depthwise_channel_schedule`: a Winograd stem, a max
   pool and a depthwise conv with lanes over channels;
-- `schedule_for`: the better of the spatial and channel families by the cost model.
+- `schedule_for`: the better of the spatial and channel families by the cost model;
+  `candidate_schedules`: the few it ranks highest, for tuning (`nasir.tuning`) to time.
 
     schedule_for(NestView.of(op), target)    # Schedule(splits=[("co", 16)], vector="co.i", ...)
 """
@@ -63,11 +64,7 @@ def schedule_for(n: NestView, target: CPUTarget) -> Schedule:
     """The default schedule of a nest on `target`: vectorised over output channels with packed
     weights where `channel_score` estimates that to be faster than `spatial_score`, otherwise over
     the contiguous output dim (`spatial_vector_schedule`)."""
-    spatial = spatial_vector_schedule(n, target)
-    channel = channel_vector_plan(n, target)
-    if channel is not None and channel_score(channel, target) > spatial_score(n, spatial, target):
-        return channel_vector_schedule(n, channel, target)
-    return spatial
+    return candidate_schedules(n, target, 1)[0]
 
 
 def _lanes_along_output(n: NestView, target: CPUTarget) -> tuple[Schedule, list[str], tuple | None, int]:
@@ -194,14 +191,23 @@ def _finish(sched: Schedule, n, loops: list[str], tile: list[str]) -> Schedule:
 
 def channel_vector_plan(n: NestView, target: CPUTarget) -> ChannelPlan | None:
     """The channel-vector plan of a contraction whose input 1 is a weight with output channels on
-    its first axis (conv, gemm), None when the nest has no such shape. Its channel block's packed
-    weights stream from L2 (at most its size of them)."""
+    its first axis (conv, gemm), None when the nest has no such shape: the first of
+    `channel_vector_plans`."""
+    plans = channel_vector_plans(n, target)
+    return plans[0] if plans else None
+
+
+def channel_vector_plans(n: NestView, target: CPUTarget) -> list[ChannelPlan]:
+    """The channel-vector plans of a contraction whose input 1 is a weight with output channels on
+    its first axis (conv, gemm), the cost model's choice first, the others by score; empty when
+    the nest has no such shape. A channel block's packed weights stream from L2 (at most its size
+    of them)."""
     width = target.lanes
     if n.combiner != "mac" or len(n.maps) < 2 or not n.dims[n.npar:]:
-        return None
+        return []
     axes = n.weight_layouts.get(1)
     if axes is None or axes[0] != "O":
-        return None
+        return []
     par = n.dims[: n.npar]
     read0, w_map = affine.map_dims(n.maps[0]), n.maps[1]
     col = None
@@ -214,7 +220,7 @@ def channel_vector_plan(n: NestView, target: CPUTarget) -> ChannelPlan | None:
     row = next(((name, e) for pos, (name, e) in reversed(list(enumerate(par)))
                 if e > 1 and stride_of(n.out_map, n.out_shape, pos) == 1 and pos in read0), None)
     if col is None or row is None or stride_of(n.out_map, n.out_shape, [d for d, _ in par].index(col[0])) == 1:
-        return None
+        return []
     red = math.prod(e for _, e in n.dims[n.npar:])
     window = row_window(n, [d for d, _ in par].index(row[0]))
     plans = []
@@ -230,12 +236,25 @@ def channel_vector_plan(n: NestView, target: CPUTarget) -> ChannelPlan | None:
             score = channel_tile_score(r_col, r_row, used, red, target, window) * streaming
             plans.append((score, r_col, r_row, used))
     best = max(plans, key=lambda plan: plan[0])
-    best = max((p for p in plans if p[0] >= best[0] * (1 - PLAN_TIE) and p[1] <= best[1]),
-               key=lambda plan: (plan[1] * plan[2], plan[0]))
-    _, r_col, r_row, used = best
+    chosen = max((p for p in plans if p[0] >= best[0] * (1 - PLAN_TIE) and p[1] <= best[1]),
+                 key=lambda plan: (plan[1] * plan[2], plan[0]))
+    ranked = [chosen] + sorted((p for p in plans if p is not chosen), key=lambda plan: -plan[0])
     # a lane-strided output: the tile is transposed in registers, then stored as rows of r_row lanes
-    efficiency = used * red / (red + epilogue_cost(r_row, width))
-    return ChannelPlan(col[0], col[1], r_col, row[0], row[1], r_row, efficiency, window)
+    return [ChannelPlan(col[0], col[1], r_col, row[0], row[1], r_row, used * red / (red + epilogue_cost(r_row, width)),
+                        window) for _, r_col, r_row, used in ranked]
+
+
+def candidate_schedules(n: NestView, target: CPUTarget, limit: int) -> list[Schedule]:
+    """At most `limit` schedules of a nest, best first by the cost model (the first is
+    `schedule_for`'s): the spatial schedule and the channel plans (`channel_vector_plans`). A nest
+    with no channel plan has one; tuning times the others."""
+    spatial = spatial_vector_schedule(n, target)
+    plans: list = channel_vector_plans(n, target)
+    if plans and channel_score(plans[0], target) > spatial_score(n, spatial, target):
+        plans.insert(1, spatial)
+    else:
+        plans.insert(0, spatial)
+    return [p if isinstance(p, Schedule) else channel_vector_schedule(n, p, target) for p in plans[:limit]]
 
 
 def channel_vector_schedule(n: NestView, plan: ChannelPlan, target: CPUTarget) -> Schedule:

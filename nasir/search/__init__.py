@@ -33,7 +33,7 @@ def search(model: str | Path, dataset: str = "cifar10", *, budget: int | None = 
         print(result.best.pipeline, result.original_ms / result.best.measured_ms)
 
     `kernel_cache`: the SQLite file of per-nest timings (default: the user's, shared by their
-    searches; `nasir.search.latency.default_kernel_cache`). `ray`: evaluate as Ray tasks on the cluster at that address ("auto", "127.0.0.1:6379"; needs
+    searches; `nasir.kernels.default_kernel_cache`). `ray`: evaluate as Ray tasks on the cluster at that address ("auto", "127.0.0.1:6379"; needs
     `pip install nasir[distributed]`); `workers`: processes (local) or concurrent tasks (Ray).
     """
     from nasir.search.driver import Search, SearchOptions, check_run

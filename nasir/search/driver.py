@@ -26,7 +26,7 @@ from optuna.trial import TrialState
 from nasir.errors import NasirError
 from nasir.search import strategies
 from nasir.search.evaluate import DEFAULT_EVALUATOR, Evaluator, Outcome, Setup
-from nasir.search.latency import default_kernel_cache
+from nasir.kernels import default_kernel_cache
 from nasir.search.progress import SearchProgress
 from nasir.search.results import (
     Candidate,

@@ -2,164 +2,23 @@
 
 The original model is compiled once with profiling, which gives each conv's time inside the model
 (`in_model_ms`, its fused epilogue included). A candidate changes some convs; each of its convs is
-compiled and timed alone (`standalone`), as is the original conv it came from (a part `L.part1` or
+compiled and timed alone (`nasir.kernels.standalone`), as is the original conv it came from (a part `L.part1` or
 `L` itself comes from `L`), and the layer's in-model time is scaled by that ratio:
 
     estimate = original's time + sum over convs L of in_model_ms(L) * (alone(new nests of L) / alone(L) - 1)
 
-A nest's time alone is cached under its signature, the printed standalone module with names
-erased (and the host CPU, the target CPU, the threads and the compiler: a digest of nasir's
-lowering code and llvmlite's version), so one layer shape with one transform compiles and is
-timed once, by whichever worker meets it first. The cache is an SQLite table the workers share,
-and by default every search of the user shares it too (`default_kernel_cache()`:
-`$NASIR_CACHE_DIR/kernels.db`, else `~/.cache/nasir/kernels.db`; safe to delete): a second search
-of the same or a related model finds most of its kernels timed. Timing holds a
-lock file, so the workers of one machine time one thing at a time. The front's members are then
+A nest's time alone is cached under its signature (`nasir.kernels`: the printed standalone
+module with names erased, with the CPU, the threads and the compiler), so one layer shape with one
+transform compiles and is timed once, by whichever worker meets it first, and a second search of
+the same or a related model finds most of its kernels timed. The front's members are then
 compiled whole and measured (`KernelTimes.measure`), and the estimate is reported beside it.
 """
 
 from __future__ import annotations
 
-import fcntl
-import functools
-import hashlib
-import os
-import sqlite3
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
-
-import llvmlite
-from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp, StringAttr
-from xdsl.ir import Block, Region
-from xdsl.ir.affine import AffineDimExpr
-
-from nasir import dialects, lowering, runtime
-from nasir.dialects import nest, nn
-from nasir.dialects.module import WeightStore
-from nasir.dialects.shapes import shape_of, tensor
-from nasir.errors import NasirError
-from nasir.lowering.target import CPU_ENV, host_target
+from nasir.kernels import TOTAL, KernelTimes
 from nasir.model import Model
-from nasir.runtime.llvm_executable import compile_llvm
 from nasir.search.space import conv_nests
-from nasir.tools.reference import seeded_inputs
-from nasir.transforms.nest_spec import is_weight
-
-REPEAT = 7
-TIMING_LOCK = Path(tempfile.gettempdir()) / "nasir-timing.lock"
-"""One timing at a time on a machine, whichever search or worker asks."""
-TOTAL = ""
-"""The key of a profile's whole time."""
-
-
-def standalone(model: Model, op: nest.ComputeOp, batch: int | None = None) -> Model:
-    """A model of `op` alone: its data inputs become @main's arguments, its weights `w0`, `w1`, ...
-    and its name `nest`, so nests that compute the same way print the same.
-
-    `batch`: the nest at that batch instead of its own, so the search's candidate at the Fisher
-    batch gives the kernels of the batch-1 network it stands for (printed identically to those
-    of that network transformed itself); `NotBatched` when the batch is not its first dimension."""
-    data = [v for v in op.inputs if not is_weight(v)]
-    types = [v.type for v in data]
-    result_type, domain = op.result.type, op.domain
-    if batch is not None:
-        types, result_type, domain = _at_batch(op, data, batch)
-    block = Block(arg_types=types)
-    mapping = dict(zip(data, block.args))
-    store = WeightStore()
-    for v in op.inputs:
-        if is_weight(v) and v not in mapping:
-            w = nn.WeightOp.make(f"w{len(store)}", v.type.get_shape())
-            store[w.key] = model.weights[v.owner.key]
-            block.add_op(w)
-            mapping[v] = w.result
-    properties = {**op.properties, "name": StringAttr("nest"), "domain": domain}
-    clone = nest.ComputeOp.create(operands=[mapping[v] for v in op.inputs], properties=properties,
-                                  result_types=[result_type])
-    block.add_ops([clone, func.ReturnOp(clone.result)])
-    main = func.FuncOp("main", (types, [result_type]), Region(block))
-    return Model(ModuleOp([main]), store, [f"x{k}" for k in range(len(data))], ["y"])
-
-
-class NotBatched(NasirError):
-    """A nest whose batch is not its first dimension (`n`, the first axis of its data and result)."""
-
-
-def _at_batch(op: nest.ComputeOp, data: list, batch: int):
-    """The types of `data`, the result type and the domain of `op` with batch `batch`."""
-    name, extent = op.domain.dims[0]
-    first = AffineDimExpr(0)
-    maps = [m for v, m in zip(op.inputs, op.access_maps) if not is_weight(v)]
-    if (name != "n" or any(shape_of(v)[0] != extent or m.results[0] != first for v, m in zip(data, maps))
-            or shape_of(op.result)[0] != extent or op.output_map.results[0] != first):
-        raise NotBatched(f"nest '{op.layer_name}': the batch is not its first dimension")
-    domain = nest.DomainAttr.make([("n", batch), *op.domain.parallel[1:]], op.domain.reduction)
-    return ([tensor((batch, *shape_of(v)[1:])) for v in data], tensor((batch, *shape_of(op.result)[1:])),
-            domain)
-
-
-def default_kernel_cache() -> Path:
-    """The user's kernel cache: `$NASIR_CACHE_DIR/kernels.db`, else `$XDG_CACHE_HOME/nasir/` or
-    `~/.cache/nasir/`."""
-    folder = os.environ.get("NASIR_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "nasir"
-    return Path(folder) / "kernels.db"
-
-
-@functools.cache
-def compiler_digest() -> str:
-    """What decides the code a nest compiles to: the source of nasir's dialects, lowering and
-    runtime, and llvmlite's version (a changed compiler never reuses an old kernel's time)."""
-    h = hashlib.sha256(llvmlite.__version__.encode())
-    for package in (dialects, lowering, runtime):
-        for path in sorted(Path(package.__path__[0]).rglob("*.py")):
-            h.update(path.read_bytes())
-    return h.hexdigest()[:16]
-
-
-def signature(model: Model, options: str) -> str:
-    return hashlib.sha256(f"{options}\n{model.text()}".encode()).hexdigest()[:24]
-
-
-class KernelTimes:
-    """Times (ms) of standalone nests by signature, in an SQLite file shared by the workers."""
-
-    def __init__(self, path: Path, cpu: str | None, threads: int, lock: Path = TIMING_LOCK):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(path, timeout=60, isolation_level=None)
-        self.db.execute("create table if not exists kernels (signature text primary key, ms real)")
-        self.lock, self.cpu, self.threads = lock, cpu, threads
-        self.options = (f"host={host_target().cpu} cpu={cpu or os.environ.get(CPU_ENV) or 'host'} threads={threads} "
-                        f"compiler={compiler_digest()}")
-
-    def nest_ms(self, model: Model, op: nest.ComputeOp, batch: int | None = None) -> float:
-        alone = standalone(model, op, batch)
-        key = signature(alone, self.options)
-        row = self.db.execute("select ms from kernels where signature = ?", (key,)).fetchone()
-        if row is not None:
-            return row[0]
-        ms = self.measure(alone)
-        self.db.execute("insert or replace into kernels values (?, ?)", (key, ms))
-        return ms
-
-    def profile(self, model: Model) -> dict[str, float]:
-        """Each layer's time (ms) inside `model` compiled whole, and the whole (`TOTAL`)."""
-        exe = compile_llvm(model.module, threads=self.threads, cpu=self.cpu, profile=True)
-        with timing_lock(self.lock):
-            profile = exe.profile(*seeded_inputs(model), repeat=REPEAT, warmup=2)
-        layers: dict[str, float] = {TOTAL: profile.total_ms}
-        for row in profile.rows:
-            layers[row.layer] = layers.get(row.layer, 0.0) + row.ms
-        return layers
-
-    def measure(self, model: Model) -> float:
-        """Median ms of `model` compiled whole, timed under the machine's timing lock."""
-        exe = compile_llvm(model.module, threads=self.threads, cpu=self.cpu)
-        inputs = seeded_inputs(model)
-        with timing_lock(self.lock):
-            return exe.benchmark(*inputs, repeat=REPEAT, warmup=2)["median_ms"]
 
 
 class LatencyModel:
@@ -189,14 +48,3 @@ def origin(name: str, layers: dict[str, float]) -> str:
     while name not in layers and "." in name:
         name = name.rsplit(".", 1)[0]
     return name
-
-
-@contextmanager
-def timing_lock(path: Path) -> Iterator[None]:
-    """One timing at a time on this machine (an exclusive lock on `path`)."""
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)

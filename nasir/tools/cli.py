@@ -9,6 +9,7 @@
     nasir check r18.onnx --checked              # ... with every load and store bounds-checked
     nasir profile resnet34 --dataset imagenet --variant group16   # time per layer vs its MACs
     nasir search resnet18 --budget 100 --out runs/r18              # faster networks, same capacity
+    nasir tune resnet34 --dataset imagenet      # time the best schedules of its convs on this CPU
 
 A model argument is a file path or a zoo name (then `--dataset` picks its variant). User mistakes
 print `nasir: error: <message>` and exit 1; a failed check exits 1 too.
@@ -166,6 +167,31 @@ def cmd_search(args) -> int:
     return 0
 
 
+def cmd_tune(args) -> int:
+    with tempfile.TemporaryDirectory(prefix="nasir-") as tmp:
+        model = load(model_file(args.model, args.dataset, tmp))
+    report = nasir.tune(model, cpu=args.cpu, threads=args.threads, database=args.db, progress=True)
+    out.print(tuning_table(report))
+    timed = sum(1 for n in report.nests if n.timed)
+    out.print(f"{len(report.nests)} distinct convs ({timed} timed, {len(report.nests) - timed} from the database) "
+              f"in {report.seconds:.0f} s; alone, the cost model's schedules take {report.gain:.3f}x the tuned "
+              f"ones' time; database {report.database} ({report.cpu})")
+    return 0
+
+
+def tuning_table(report) -> Table:
+    table = Table(title=f"tuned schedules for {report.cpu}")
+    for column, justify in (("layers", "left"), ("timed", "right"), ("cost model ms", "right"),
+                            ("tuned ms", "right"), ("gain", "right"), ("chosen", "right")):
+        table.add_column(column, justify=justify)
+    for n in report.nests:
+        layers = n.layers[0] + (f" (+{len(n.layers) - 1})" if len(n.layers) > 1 else "")
+        chosen = "database" if n.chosen is None else "cost model" if n.chosen == 0 else f"#{n.chosen + 1}"
+        table.add_row(layers, str(len(n.timed)), f"{n.default_ms:.4f}", f"{n.ms:.4f}", f"{n.default_ms / n.ms:.3f}x",
+                      chosen)
+    return table
+
+
 # --- entry point ---------------------------------------------------------------------------------
 
 def parser() -> argparse.ArgumentParser:
@@ -218,6 +244,13 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--top", type=int, default=0, help="print only the first N rows")
     c.add_argument("--seed", type=int, default=0, help="seed of the random input")
     search_args(command("search", cmd_search, "search architecture transforms for faster networks of the same capacity"))
+    c = command("tune", cmd_tune, "time the best schedules of each distinct conv on this CPU, keep the fastest "
+                                  "for every later compile")
+    model_args(c)
+    cpu_arg(c)
+    c.add_argument("--threads", type=int, default=1, help="threads of the timed code (default 1)")
+    c.add_argument("--db", help="tuning database file (default: the user's cache, $NASIR_CACHE_DIR/tuning.db or "
+                                "~/.cache/nasir/tuning.db; compile(..., tuning=FILE) reads another)")
     return p
 
 

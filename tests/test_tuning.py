@@ -1,0 +1,122 @@
+"""Tuning on the host (nasir/tuning.py, lowering/schedule/tuned.py): the candidate schedules compute
+the conv, the database's schedule is the one compiles use, and `nasir tune` times each distinct conv
+once and keeps the fastest."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from test_llvm_backend import build, rand
+
+import nasir
+from nasir.dialects import nest, nn
+from nasir.errors import NasirError
+from nasir.lowering.schedule.default_schedule import tunable
+from nasir.lowering.schedule.schedules import candidate_schedules, schedule_for
+from nasir.lowering.schedule.tuned import TuningDatabase, nest_signature
+from nasir.lowering.target import resolve_target
+from nasir.runtime.llvm_executable import compile_llvm
+from nasir.tuning import tunable_nests, tune, with_schedule
+
+pytestmark = pytest.mark.usefixtures("cpu")  # both vector widths (conftest.py)
+
+W1, B1, W2, B2 = rand(32, 16, 3, 3), rand(32), rand(64, 32, 1, 1), rand(64)
+
+
+def two_convs():
+    """conv 16 -> 32 3x3 + ReLU on 14 x 14, then a strided 1x1 conv 32 -> 64."""
+    return build([(1, 16, 14, 14)], lambda a, W: [
+        c1 := nn.Conv2DOp.new(a[0], W("w1", W1), W("b1", B1), (1, 1), (1,) * 4, (1, 1), 1).named("conv1"),
+        r := nn.ReluOp.new(c1.results[0]),
+        nn.Conv2DOp.new(r.results[0], W("w2", W2), W("b2", B2), (2, 2), (0,) * 4, (1, 1), 1).named("conv2")])
+
+
+def reference(x: np.ndarray) -> np.ndarray:
+    """The oracle: the same network in PyTorch."""
+    t = lambda a: torch.tensor(a)  # noqa: E731
+    y = F.relu(F.conv2d(t(x), t(W1), t(B1), 1, 1))
+    return F.conv2d(y, t(W2), t(B2), 2).numpy()
+
+
+def test_every_candidate_schedule_computes_the_conv_and_the_first_is_the_cost_models():
+    model = two_convs()
+    target = resolve_target(None)
+    level, groups = tunable_nests(model, None)
+    assert len(groups) == 2, "both convs have a choice of schedules"
+    x = rand(1, 16, 14, 14)
+    t = lambda a: torch.tensor(a)  # noqa: E731
+    want = F.relu(F.conv2d(t(x), t(W1), t(B1), 1, 1)).numpy()  # conv1 alone, its ReLU fused
+    conv1 = next(ops[0] for ops in groups.values() if ops[0].layer_name == "conv1")
+    shape = tunable(conv1, target)
+    schedules = candidate_schedules(shape, target, 4)
+    assert schedules[0] == schedule_for(shape, target)
+    assert len(schedules) == 4 and len({str(s.to_attr()) for s in schedules}) == 4
+    for schedule in schedules:
+        exe = compile_llvm(with_schedule(level, conv1, schedule).module)
+        np.testing.assert_allclose(exe(x), want, rtol=1e-4, atol=1e-4)
+
+
+def scheduled(model, tuning: str) -> dict[str, str]:
+    """Each nest's schedule after default-schedule with `tuning`."""
+    level = model.transform("fold-batch-norm,convert-nn-to-nest,lower-batch-norm,fuse-epilogue,"
+                            f'default-schedule{{tuning="{tuning}"}}')
+    return {op.layer_name: str(op.schedule) for op in level.module.walk() if isinstance(op, nest.ComputeOp)}
+
+
+def test_compiles_take_the_databases_schedule_for_their_cpu_only(tmp_path):
+    model = two_convs()
+    target = resolve_target(None)
+    level, groups = tunable_nests(model, None)
+    conv2 = next(ops[0] for ops in groups.values() if ops[0].layer_name == "conv2")
+    second = candidate_schedules(tunable(conv2, target), target, 2)[1]
+    path = tmp_path / "tuning.db"
+    db = TuningDatabase(path)
+    db.store(target.cpu, nest_signature(conv2), second, 1.0, 2.0)
+    db.store("some-other-cpu", nest_signature(next(iter(groups.values()))[0]), second, 1.0, 2.0)
+    plain, tuned = scheduled(model, "none"), scheduled(model, str(path))
+    assert tuned["conv2"] == str(second.to_attr()) != plain["conv2"]
+    assert tuned["conv1"] == plain["conv1"], "an entry for another CPU is not used"
+    x = rand(1, 16, 14, 14)
+    exe = nasir.compile(model, tuning=str(path))
+    np.testing.assert_allclose(exe(x), reference(x), rtol=1e-4, atol=1e-4)
+
+
+def test_tune_keeps_the_fastest_timed_schedule_and_a_second_run_times_nothing(tmp_path):
+    model = two_convs()
+    db, kernels = tmp_path / "tuning.db", tmp_path / "kernels.db"
+    first = tune(model, database=db, kernel_cache=kernels)
+    assert len(first.nests) == 2 and all(len(n.timed) == 4 for n in first.nests)
+    for n in first.nests:
+        assert n.default_ms == n.timed[0]
+        assert n.ms == min(n.timed) or n.ms == n.timed[0], "the fastest, or the cost model's when within the noise"
+    rows = sqlite3.connect(db).execute("select cpu, ms from schedules").fetchall()
+    assert sorted(ms for _, ms in rows) == sorted(n.ms for n in first.nests)
+    assert {cpu for cpu, _ in rows} == {resolve_target(None).cpu}
+    timed_kernels = sqlite3.connect(kernels).execute("select count(*) from kernels").fetchone()[0]
+    second = tune(model, database=db, kernel_cache=kernels)
+    assert [n.timed for n in second.nests] == [[], []] and [n.ms for n in second.nests] == [n.ms for n in first.nests]
+    assert sqlite3.connect(kernels).execute("select count(*) from kernels").fetchone()[0] == timed_kernels
+    x = rand(1, 16, 14, 14)
+    exe = nasir.compile(model, tune=True, tuning=str(db))
+    np.testing.assert_allclose(exe(x), reference(x), rtol=1e-4, atol=1e-4)
+
+
+def test_tune_is_an_llvm_option():
+    with pytest.raises(NasirError, match="target 'torch' takes no option 'tune'"):
+        nasir.compile(two_convs(), target="torch", tune=True)
+
+
+def test_the_cli_tunes_a_model_and_names_its_database(tmp_path):
+    path = two_convs().save(tmp_path / "m.mlir")
+    db = tmp_path / "t.db"
+    done = subprocess.run([sys.executable, "-m", "nasir.tools.cli", "tune", str(path), "--db", str(db)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "2 distinct convs (2 timed, 0 from the database)" in " ".join(done.stdout.split())
+    assert str(db) in done.stdout.replace("\n", "")
