@@ -24,6 +24,7 @@ Writes `OUT/bench.json` (every number) and `OUT/bench.png`, and prints rich tabl
 
     python -m nasir.benchmarks --quick                      # cifar10 zoo + ResNet-34 imagenet
     python -m nasir.benchmarks --models resnet34 --datasets imagenet --threads 1 2 --repeat 20
+    python -m nasir.benchmarks --tune --variants         # untuned vs tuned (`nasir tune`) vs ORT
 """
 
 from __future__ import annotations
@@ -128,8 +129,10 @@ def _ort_run(session, x: np.ndarray) -> Callable[[], np.ndarray]:
     return lambda: session.run(None, feed)[0]
 
 
-def bench_model(name: str, dataset: str, threads: list[int], repeat: int, peak: float) -> list[dict]:
-    """One row per thread count: latencies of nasir, ORT, PyTorch on `name` at `dataset`, batch 1."""
+def bench_model(name: str, dataset: str, threads: list[int], repeat: int, peak: float, tune: bool = False) -> list[dict]:
+    """One row per thread count: latencies of nasir, ORT, PyTorch on `name` at `dataset`, batch 1.
+    With `tune`, nasir is the cost model's code (no tuning database) and "nasir tuned" the code
+    after `nasir.tune` (one thread, the user's database; its seconds in `tune_s`)."""
     import torch
 
     import nasir
@@ -151,17 +154,26 @@ def bench_model(name: str, dataset: str, threads: list[int], repeat: int, peak: 
         model = nasir.load(path)
         import_s = time.perf_counter() - start
         macs = model.summary().total_macs
-        exe = compile_llvm(model.module)
+        exe = compile_llvm(model.module, tuning="none" if tune else None)
+        runs = {"nasir": exe}
+        if tune:
+            report = nasir.tune(model)
+            runs["nasir tuned"] = compile_llvm(model.module)
         for t in threads:
-            exe.threads = t
+            for e in runs.values():
+                e.threads = t
             torch.set_num_threads(t)
             ort_run = _ort_run(ort_session(path, t), x)
-            ms = median_ms({"nasir": lambda: exe(x), "ort": ort_run, "torch": torch_run}, repeat)
+            ms = median_ms({**{k: lambda e=e: e(x) for k, e in runs.items()}, "ort": ort_run, "torch": torch_run},
+                           repeat)
             row = {"model": name, "dataset": dataset, "threads": t, "macs": macs, "nasir_import_s": import_s,
                    "nasir_compile_s": exe.compile_seconds, "workspace_bytes": exe.workspace_bytes,
-                   **{f"{backend}_ms": v for backend, v in ms.items()},
-                   "max_abs_err_vs_ort": float(np.abs(exe(x) - ort_run()).max())}
+                   **{f"{backend.replace(' ', '_')}_ms": v for backend, v in ms.items()},
+                   "max_abs_err_vs_ort": max(float(np.abs(e(x) - ort_run()).max()) for e in runs.values())}
             row["nasir_over_ort"] = row["nasir_ms"] / row["ort_ms"]
+            if tune:
+                row.update(tune_s=report.seconds, tuned_gain_alone=report.gain,
+                           nasir_tuned_over_ort=row["nasir_tuned_ms"] / row["ort_ms"])
             for backend in ("nasir", "ort", "torch"):
                 row[f"{backend}_gflops"] = gflops(macs, row[f"{backend}_ms"])
             row["nasir_pct_peak"] = 100 * row["nasir_gflops"] / (peak * t)
@@ -221,15 +233,17 @@ def model_table(rows: list[dict], peak: float):
 
     table = Table(title=f"zoo, batch 1 (median ms; nasir/ORT < 1: nasir faster; peak {peak:.0f} GFLOP/s/thread; "
                         "GF/s count the model's MACs, a Winograd stem's as a direct conv's)")
+    tuned = any("tune_s" in r for r in rows)
     cols = ("model", "dataset", "thr", "compile s", "nasir ms", "ORT ms", "torch ms", "nasir/ORT",
-            "nasir GF/s", "ORT GF/s", "% peak", "err")
+            *(("tune s", "tuned ms", "tuned/ORT") if tuned else ()), "nasir GF/s", "ORT GF/s", "% peak", "err")
     for col in cols:
         table.add_column(col, justify="left" if col in ("model", "dataset") else "right")
     for r in rows:
+        tuned_cells = (f"{r['tune_s']:.0f}", f"{r['nasir_tuned_ms']:.2f}", f"{r['nasir_tuned_over_ort']:.2f}")
         table.add_row(r["model"], r["dataset"], str(r["threads"]), f"{r['nasir_compile_s']:.1f}",
                       f"{r['nasir_ms']:.2f}", f"{r['ort_ms']:.2f}", f"{r['torch_ms']:.2f}",
-                      f"{r['nasir_over_ort']:.2f}", f"{r['nasir_gflops']:.1f}", f"{r['ort_gflops']:.1f}",
-                      f"{r['nasir_pct_peak']:.0f}%", f"{r['max_abs_err_vs_ort']:.1e}")
+                      f"{r['nasir_over_ort']:.2f}", *(tuned_cells if tuned else ()), f"{r['nasir_gflops']:.1f}",
+                      f"{r['ort_gflops']:.1f}", f"{r['nasir_pct_peak']:.0f}%", f"{r['max_abs_err_vs_ort']:.1e}")
     return table
 
 
@@ -285,7 +299,8 @@ def plot(result: dict, path: Path) -> Path:
 
 
 def run(jobs: list[tuple[str, str]], threads: list[int], repeat: int, variant_model: str,
-        variant_datasets: list[str], variants: list[str], out: Path, make_plot: bool = True, console=None) -> dict:
+        variant_datasets: list[str], variants: list[str], out: Path, make_plot: bool = True, console=None,
+        tune: bool = False) -> dict:
     """Measure the (model, dataset) `jobs` and the variants, write OUT/bench.json (+ bench.png)."""
     import platform
 
@@ -298,7 +313,8 @@ def run(jobs: list[tuple[str, str]], threads: list[int], repeat: int, variant_mo
     steps = len(jobs) + len(variant_datasets) * (len({"base", *variants}) + 1) if variants else len(jobs)
     result = {"config": {"jobs": jobs, "threads": threads, "repeat": repeat,
                          "variant_model": variant_model, "variant_datasets": variant_datasets,
-                         "variants": variants, "machine": platform.processor() or platform.machine()},
+                         "variants": variants, "tune": tune,
+                         "machine": platform.processor() or platform.machine()},
               "peak": measure_peak_gflops(), "models": [], "variants": []}
     peak = result["peak"]["peak_gflops"]
     console.print(f"measured peak: {peak:.1f} GFLOP/s (1 thread, {result['peak']['cpu']}, "
@@ -308,7 +324,7 @@ def run(jobs: list[tuple[str, str]], threads: list[int], repeat: int, variant_mo
         task = progress.add_task("benchmarking", total=steps)
         for m, d in jobs:
             progress.update(task, description=f"{m} {d}")
-            for row in bench_model(m, d, threads, repeat, peak):
+            for row in bench_model(m, d, threads, repeat, peak, tune):
                 result["models"].append(row)
                 progress.console.log(f"{m} {d} threads={row['threads']}: nasir {row['nasir_ms']:.2f} ms, "
                                      f"ORT {row['ort_ms']:.2f} ms, torch {row['torch_ms']:.2f} ms")
@@ -360,6 +376,9 @@ def main(argv: list[str] | None = None) -> dict:
                         help="cifar10 zoo + ResNet-34 imagenet, variants on imagenet, 3 repeats")
     parser.add_argument("--out", type=Path, default=Path("bench-out"))
     parser.add_argument("--no-plot", action="store_true")
+    parser.add_argument("--tune", action="store_true",
+                        help="also tune each model (nasir.tune, the user's database) and time the tuned code; "
+                             "the untuned column is then the cost model's alone")
     args = parser.parse_args(argv)
     models = args.models if args.models is not None else zoo.names()
     datasets = args.datasets or (["cifar10"] if args.quick else ["cifar10", "imagenet"])
@@ -368,7 +387,8 @@ def main(argv: list[str] | None = None) -> dict:
         jobs.append(("resnet34", "imagenet"))
     return run(jobs, args.threads, args.repeat or (3 if args.quick else 10), args.variant_model,
                args.variant_datasets or (["imagenet"] if args.quick else ["cifar10", "imagenet"]),
-               args.variants, args.out, make_plot=not args.no_plot, console=Console(width=max(Console().width, 150)))
+               args.variants, args.out, make_plot=not args.no_plot, console=Console(width=max(Console().width, 150)),
+               tune=args.tune)
 
 
 if __name__ == "__main__":
