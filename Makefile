@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 # pytest on every core (pytest-xdist); PYTEST_ARGS="-p no:xdist -x" runs in one process
 PYTEST_ARGS ?= -n auto --dist worksteal
 
-.PHONY: test demo bench lit pytest clean
+.PHONY: venv test demo bench lit pytest clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -14,6 +14,9 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install -q -c constraints.txt torch==2.13.0
 	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
+
+# the venv alone: then `. .venv/bin/activate` (README, Quick start)
+venv: $(STAMP)
 
 test: $(STAMP)
 	$(MAKE) pytest lit

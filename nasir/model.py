@@ -112,11 +112,12 @@ class Model:
             require_capacity(out, self, pipeline, data=None if capacity_check == "synthetic" else capacity_check)
         return out
 
-    def to_torch(self):
-        """A trainable `torch.nn.Module` computing this model (weights as Parameters)."""
+    def to_torch(self, training: bool = False):
+        """A trainable `torch.nn.Module` computing this model on a batch of any size (weights as
+        Parameters); in eval mode unless `training` (then batch-norm uses batch statistics)."""
         from nasir.lowering.nest_to_torch.export import to_torch
 
-        return to_torch(self.module)
+        return to_torch(self.module, training)
 
     def to_onnx(self, path: str | Path, opset: int = 17) -> Path:
         """Write the model as ONNX (via the torch backend); ONNX Runtime gives the same outputs."""

@@ -18,6 +18,8 @@ class Executable:
     """Call with one array per model input; returns one numpy array, or a list for several outputs."""
 
     target = "abstract"
+    any_batch = False
+    """Does the backend take a batch (axis 0 of every input) of any size, not only the compiled one?"""
 
     def __init__(self, input_names: Sequence[str], input_shapes: Sequence[tuple[int, ...]],
                  output_names: Sequence[str]):
@@ -29,7 +31,8 @@ class Executable:
         raise NotImplementedError
 
     def check_inputs(self, inputs: Sequence[object]) -> list[np.ndarray]:
-        """Convert inputs to C-contiguous float32 numpy arrays of the compiled shapes, or raise."""
+        """Convert inputs to C-contiguous float32 numpy arrays of the compiled shapes (any batch size
+    where the backend takes one), or raise."""
         if len(inputs) != len(self.input_shapes):
             raise RuntimeInputError(
                 f"expected {len(self.input_shapes)} input(s) ({', '.join(self.input_names)}), got {len(inputs)}")
@@ -41,8 +44,9 @@ class Executable:
                 raise RuntimeInputError(f"input '{name}' must be a numpy array or torch tensor, got {type(x).__name__}")
             if x.dtype.kind not in "fiu":
                 raise RuntimeInputError(f"input '{name}' has dtype {x.dtype}; expected float32")
-            if tuple(x.shape) != shape:
-                raise RuntimeInputError(f"input '{name}' has shape {list(x.shape)}; the model was compiled for {list(shape)}")
+            if tuple(x.shape) != shape and not (self.any_batch and x.shape[1:] == shape[1:] and x.ndim > 0):
+                raise RuntimeInputError(f"input '{name}' has shape {list(x.shape)}; the model was compiled for {list(shape)}"
+                                        + (" (any batch size)" if self.any_batch else ""))
             arrays.append(np.ascontiguousarray(x, dtype=np.float32))
         return arrays
 

@@ -1,4 +1,5 @@
-"""The torch backend's executable: `TorchProgram` in eval mode, float32, without autograd.
+"""The torch backend's executable: `TorchProgram` in eval mode, float32, without autograd, on a
+batch of any size.
 
     exe = compile_torch(module)      # module: nn and/or nest ops
     y = exe(x)                       # numpy in, numpy out
@@ -19,6 +20,7 @@ class TorchExecutable(Executable):
     """A model run by `TorchProgram` in eval mode, float32, without autograd."""
 
     target = "torch"
+    any_batch = True
 
     def __init__(self, module: ModuleOp):
         inputs, outputs = io_names(module)

@@ -45,7 +45,7 @@ def test_to_torch_matches_the_source_module_in_both_modes(net_and_model):
     net, model = net_and_model
     net = copy.deepcopy(net)  # a training-mode forward updates its batch-norm running statistics
     x = torch.from_numpy(batch())
-    module = model.transform("convert-nn-to-nest").to_torch()
+    module = model.transform("convert-nn-to-nest").to_torch(training=True)
     assert module.training
     net.train()
     with torch.no_grad():
@@ -58,7 +58,7 @@ def test_to_torch_matches_the_source_module_in_both_modes(net_and_model):
 
 def test_gradients_flow_to_every_parameter(net_and_model):
     _, model = net_and_model
-    module = model.transform("convert-nn-to-nest,group{factor=2 layers=\"conv2.*\"}").to_torch()
+    module = model.transform("convert-nn-to-nest,group{factor=2 layers=\"conv2.*\"}").to_torch(training=True)
     loss = F.cross_entropy(module(torch.from_numpy(batch())), torch.tensor([1, 7]))
     loss.backward()
     params = dict(module.named_parameters())
@@ -71,7 +71,7 @@ def test_gradients_flow_to_every_parameter(net_and_model):
 def test_state_dict_round_trips_and_training_returns_to_the_model(net_and_model):
     _, model = net_and_model
     nested = model.transform("convert-nn-to-nest")
-    module = nested.to_torch()
+    module = nested.to_torch(training=True)
     optimiser = torch.optim.SGD(module.parameters(), lr=0.1)
     x = torch.from_numpy(batch(3))
     for _ in range(2):

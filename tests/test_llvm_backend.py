@@ -143,17 +143,17 @@ def test_max_pool_on_rows_wider_than_a_vector(width, kernel, stride):
     np.testing.assert_array_equal(run(model, x), ref.numpy())
 
 
-def test_max_pool_skips_nan_reads_in_every_tile_version():
-    """A NaN read is skipped (the combiner keeps the larger of its start, -inf, and the numbers
-    read: maxnum's rule), the same in the unmasked inner tiles as in the masked edge tiles;
-    the oracle is numpy's fmax (NaN-skipping) over the padded windows."""
+def test_max_pool_keeps_nan_reads_in_every_tile_version():
+    """A window that reads a NaN has max NaN (torch's rule, issue 30; maxnum's would skip it), the
+    same in the unmasked inner tiles as in the masked edge tiles; the oracle is numpy's max
+    (NaN-propagating) over the padded windows."""
     x = rand(1, 2, 12, 70)
     x[0, :, 3, ::7] = np.nan  # at most one NaN per 3x3 window
     model = build([x.shape], lambda a, W: [nn.MaxPoolOp.new(a[0], (3, 3), (2, 2), (1, 1, 1, 1))])
     padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
     windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))[:, :, ::2, ::2]
-    ref = np.fmax.reduce(windows.reshape(*windows.shape[:4], 9), axis=-1)
-    assert not np.isnan(ref).any()
+    ref = np.max(windows.reshape(*windows.shape[:4], 9), axis=-1)
+    assert np.isnan(ref).any() and not np.isnan(ref).all()
     np.testing.assert_array_equal(run(model, x), ref)
 
 

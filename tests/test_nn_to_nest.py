@@ -123,7 +123,7 @@ def test_conv(c, o, g, k, s, p, d, h, w, bias):
     x = gr.inputs[0]
     extents = [e for _, e in op.domain.dims]
     args = [x, gr.w("w")] + ([gr.w("b")] if bias else [])
-    assert torch_nest._functional(op, args, extents) is not None, "conv fast path not recognised"
+    assert torch_nest._functional(op, args, extents, batched=False) is not None, "conv fast path not recognised"
     xp = F.pad(x, (p[1], p[3], p[0], p[2]))
     expected = F.conv2d(xp, gr.w("w"), gr.w("b") if bias else None, stride=s, dilation=d, groups=g)
     check_both_paths(module, gr.inputs, expected)
@@ -161,7 +161,7 @@ def test_conv_of_a_channel_slice_takes_the_fast_path(c, o, g, factor):
     kept = x.view(2, g, c // g, 7, 7)[:, :, :c // g // factor].reshape(2, -1, 7, 7)
     expected = F.conv2d(kept, w, b, padding=1, groups=g)
     (ref_grad,) = torch.autograd.grad(expected.square().sum(), x)
-    assert torch_nest._functional(op, [x, w, b], [e for _, e in op.domain.dims]) is not None
+    assert torch_nest._functional(op, [x, w, b], [e for _, e in op.domain.dims], batched=False) is not None
     for fast in (True, False):
         got = run_compute(op, [x, w, b], fast=fast)
         torch.testing.assert_close(got, expected, **TOL, msg=f"fast={fast}")
@@ -182,7 +182,7 @@ def test_conv_reading_past_its_input_is_left_to_the_generic_path():
     op = nest.ComputeOp.make("conv", op.operands, op.domain, [shifted, *op.access_maps[1:]], op.output_map,
                              shape_of(op.result))
     args = [gr.inputs[0], gr.w("w")]
-    assert torch_nest._functional(op, args, [e for _, e in op.domain.dims]) is None
+    assert torch_nest._functional(op, args, [e for _, e in op.domain.dims], batched=False) is None
     xp = F.pad(gr.inputs[0][:, 2:], (1, 1, 1, 1, 0, 2))  # channels 8, 9 read as zeros
     torch.testing.assert_close(run_compute(op, args), F.conv2d(xp, gr.w("w")), **TOL)
 
@@ -269,7 +269,7 @@ def test_max_pool(k, s, p, d, ceil, h, w):
     module = gr.module(gr.add(nn.MaxPoolOp.new(gr.args[0], k, s, p, d, ceil)))
     run_pipeline(module, "convert-nn-to-nest")
     (op,) = nests(module)
-    assert op.kind == "max" and torch_nest._functional(op, gr.inputs, [e for _, e in op.domain.dims]) is not None
+    assert op.kind == "max" and torch_nest._functional(op, gr.inputs, [e for _, e in op.domain.dims], batched=False) is not None
     check_both_paths(module, gr.inputs, ort_pool("MaxPool", gr.inputs[0], k, s, p, ceil, d))
 
 

@@ -20,20 +20,24 @@ builtin.module {
 // CHECK: scf.yield
 // CHECK-NEXT: }
 // CHECK-NEXT: %[[B:.*]] = vector.load %{{.*}} : memref<16xf32>, vector<16xf32>
-// CHECK-NEXT: arith.addf %{{.*}}, %[[B]] : vector<16xf32>
-// CHECK-NEXT: arith.maxnumf %{{.*}} : vector<16xf32>
-// CHECK-NEXT: arith.addf %{{.*}}, %[[B]] : vector<16xf32>
-// CHECK-NEXT: arith.maxnumf %{{.*}} : vector<16xf32>
-// CHECK-NEXT: arith.addf %{{.*}}, %[[B]] : vector<16xf32>
-// CHECK-NEXT: arith.maxnumf %{{.*}} : vector<16xf32>
-// CHECK-NEXT: arith.addf %{{.*}}, %[[B]] : vector<16xf32>
-// CHECK-NEXT: arith.maxnumf %{{.*}} : vector<16xf32>
+// CHECK-NEXT: %[[S:.*]] = arith.addf %{{.*}}, %[[B]] : vector<16xf32>
+// CHECK-NEXT: %[[LT:.*]] = arith.cmpf olt, %[[S]], %[[ZERO:.*]] : vector<16xf32>
+// CHECK-NEXT: arith.select %[[LT]], %[[ZERO]], %[[S]] : vector<16xf32>
+// CHECK-NEXT: %[[S:.*]] = arith.addf %{{.*}}, %[[B]] : vector<16xf32>
+// CHECK-NEXT: %[[LT:.*]] = arith.cmpf olt, %[[S]], %[[ZERO:.*]] : vector<16xf32>
+// CHECK-NEXT: arith.select %[[LT]], %[[ZERO]], %[[S]] : vector<16xf32>
+// CHECK-NEXT: %[[S:.*]] = arith.addf %{{.*}}, %[[B]] : vector<16xf32>
+// CHECK-NEXT: %[[LT:.*]] = arith.cmpf olt, %[[S]], %[[ZERO:.*]] : vector<16xf32>
+// CHECK-NEXT: arith.select %[[LT]], %[[ZERO]], %[[S]] : vector<16xf32>
+// CHECK-NEXT: %[[S:.*]] = arith.addf %{{.*}}, %[[B]] : vector<16xf32>
+// CHECK-NEXT: %[[LT:.*]] = arith.cmpf olt, %[[S]], %[[ZERO:.*]] : vector<16xf32>
+// CHECK-NEXT: arith.select %[[LT]], %[[ZERO]], %[[S]] : vector<16xf32>
 // CHECK-NEXT: vector.shuffle %{{.*}}, %{{.*}} [0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23] : vector<16xf32>, vector<16xf32>
 // CHECK-NEXT: vector.shuffle %{{.*}}, %{{.*}} [8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31] : vector<16xf32>, vector<16xf32>
 // CHECK-NOT: vector<32xf32>
-// CHECK-NOT: arith.maxnumf
+// CHECK-NOT: arith.select
 // CHECK: %[[R:.*]] = vector.maskedload %{{.*}} : memref<1x16x2x4xf32>, vector<16xi1>, vector<16xf32> into vector<16xf32>
 // CHECK-NEXT: %[[S:.*]] = arith.addf %{{.*}}, %[[R]] : vector<16xf32>
 // CHECK-NEXT: vector.maskedstore %{{.*}}, %{{.*}}, %[[S]] : memref<1x16x2x4xf32>, vector<16xi1>, vector<16xf32>
-// CHECK-NOT: arith.maxnumf
+// CHECK-NOT: arith.select
 // CHECK: func.return

@@ -18,7 +18,8 @@ from nasir.lowering.loops_to_llvm.function import FuncLowering, Lowering, llvm_t
 FLOAT_BINARY = {arith.AddfOp: llvm.FAddOp, arith.SubfOp: llvm.FSubOp, arith.MulfOp: llvm.FMulOp,
                 arith.DivfOp: llvm.FDivOp}
 INT_BINARY = {arith.AddiOp: llvm.AddOp, arith.SubiOp: llvm.SubOp, arith.MuliOp: llvm.MulOp,
-              arith.RemSIOp: llvm.SRemOp, arith.FloorDivSIOp: llvm.SDivOp, arith.AndIOp: llvm.AndOp}
+              arith.RemSIOp: llvm.SRemOp, arith.FloorDivSIOp: llvm.SDivOp, arith.AndIOp: llvm.AndOp,
+              arith.OrIOp: llvm.OrOp}
 """floordiv/mod of nest index maps only ever see non-negative operands, where they equal sdiv/srem."""
 INTRINSICS = {arith.MaxnumfOp: "llvm.maxnum", arith.MinnumfOp: "llvm.minnum", mathd.ExpOp: "llvm.exp",
               mathd.SqrtOp: "llvm.sqrt", mathd.PowFOp: "llvm.pow", mathd.FmaOp: "llvm.fma"}

@@ -67,7 +67,10 @@ from nasir.lowering.target import target_of
 
 
 class ConvertNestToLoopsPass(ModulePass):
-    """Lower every bufferized nest.compute / nn op in @main to a kernel of scf loops and a call."""
+    """Lower every bufferized nest.compute / nn op in @main to a kernel of scf loops and a call.
+
+    Max combiners and clamps (ReLU, clip, ...) are compares and selects that keep NaN, as torch and
+    ONNX Runtime do (arith.maxnumf would drop it)."""
 
     name = "convert-nest-to-loops"
 

@@ -32,25 +32,24 @@ class Epilogue:
 
 
 def epilogue(b: LoopBuilder, kind: str, v: SSAValue, operands: list[SSAValue], params: list[float]) -> SSAValue:
-    """One epilogue step on a finished value (see nest.EPILOGUE_STEPS; `lrn`, `batch_norm` internal)."""
+    """One epilogue step on a finished value (see nest.EPILOGUE_STEPS; `lrn`, `batch_norm` internal).
+    NaN and infinities come out as torch and ONNX Runtime give them (relu(NaN) is NaN)."""
     f = lambda x: b.f(x, v)  # noqa: E731
     if kind in ("add", "sub", "mul", "div"):
         return b.binary(kind, v, operands[0])
     if kind == "relu":
-        return b.binary("max", v, f(0.0))
+        return b.at_least(v, 0.0)
     if kind == "clip":
-        return b.binary("min", b.binary("max", v, f(params[0])), f(params[1]))
+        return b.at_most(b.at_least(v, params[0]), params[1])
     if kind == "scale":
         return b.binary("mul", v, f(params[0]))
     if kind == "leaky_relu":
-        # max(x, 0) + alpha * min(x, 0): no vector select in xDSL's arith
-        return b.fma(b.binary("min", v, f(0.0)), f(params[0]), b.binary("max", v, f(0.0)))
+        # max(x, 0) + alpha * min(x, 0)
+        return b.fma(b.at_most(v, 0.0), f(params[0]), b.at_least(v, 0.0))
     if kind == "hard_sigmoid":
-        lin = b.fma(v, f(params[0]), f(params[1]))
-        return b.binary("min", b.binary("max", lin, f(0.0)), f(1.0))
+        return b.at_most(b.at_least(b.fma(v, f(params[0]), f(params[1])), 0.0), 1.0)
     if kind == "hard_swish":
-        gate = b.binary("min", b.binary("max", b.fma(v, f(1 / 6), f(0.5)), f(0.0)), f(1.0))
-        return b.binary("mul", v, gate)
+        return b.binary("mul", v, b.at_most(b.at_least(b.fma(v, f(1 / 6), f(0.5)), 0.0), 1.0))
     if kind == "sigmoid":
         e = b.unary("exp", b.binary("sub", f(0.0), v))
         return b.binary("div", f(1.0), b.binary("add", f(1.0), e))

@@ -116,7 +116,7 @@ def softmax_kernel(b: LoopBuilder, shape: Shape, axis: int, x: SSAValue, y: SSAV
             return [iv if a == axis else at[a] for a in range(len(shape))]
 
         n = shape[axis]
-        mx = b.loop(n, 1, [b.const(-math.inf, f32)], lambda iv, c: [b.binary("max", c[0], b.load(x, index(iv)))])[0]
+        mx = b.loop(n, 1, [b.const(-math.inf, f32)], lambda iv, c: [b.maximum(b.load(x, index(iv)), c[0])])[0]
 
         def expsum(iv, c):
             e = b.unary("exp", b.binary("sub", b.load(x, index(iv)), mx))

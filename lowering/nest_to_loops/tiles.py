@@ -167,7 +167,7 @@ class Tiles:
             x, m = self.read(0, dims, conds, IDENTITY[kind])
             if x is b.const(IDENTITY[kind], ty):  # padding: neither a value nor a count
                 continue
-            accs[t] = b.running_max(accs[t], x) if kind == "max" else b.binary("add", accs[t], x)
+            accs[t] = b.maximum(x, accs[t]) if kind == "max" else b.binary("add", accs[t], x)
             if ones is not False:
                 if m is None:
                     one = b.const(1.0, ty)

@@ -5,7 +5,7 @@ or deployed elsewhere. Both exports are the torch backend's `TorchProgram` (the 
 of every nest: fast paths to `torch.nn.functional` for recognised convs and pools, gather + einsum
 for anything else), so what is exported computes what nasir's backends compute.
 
-    program = to_torch(module)            # nn.Module: parameters = the weight store, train()/eval()
+    program = to_torch(module, training=True)   # nn.Module, any batch size: parameters = the weight store
     ...train program...
     trained = from_torch(module, program)    # a copy of the IR with the trained weights
     to_onnx(module, "net.onnx")           # Conv/Einsum/Gather/... nodes; ONNX Runtime runs it
@@ -28,9 +28,10 @@ from nasir.errors import NasirError
 from nasir.lowering.nest_to_torch.program import TorchProgram
 
 
-def to_torch(module: ModuleOp) -> TorchProgram:
-    """A trainable `torch.nn.Module` computing `module` (in training mode, as torch modules start)."""
-    return TorchProgram(module).train()
+def to_torch(module: ModuleOp, training: bool = False) -> TorchProgram:
+    """A trainable `torch.nn.Module` computing `module` on a batch of any size; in eval mode (batch-norm
+    with running statistics, as inference and ONNX Runtime compute it) unless `training`."""
+    return TorchProgram(module).train(training)
 
 
 def from_torch(module: ModuleOp, program: TorchProgram) -> ModuleOp:
@@ -55,8 +56,9 @@ def from_torch(module: ModuleOp, program: TorchProgram) -> ModuleOp:
 
 
 def to_onnx(module: ModuleOp, path: str | Path, opset: int = 17) -> Path:
-    """Write `module` (inference form: batch-norm with running statistics) as an ONNX file."""
-    program = to_torch(module).eval()
+    """Write `module` (inference form: batch-norm with running statistics) as an ONNX file whose
+    inputs and outputs take a batch of any size (axis 0, named "batch")."""
+    program = to_torch(module)
     examples = tuple(torch.zeros(shape) for shape in io_shapes(module)[0])
     inputs, outputs = io_names(module)
     path = Path(path)
@@ -65,5 +67,6 @@ def to_onnx(module: ModuleOp, path: str | Path, opset: int = 17) -> Path:
         warnings.simplefilter("ignore")  # TorchScript exporter deprecation and tracer notices
         with torch.no_grad():
             torch.onnx.export(program, examples, str(path), dynamo=False, export_params=True,
-                              opset_version=opset, input_names=inputs, output_names=outputs)
+                              opset_version=opset, input_names=inputs, output_names=outputs,
+                              dynamic_axes={name: {0: "batch"} for name in inputs + outputs})
     return path

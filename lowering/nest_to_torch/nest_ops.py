@@ -12,6 +12,10 @@ Generic path, correct for any nest (arbitrary affine maps, split parts, shifted 
 3. the epilogue steps run on the result, still laid out as the parallel dims;
 4. the result is scattered into the output through out_map.
 
+Any batch size: a nest whose domain dim 0 is the batch (`keeps_batch`) runs as its per-sample nest
+(dim 0 of extent 1) on tensors that carry the batch on axis 0, gathered and scattered per sample, so
+the batch stays a dimension of the computation (and of an exported ONNX graph), not a constant.
+
 Fast path: inputs whose maps are plain (permuted) dims are viewed, not gathered, and convs and
 pools built by convert-nn-to-nest (recognised by rebuilding their maps) go to
 torch.nn.functional; so do the convs the architecture transforms make of them (grouped, depthwise,
@@ -65,6 +69,29 @@ def evaluate(expr: AffineExpr, dim: Callable[[int], Index]) -> Index:
     raise LoweringError(f"torch backend: unsupported affine expression {expr}")
 
 
+# --- the batch ---------------------------------------------------------------------------------
+
+def _only_on_axis0(amap: AffineMap) -> bool:
+    """Is dim 0 read as axis 0 of the operand and nowhere else?"""
+    first = amap.results[0] if amap.results else None
+    return (isinstance(first, AffineDimExpr) and first.position == 0
+            and all(0 not in affine.used_dims(e) for e in amap.results[1:]))
+
+
+def keeps_batch(op: nest.ComputeOp) -> bool:
+    """Is domain dim 0 the batch: a parallel dim that is axis 0 of the output and of every operand
+    reading it (one at least), and read nowhere else? Then samples are independent."""
+    if op.domain.num_parallel.data == 0 or not _only_on_axis0(op.output_map):
+        return False
+    readers = [m for m in op.access_maps if 0 in affine.map_dims(m)]
+    return bool(readers) and all(_only_on_axis0(m) for m in readers)
+
+
+def _sizes(extents: list[int], batched: bool) -> list[int]:
+    """`extents` as reshape sizes: a batched nest's dim 0 is whatever batch the tensors carry."""
+    return [-1, *extents[1:]] if batched else list(extents)
+
+
 # --- gathering ---------------------------------------------------------------------------------
 
 def _shape(x: torch.Tensor) -> tuple[int, ...]:
@@ -77,14 +104,15 @@ def _grid(extents: list[int]) -> Callable[[int], torch.Tensor]:
     return lambda i: torch.arange(extents[i]).view([-1 if j == i else 1 for j in range(nd)])
 
 
-def _view(x: torch.Tensor, amap: AffineMap, extents: list[int]) -> torch.Tensor | None:
-    """`x` aligned with the domain without copying, when every map result is a dim spanning its
-    axis exactly or an in-bounds constant; else None."""
+def _view(x: torch.Tensor, sizes: tuple[int, ...], amap: AffineMap, extents: list[int],
+          per_sample: bool) -> torch.Tensor | None:
+    """`x` (of per-sample `sizes`) aligned with the domain without copying, when every map result
+    is a dim spanning its axis exactly or an in-bounds constant; else None."""
     positions, selects = [], []
     for axis, e in enumerate(amap.results):
-        if isinstance(e, AffineDimExpr) and extents[e.position] == _shape(x)[axis]:
+        if isinstance(e, AffineDimExpr) and extents[e.position] == sizes[axis]:
             positions.append(e.position)
-        elif isinstance(e, AffineConstantExpr) and 0 <= e.value < _shape(x)[axis]:
+        elif isinstance(e, AffineConstantExpr) and 0 <= e.value < sizes[axis]:
             selects.append((axis, e.value))
         else:
             return None
@@ -94,14 +122,19 @@ def _view(x: torch.Tensor, amap: AffineMap, extents: list[int]) -> torch.Tensor 
         x = x.select(axis, value)
     order = sorted(range(len(positions)), key=lambda a: positions[a])
     aligned = [extents[d] if d in positions else 1 for d in range(len(extents))]
-    return x.permute(order).reshape(aligned)
+    return x.permute(order).reshape(_sizes(aligned, per_sample))
 
 
-def gather(x: torch.Tensor, amap: AffineMap, extents: list[int], fast: bool = True
+def gather(x: torch.Tensor, amap: AffineMap, extents: list[int], fast: bool = True, batched: bool = False
            ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Values of `x` read through `amap` at every point of the domain, aligned with the domain
-    (size 1 along dims the map does not use), and the in-bounds mask (None when all are in bounds)."""
-    if fast and (view := _view(x, amap, extents)) is not None:
+    (size 1 along dims the map does not use), and the in-bounds mask (None when all are in bounds).
+
+    `batched`: the nest keeps the batch (`extents[0]` is 1, a sample); an `x` that reads dim 0 then
+    carries the whole batch on axis 0, and so do the values."""
+    per_sample = batched and 0 in affine.map_dims(amap)
+    sizes = (1, *_shape(x)[1:]) if per_sample else _shape(x)
+    if fast and (view := _view(x, sizes, amap, extents, per_sample)) is not None:
         return view, None
     used = affine.map_dims(amap)
     aligned = [extents[d] if d in used else 1 for d in range(len(extents))]
@@ -109,28 +142,32 @@ def gather(x: torch.Tensor, amap: AffineMap, extents: list[int], fast: bool = Tr
     flat = torch.zeros(aligned, dtype=torch.long)
     mask = torch.ones(aligned, dtype=torch.bool)
     stride = 1
-    for axis in reversed(range(len(amap.results))):
+    for axis in reversed(range(1 if per_sample else 0, len(amap.results))):
         idx = torch.as_tensor(evaluate(amap.results[axis], dim))
-        size = _shape(x)[axis]
+        size = sizes[axis]
         mask = mask & (idx >= 0) & (idx < size)
         flat = flat + idx.clamp(0, size - 1) * stride
         stride *= size
-    values = x.reshape(-1)[flat]
+    if per_sample:
+        values = x.reshape(x.shape[0], -1)[:, flat.reshape(-1)].reshape(_sizes(aligned, True))
+    else:
+        values = x.reshape(-1)[flat]
     return values, (None if bool(mask.all()) else mask)
 
 
 # --- combiners ---------------------------------------------------------------------------------
 
-def _mac(op: nest.ComputeOp, inputs: list[torch.Tensor], extents: list[int], fast: bool) -> torch.Tensor:
+def _mac(op: nest.ComputeOp, inputs: list[torch.Tensor], extents: list[int], fast: bool,
+         batched: bool) -> torch.Tensor:
     npar = op.domain.num_parallel.data
     letters = string.ascii_letters
     operands, specs, used_any = [], [], set()
     for x, amap in zip(inputs[:2], op.access_maps[:2]):
-        values, mask = gather(x, amap, extents, fast)
+        values, mask = gather(x, amap, extents, fast, batched)
         if mask is not None:
             values = torch.where(mask, values, torch.zeros((), dtype=values.dtype))
         used = sorted(affine.map_dims(amap))
-        operands.append(values.reshape([extents[d] for d in used]))
+        operands.append(values.reshape([-1 if batched and d == 0 else extents[d] for d in used]))
         specs.append("".join(letters[d] for d in used))
         used_any |= set(used)
     kept = [d for d in range(npar) if d in used_any]
@@ -138,12 +175,14 @@ def _mac(op: nest.ComputeOp, inputs: list[torch.Tensor], extents: list[int], fas
     unread = math.prod(extents[d] for d in range(npar, len(extents)) if d not in used_any)
     if unread != 1:
         core = core * unread
-    return core.reshape([extents[d] if d in used_any else 1 for d in range(npar)])
+    aligned = [extents[d] if d in used_any else 1 for d in range(npar)]
+    return core.reshape(_sizes(aligned, batched and 0 in used_any))
 
 
-def _window_op(op: nest.ComputeOp, inputs: list[torch.Tensor], extents: list[int], fast: bool) -> torch.Tensor:
+def _window_op(op: nest.ComputeOp, inputs: list[torch.Tensor], extents: list[int], fast: bool,
+               batched: bool) -> torch.Tensor:
     npar = op.domain.num_parallel.data
-    values, mask = gather(inputs[0], op.access_maps[0], extents, fast)
+    values, mask = gather(inputs[0], op.access_maps[0], extents, fast, batched)
     red = tuple(range(npar, len(extents)))
     if op.kind == "max":
         if mask is not None:
@@ -230,7 +269,8 @@ def _same_but_channel(a, b) -> bool:
     return a.num_dims == b.num_dims and a.results[:1] + a.results[2:] == b.results[:1] + b.results[2:]
 
 
-def _conv(op: nest.ComputeOp, inputs: list[torch.Tensor], extents: list[int], geo: Window) -> torch.Tensor | None:
+def _conv(op: nest.ComputeOp, inputs: list[torch.Tensor], extents: list[int], geo: Window,
+          batched: bool) -> torch.Tensor | None:
     """F.conv2d for a conv nest as convert-nn-to-nest builds it, also one reading a channel slice."""
     dom = op.domain
     x, w = inputs[0], inputs[1]
@@ -239,7 +279,7 @@ def _conv(op: nest.ComputeOp, inputs: list[torch.Tensor], extents: list[int], ge
     groups = dom.extent("g") if "g" in dom.dim_names else 1
     out_hw = (dom.extent("oh"), dom.extent("ow"))
     # the whole input's shape: a slice of one channel per group is still a conv with a ci dim
-    domain, maps, _ = conv_nest(tuple(_shape(x)), tuple(_shape(w)), out_hw, groups, geo)
+    domain, maps, _ = conv_nest(shape_of(op.operands[0]), tuple(_shape(w)), out_hw, groups, geo)
     if domain != dom or maps[1] != op.access_maps[1] or not _same_but_channel(maps[0], op.access_maps[0]):
         return None
     x = _read_channels(op, x, groups, _shape(w)[1])
@@ -250,21 +290,22 @@ def _conv(op: nest.ComputeOp, inputs: list[torch.Tensor], extents: list[int], ge
         y = F.conv2d(x, w, stride=geo.strides, padding=(ph0, pw0), dilation=geo.dilations, groups=groups)
     else:
         y = F.conv2d(F.pad(x, [pw0, pw1, ph0, ph1]), w, stride=geo.strides, dilation=geo.dilations, groups=groups)
-    return y.reshape(extents[:dom.num_parallel.data])
+    return y.reshape(_sizes(extents[:dom.num_parallel.data], batched))
 
 
-def _functional(op: nest.ComputeOp, inputs: list[torch.Tensor], extents: list[int]) -> torch.Tensor | None:
+def _functional(op: nest.ComputeOp, inputs: list[torch.Tensor], extents: list[int],
+                batched: bool) -> torch.Tensor | None:
     dom = op.domain
     key = (tuple(n for n, _ in dom.parallel), tuple(n for n, _ in dom.reduction))
     if op.kind == "mac" and key in CONV_DOMAINS and (geo := _window_geometry(op)) is not None:
-        return _conv(op, inputs, extents, geo)
+        return _conv(op, inputs, extents, geo, batched)
     if op.kind in ("max", "avg") and key == (("n", "c", "oh", "ow"), ("kh", "kw")):
         geo = _window_geometry(op)
         x = inputs[0]
         if geo is None or x.dim() != 4 or (op.kind == "avg" and geo.dilations != (1, 1)):
             return None
         out_hw, kernel = (dom.extent("oh"), dom.extent("ow")), (dom.extent("kh"), dom.extent("kw"))
-        domain, in_map, _ = pool_nest(tuple(_shape(x)), out_hw, kernel, geo)
+        domain, in_map, _ = pool_nest(shape_of(op.operands[0]), out_hw, kernel, geo)
         if domain != dom or in_map != op.access_maps[0]:
             return None
         if op.kind == "max":
@@ -279,12 +320,12 @@ def _functional(op: nest.ComputeOp, inputs: list[torch.Tensor], extents: list[in
 # --- epilogue and output -----------------------------------------------------------------------
 
 def _epilogue(op: nest.ComputeOp, inputs: list[torch.Tensor], core: torch.Tensor, extents: list[int],
-              fast: bool) -> torch.Tensor:
+              fast: bool, batched: bool) -> torch.Tensor:
     npar = op.domain.num_parallel.data
     for kind, refs, params in op.steps:
         if refs:
-            other, _ = gather(inputs[refs[0]], op.access_maps[refs[0]], extents, fast)
-            other = other.reshape(_shape(other)[:npar])
+            other, _ = gather(inputs[refs[0]], op.access_maps[refs[0]], extents, fast, batched)
+            other = other.reshape(other.shape[:npar])  # the reduction axes, all of size 1
             core = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div}[kind](core, other)
         elif kind == "relu":
             core = torch.relu(core)
@@ -328,30 +369,49 @@ def _row_major(op: nest.ComputeOp, shape: tuple[int, ...], extents: list[int]) -
     return offset == 0 and {d: c for d, c in coeffs.items() if extents[d] > 1 and c} == expected
 
 
-def _scatter(op: nest.ComputeOp, core: torch.Tensor, extents: list[int]) -> torch.Tensor:
+def _scatter(op: nest.ComputeOp, core: torch.Tensor, extents: list[int], batched: bool) -> torch.Tensor:
     npar = op.domain.num_parallel.data
     shape = shape_of(op.result)
-    if tuple(_shape(core)) != tuple(extents[:npar]):
-        core = core.expand(extents[:npar])
+    if batched:
+        shape = (1, *shape[1:])  # a sample's
+    grid = extents[:npar]
+    if _shape(core)[batched:] != tuple(grid[batched:]):
+        core = core.expand(_sizes(grid, batched))
     if _row_major(op, shape, extents):
-        return core.reshape(shape)
+        return core.reshape(_sizes(list(shape), batched))
     omap = op.output_map
-    dim = _grid(extents[:npar])
-    flat = torch.zeros(extents[:npar], dtype=torch.long)
+    dim = _grid(grid)
+    flat = torch.zeros(grid, dtype=torch.long)
     stride = 1
     for axis in reversed(range(len(shape))):
         flat = flat + torch.as_tensor(evaluate(omap.results[axis], dim)) * stride
         stride *= shape[axis]
-    out = core.new_zeros(math.prod(shape)).index_copy(0, flat.reshape(-1), core.reshape(-1))
-    return out.reshape(shape)
+    samples = core.shape[0] if batched else 1
+    out = core.new_zeros((samples, math.prod(shape)))
+    out = out.index_copy(1, flat.reshape(-1), core.reshape(samples, -1))
+    return out.reshape(_sizes(list(shape), batched))
 
 
 def run_compute(op: nest.ComputeOp, inputs: list[torch.Tensor], fast: bool = True) -> torch.Tensor:
     """The value of `op` on `inputs` (float32 tensors in operand order); differentiable.
 
-    `fast=False` uses the generic gather/einsum path only (the fast path must agree with it)."""
+    `fast=False` uses the generic gather/einsum path only (the fast path must agree with it).
+    A nest that keeps the batch (`keeps_batch`) takes inputs of any batch size."""
     extents = [e for _, e in op.domain.dims]
-    core = _functional(op, inputs, extents) if fast else None
+    batched = keeps_batch(op)
+    if batched:
+        extents[0] = 1  # a sample: the tensors carry the batch
+    else:
+        _check_static(op, inputs)
+    core = _functional(op, inputs, extents, batched) if fast else None
     if core is None:
-        core = _mac(op, inputs, extents, fast) if op.kind == "mac" else _window_op(op, inputs, extents, fast)
-    return _scatter(op, _epilogue(op, inputs, core, extents, fast), extents)
+        run = _mac if op.kind == "mac" else _window_op
+        core = run(op, inputs, extents, fast, batched)
+    return _scatter(op, _epilogue(op, inputs, core, extents, fast, batched), extents, batched)
+
+
+def _check_static(op: nest.ComputeOp, inputs: list[torch.Tensor]) -> None:
+    for value, x in zip(op.operands, inputs):
+        if _shape(x) != shape_of(value):
+            raise LoweringError(f"nest '{op.layer_name}' mixes the batch with other "
+                                f"dims: it runs on {list(shape_of(value))} only, got {list(_shape(x))}")

@@ -4,7 +4,8 @@
 walks `@main` with it. Where torch's functional API differs from ONNX (asymmetric pads, LRN
 windows for even sizes, ceil-mode pools with padding, count_include_pad with asymmetric pads),
 the function pads explicitly or computes the ONNX formula, and crops to the op's result type,
-which the nn dialect infers with ONNX's rules:
+which the nn dialect infers with ONNX's rules (at the model's batch: an op acts on each sample, and
+a reshape that keeps axis 0 reshapes each, so the functions take any batch size):
 
     nn.avg_pool {kernel = [3, 3], pads = [0, 0, 1, 1], count_include_pad = 0}
       ->  sums = avg_pool2d(pad(x), divisor_override=1); counts = same over pad(ones); sums / counts
@@ -12,6 +13,7 @@ which the nn dialect infers with ONNX's rules:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -111,6 +113,13 @@ def pad(op: nn.PadOp, inputs: list[Tensor]) -> Tensor:
     return F.pad(x, spec, value=_float(op, "value"))
 
 
+def reshape(op: nn.ReshapeOp, inputs: list[Tensor]) -> Tensor:
+    """A reshape that keeps axis 0 and reshapes each sample (a flatten) takes any batch size."""
+    shape, before = shape_of(op.result), shape_of(op.operands[0])
+    per_sample = shape[:1] == before[:1] and math.prod(shape[1:]) == math.prod(before[1:])
+    return inputs[0].reshape([-1, *shape[1:]] if per_sample else shape)
+
+
 def _spatial(x: Tensor) -> list[int]:
     return list(range(2, x.dim()))
 
@@ -136,7 +145,7 @@ LOWERINGS: dict[type, Callable[..., Tensor]] = {
     nn.AvgPoolOp: avg_pool,
     nn.GlobalAvgPoolOp: lambda op, xs: xs[0].mean(dim=_spatial(xs[0]), keepdim=True),
     nn.GlobalMaxPoolOp: lambda op, xs: xs[0].amax(dim=_spatial(xs[0]), keepdim=True),
-    nn.ReshapeOp: lambda op, xs: xs[0].reshape(shape_of(op.result)),
+    nn.ReshapeOp: reshape,
     nn.TransposeOp: lambda op, xs: xs[0].permute(_ints(op, "perm")),
     nn.ConcatOp: lambda op, xs: torch.cat(xs, _int(op, "axis")),
     nn.PadOp: pad,

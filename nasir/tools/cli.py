@@ -12,7 +12,8 @@
     nasir tune resnet34 --dataset imagenet      # time the best schedules of its convs on this CPU
 
 A model argument is a file path or a zoo name (then `--dataset` picks its variant). User mistakes
-print `nasir: error: <message>` and exit 1; a failed check exits 1 too.
+print `nasir: error: <message>` and exit 1; a failed check exits 1 too. A reader that closes the
+pipe (`| head`) ends it quietly (exit status 141, as for `yes | head`); progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from rich.console import Console
 from rich.table import Table
 
 import nasir
@@ -31,11 +31,11 @@ from nasir import zoo
 from nasir.api import TARGETS
 from nasir.benchmarks import ALL_VARIANTS
 from nasir.errors import FrontendError, NasirError
-from nasir.tools.console import fail, show, step
+from nasir.tools.console import ToolConsole, end_on_closed_pipe, fail, show, step
 from nasir.tools.reference import compare, onnxruntime_outputs, seeded_inputs
 
-out = Console(highlight=False)
-progress = Console(stderr=True, highlight=False)
+out = ToolConsole(highlight=False)
+progress = ToolConsole(stderr=True, highlight=False)
 
 
 def model_file(source: str, dataset: str, tmpdir: str) -> Path:
@@ -284,6 +284,8 @@ def main(argv: list[str] | None = None) -> None:
         args.budget = 100
     try:
         sys.exit(args.run(args))
+    except BrokenPipeError:  # `nasir summary resnet18 | head`
+        end_on_closed_pipe()
     except NasirError as e:
         fail("nasir", e)
 

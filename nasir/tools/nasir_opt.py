@@ -14,6 +14,11 @@ marks the module with the CPU its passes and `-t llvm` compile for (`nasir.targe
 `nasir.lowering.target`); without it a module keeps its own mark, else the host's CPU.
 User mistakes print one `nasir-opt: error: ...` line and exit 1; parse errors keep xDSL's caret
 diagnostics.
+
+stdout carries the output (IR) only: analyses (print-capacity, --time-passes) write to stderr, and so
+does the progress of the passes and of `-t llvm` (on a terminal only). `--help` lists nasir's passes;
+`--xdsl-passes` lists xDSL's, which work too. A reader that closes the pipe (`| head`) ends
+nasir-opt quietly.
 """
 
 from __future__ import annotations
@@ -21,17 +26,21 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Callable
 from typing import IO
 
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation
 from xdsl.parser import Parser
+from xdsl.passes import ModulePass, PassPipeline
+from xdsl.printer import Printer
 from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError
 from xdsl.utils.target import Target
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from nasir.errors import FrontendError, NasirError, PassError
-from nasir.tools.console import fail
+from nasir.tools.console import ToolConsole, end_on_closed_pipe, fail, status_on_terminal
 
 
 def _mlir_target() -> type[Target]:
@@ -49,6 +58,22 @@ def _llvm_target() -> type[Target]:
 TARGETS: dict[str, Callable[[], type[Target]]] = {"mlir": _mlir_target, "llvm": _llvm_target}
 """Output targets of `-t` by name: a factory returning an xDSL `Target` class (printing the module
 to a text stream). Backends that emit text (LLVM IR) add themselves here."""
+
+
+class ListXdslPasses(argparse.Action):
+    """`--xdsl-passes`: print the names of xDSL's own passes, one a line, and exit."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from xdsl.universe import Universe
+
+        from nasir.lowering.passes import available_passes
+
+        ours = available_passes()
+        print("\n".join(sorted(n for n in Universe.get_multiverse().all_passes if n not in ours)))
+        parser.exit()
 
 
 class NasirOptMain(xDSLOptMain):
@@ -90,7 +115,9 @@ class NasirOptMain(xDSLOptMain):
 
         passes = next(a for a in arg_parser._actions if a.dest == "passes")
         passes.help = (f"pass pipeline, the spelling Model.transform takes; nasir's passes: "
-                       f"{', '.join(sorted(available_passes()))} (xDSL's own, such as cse and dce, work too)")
+                       f"{', '.join(sorted(available_passes()))} (xDSL's own, such as cse and dce, work too: "
+                       f"see --xdsl-passes)")
+        arg_parser.add_argument("--xdsl-passes", action=ListXdslPasses, help="list xDSL's passes and exit")
         arg_parser.add_argument("--cpu", metavar="NAME",
                                 help="compile for this CPU (an LLVM CPU name: znver3, x86-64-v3, skylake-avx512, ..., "
                                      "or 'host'); default: the module's nasir.target, else NASIR_CPU, else the host")
@@ -140,11 +167,31 @@ class NasirOptMain(xDSLOptMain):
         return import_onnx(self.args.input_file).module  # the Model attached its store to the module
 
     # Passes and output ------------------------------------------------------------------------
+    def run(self):
+        with status_on_terminal(STDERR, "nasir-opt: reading the input") as self.show_progress:
+            super().run()
+
     def setup_pipeline(self):
         try:
-            super().setup_pipeline()
+            self.pipeline = PassPipeline.parse_spec(self.available_passes, self.args.passes, self._between_passes)
         except (Exception, ArgSpecParseError) as e:  # xDSL's pipeline errors (lexer ones are BaseException)
             raise PassError(f"bad pass pipeline '{self.args.passes}': {e}") from None
+        self._pass_started, self._passes_done = time.perf_counter(), 0
+
+    def _between_passes(self, done: ModulePass | None, module: Operation, next_pass: ModulePass | None) -> None:
+        """xDSL's callback with its timing on stderr, and the pass to come shown on a terminal."""
+        if self.args.time_passes and done is not None:
+            print(f"Pass {done.name} took {time.perf_counter() - self._pass_started} seconds", file=sys.stderr)
+        if not self.args.disable_verify:
+            module.verify()
+        if done and next_pass and self.args.print_between_passes:
+            print(f"IR after {done.name}:")
+            Printer(stream=sys.stdout).print_op(module)
+            print("\n\n\n")
+        if next_pass is not None:
+            self._passes_done += done is not None
+            self.show_progress(f"nasir-opt: pass {self._passes_done + 1}/{len(self.pipeline.passes)}: {next_pass.name}")
+        self._pass_started = time.perf_counter()
 
     def apply_passes(self, prog: ModuleOp):
         if self.args.cpu is not None:
@@ -164,6 +211,7 @@ class NasirOptMain(xDSLOptMain):
         print(f"nasir-opt: capacity check passed: {result.reason}", file=sys.stderr)
 
     def output_resulting_program(self, prog: ModuleOp) -> str:
+        self.show_progress(f"nasir-opt: writing the {self.args.target} output")
         if not self.args.print_weights:
             return super().output_resulting_program(prog)
         from nasir.model import Model
@@ -171,13 +219,15 @@ class NasirOptMain(xDSLOptMain):
         return Model(prog).text(weights=True) + "\n"
 
 
+STDERR = ToolConsole(stderr=True, highlight=False)
+
+
 def main(args: list[str] | None = None) -> None:
     try:
         NasirOptMain(description="nasir optimizer driver: nasir IR or ONNX in, transformed IR out",
                      args=args).run()
     except BrokenPipeError:  # `nasir-opt model.onnx | head`: the reader is gone, so is the rest
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(0)
+        end_on_closed_pipe()
     except NasirError as e:
         fail("nasir-opt", e)
     except ParseError as e:
