@@ -28,6 +28,8 @@ EXEMPT = {
         "all of ResNet-18 to LLVM IR, a minute or more (test_tool_streams runs this pipeline and -t llvm on a small model)",
     "make bench": "benchmarks of minutes (test_benchmarks runs them small)",
     'make bench ARGS="--models --variants base fold-kh shift-oh split-co2"': "benchmarks of minutes (test_benchmarks)",
+    'make bench ARGS="--tune --variants"': "tunes and times every zoo model, an hour (test_benchmarks: --tune small)",
+    "nasir tune resnet34 --dataset imagenet": "tunes ResNet-34's convs, minutes (test_tuning: nasir tune on a small model)",
     "nasir check model.onnx": "compiles ResNet-18, about a minute (test_tools: nasir check on a zoo model)",
     "nasir check model.onnx --cpu x86-64-v3": "compiles ResNet-18, about a minute (test_checked, conftest's cpu fixture)",
     "nasir check model.onnx --checked": "compiles ResNet-18 bounds-checked, minutes (test_checked)",
