@@ -10,16 +10,20 @@ from nasir.errors import FrontendError, NasirError
 from nasir.model import Model, load_text
 from nasir.runtime.llvm_executable import compile_llvm
 
-TARGETS = ("llvm", "torch")
+TARGETS = ("llvm", "torch", "tvm", "cuda")
 
 
 def backend_compiler(target: str) -> Callable:
     """The compile function of `target`'s backend; its keyword parameters are the options
-    `compile` takes for that target (the torch backend is imported only when asked for)."""
+    `compile` takes for that target (the torch and TVM backends are imported only when asked for)."""
     if target == "torch":
         from nasir.runtime.torch_executable import compile_torch
 
         return compile_torch
+    if target in ("tvm", "cuda"):
+        from nasir.runtime import tvm_compile
+
+        return tvm_compile.compile_tvm if target == "tvm" else tvm_compile.compile_cuda
     return compile_llvm
 
 
@@ -44,13 +48,17 @@ def load(path: str | Path, input_shapes: dict[str, tuple[int, ...]] | list[tuple
 
 
 def compile(model: Model, target: str = "llvm", threads: int = 1, **options):
-    """Compile `model` for `target` ("llvm": native CPU code, "torch": PyTorch reference). An option
-    the target does not take is an error, not ignored:
+    """Compile `model` for `target` ("llvm": native CPU code, "torch": PyTorch reference, "tvm":
+    TVM's CPU code, "cuda": TVM's GPU code). An option the target does not take is an error, not
+    ignored:
 
         compile(model, cpu="znver3")      llvm code for a CPU LLVM knows by name ("host": this one's;
                                           default: the environment's NASIR_CPU, else the host)
         compile(model, checked=True)      llvm code that checks every load and store and raises
                                           BoundsError instead of leaving a buffer
+
+        compile(model, target="cuda", arch="sm_80")   GPU code for an A100 (default: this machine's
+                                          GPU, else sm_90); compiles without a GPU, runs on one
 
         compile(model, target="torch", threads=2)
         -> NasirError: target 'torch' takes no option 'threads' (it takes: none)

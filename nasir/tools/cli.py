@@ -94,8 +94,10 @@ def read_inputs(model: nasir.Model, files: list[str] | None, seed: int) -> list[
 
 
 def llvm_options(args) -> dict:
-    """`--cpu` and `--checked` as compile options (llvm only: the torch target takes none)."""
-    return {**({"cpu": args.cpu} if args.cpu else {}), **({"checked": True} if getattr(args, "checked", False) else {})}
+    """`--cpu`, `--checked` (llvm) and `--arch` (cuda) as compile options; a target given one it
+    does not take says so."""
+    return {**({"cpu": args.cpu} if args.cpu else {}), **({"checked": True} if getattr(args, "checked", False) else {}),
+            **({"arch": args.arch} if getattr(args, "arch", None) else {})}
 
 
 def cmd_run(args) -> int:
@@ -182,7 +184,9 @@ def parser() -> argparse.ArgumentParser:
         c.add_argument("--dataset", default="cifar10", help="dataset variant of a zoo model (default cifar10)")
 
     def run_args(c: argparse.ArgumentParser) -> None:
-        c.add_argument("--target", choices=TARGETS, default="llvm", help="backend (default llvm)")
+        c.add_argument("--target", choices=TARGETS, default="llvm",
+                       help="backend (default llvm; tvm: TVM's CPU code; cuda: TVM's GPU code, run on a GPU)")
+        c.add_argument("--arch", help="cuda: the GPU architecture, sm_XY (default: this machine's GPU, else sm_90)")
         cpu_arg(c)
         c.add_argument("--checked", action="store_true",
                        help="llvm: check every load and store of the generated code (an access outside a "

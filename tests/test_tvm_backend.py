@@ -1,0 +1,163 @@
+"""The TVM backend (lowering/nest_to_tvm, runtime/tvm_executable.py): target "tvm" (TVM's CPU code,
+run here) against ONNX Runtime and the torch backend, target "cuda" compiled without a GPU.
+
+Cases: the onnx package's node tests nasir supports (every combiner, padding, the nn ops Relax
+runs), zoo models, the architecture-transform variants of `make bench` on ResNet-18, and the
+errors a user can meet (no GPU, no nvcc, a nest TVM cannot express).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from test_llvm_onnx_nodes import CASES as NODE_CASES
+from test_onnx_node_tests import DATA, _load_set
+from test_tools import opt_in_process, run_main
+from xdsl.dialects.builtin import AffineMapAttr
+from xdsl.ir.affine import AffineExpr, AffineMap
+
+import nasir
+import nasir.zoo as zoo
+from nasir.benchmarks import ALL_VARIANTS, PREFIX
+from nasir.dialects import nest
+from nasir.errors import BackendUnavailableError, LoweringError
+from nasir.frontend.onnx_import import import_onnx
+from nasir.lowering.nest_to_tvm import build as tvm_build
+from nasir.lowering.nest_to_tvm.program import lower_to_nest, to_relax
+from nasir.search.space import TEMPLATES, LayerChoices, SearchSpace
+from nasir.tools import cli
+
+TOL = dict(rtol=1e-4, atol=1e-4)
+
+ZOO = [("resnet18", "cifar10"), ("resnet34", "cifar10"), ("resnext29_2x64d", "cifar10"),
+       ("mobilenet_v2", "cifar10"), ("wrn_40_2", "cifar10"), ("resnet18", "imagenet"), ("mobilenet_v2", "imagenet")]
+"""Every model family but DenseNet at cifar10, the two cheapest at imagenet: TVM builds a DenseNet's
+~130 distinct nests in minutes; its concat runs in the node tests, its nests are the ResNets' kinds."""
+
+VARIANTS = ["group4", "depthwise", "bottleneck2", "fold-kh", "shift-oh", "split-co2", "unshare-oh2"]
+"""`make bench` variants of ResNet-18 (nasir.benchmarks.ALL_VARIANTS): one transform on every block conv."""
+
+EVERY_CHOICE = {
+    "conv1_Conv": "fold-pieces", "layer1_layer1.0_conv1_Conv": "bottleneck-co2",
+    "layer1_layer1.0_conv2_Conv": "group4", "layer1_layer1.1_conv1_Conv": "seq1",
+    "layer1_layer1.1_conv2_Conv": "depthwise", "layer2_layer2.0_downsample_downsample.0_Conv": "unfold-oh3",
+    "layer2_layer2.0_conv1_Conv": "bottleneck-hw2", "layer2_layer2.0_conv2_Conv": "seq2",
+    "layer2_layer2.1_conv1_Conv": "bottleneck-ci2", "layer2_layer2.1_conv2_Conv": "shift-ow",
+    "layer3_layer3.0_downsample_downsample.0_Conv": "unfold-ow3", "layer3_layer3.0_conv1_Conv": "seq3",
+    "layer3_layer3.0_conv2_Conv": "fold-kh", "layer3_layer3.1_conv1_Conv": "unshare-oh2",
+    "layer3_layer3.1_conv2_Conv": "group16", "layer4_layer4.0_conv1_Conv": "fold-kw",
+    "layer4_layer4.0_conv2_Conv": "shift-oh", "layer4_layer4.1_conv1_Conv": "bottleneck-co4",
+    "layer4_layer4.1_conv2_Conv": "bottleneck-hw4",
+}
+"""One ResNet-18 candidate making a different search-space choice (nasir/search/space.py) at each conv:
+every architecture transform and composition of the search in one model."""
+
+
+@pytest.mark.parametrize("suite,name", NODE_CASES, ids=[n for _, n in NODE_CASES])
+def test_node_case_on_tvm(suite: str, name: str):
+    case = os.path.join(DATA, suite, name)
+    exe = nasir.compile(import_onnx(os.path.join(case, "model.onnx")), target="tvm")
+    for data_set in sorted(glob.glob(os.path.join(case, "test_data_set_*"))):
+        inputs = _load_set(data_set, "input")[: len(exe.input_names)]
+        got = exe(*inputs)
+        for g, e in zip(got if isinstance(got, list) else [got], _load_set(data_set, "output")):
+            assert g.shape == e.shape
+            np.testing.assert_allclose(g, e, **TOL)
+
+
+@pytest.mark.parametrize("name,dataset", ZOO, ids=[f"{n}-{d}" for n, d in ZOO])
+def test_zoo_model_matches_onnxruntime(name, dataset, tmp_path):
+    path = zoo.export_onnx(name, tmp_path / f"{name}.onnx", dataset=dataset)
+    model = nasir.load(path)
+    x = np.random.default_rng(0).standard_normal(model.input_shapes[0]).astype(np.float32)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    expected = session.run(None, {session.get_inputs()[0].name: x})[0]
+    np.testing.assert_allclose(nasir.compile(model, target="tvm")(x), expected, **TOL)
+
+
+@pytest.fixture(scope="module")
+def resnet18(tmp_path_factory):
+    return nasir.load(zoo.export_onnx("resnet18", tmp_path_factory.mktemp("zoo") / "r18.onnx"))
+
+
+def _agrees_with_torch_backend(model) -> None:
+    x = np.random.default_rng(1).standard_normal(model.input_shapes[0]).astype(np.float32)
+    np.testing.assert_allclose(nasir.compile(model, target="tvm")(x), nasir.compile(model, target="torch")(x), **TOL)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_transformed_model_matches_torch_backend(resnet18, variant):
+    """Transforms only change nests: every variant runs on TVM as computed by the reference."""
+    _agrees_with_torch_backend(resnet18.transform(ALL_VARIANTS[variant]))
+
+
+def test_every_search_choice_matches_torch_backend(resnet18):
+    space = SearchSpace(tuple(LayerChoices(layer, 0, tuple(TEMPLATES)) for layer in EVERY_CHOICE))
+    _agrees_with_torch_backend(resnet18.transform(f"{PREFIX},{space.pipeline(EVERY_CHOICE)}"))
+
+
+def test_repeated_nests_share_one_primfunc(resnet18):
+    """Structurally equal nests (ResNet's repeated blocks) are one PrimFunc, built once."""
+    module = lower_to_nest(resnet18.module)
+    nests = [op for op in module.walk() if isinstance(op, nest.ComputeOp)]
+    primfuncs = [gv for gv, f in to_relax(module).functions.items() if gv.name_hint != "main"]
+    assert len(primfuncs) < len(nests)
+
+
+def test_save_and_load(resnet18, tmp_path):
+    x = np.random.default_rng(2).standard_normal(resnet18.input_shapes[0]).astype(np.float32)
+    exe = nasir.compile(resnet18, target="tvm")
+    loaded = nasir.runtime.load(exe.save(tmp_path / "exe"))
+    assert loaded.target == "tvm"
+    np.testing.assert_array_equal(loaded(x), exe(x))
+    assert loaded.benchmark(x, repeat=2)["median_ms"] > 0
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2"])
+def test_cuda_build_without_gpu(name, tmp_path):
+    """CUDA code compiles on a machine without a GPU; saved, it is a library and its metadata."""
+    model = nasir.load(zoo.export_onnx(name, tmp_path / f"{name}.onnx"))
+    exe = nasir.compile(model, target="cuda", arch="sm_90")
+    assert exe.target == "cuda" and exe.meta["arch"] == "sm_90"
+    saved = exe.save(tmp_path / "exe")
+    assert sorted(os.listdir(saved)) == ["meta.json", "model.so"]
+    if tvm_build.gpu_arch() is None:
+        x = np.zeros(model.input_shapes[0], np.float32)
+        with pytest.raises(BackendUnavailableError, match="compiled for a CUDA GPU \\(sm_90\\) and this machine has none"):
+            exe(x)
+        with pytest.raises(BackendUnavailableError, match="has none"):
+            nasir.runtime.load(saved)(x)
+
+
+def test_cuda_without_nvcc_names_it(resnet18, monkeypatch):
+    monkeypatch.setattr(tvm_build, "nvcc_path", lambda: None)
+    with pytest.raises(BackendUnavailableError, match="target 'cuda' needs nvcc"):
+        nasir.compile(resnet18, target="cuda")
+
+
+def test_unexpressible_nest_names_the_op():
+    """An out_map that is no mixed radix of the parallel dims (two reads of one dim) is refused by name."""
+    module = lower_to_nest(import_onnx(os.path.join(DATA, "pytorch-converted", "test_ReLU", "model.onnx")).module)
+    op = next(o for o in module.walk() if isinstance(o, nest.ComputeOp))
+    d = [AffineExpr.dimension(i) for i in range(op.output_map.num_dims)]
+    op.properties["out_map"] = AffineMapAttr(AffineMap(len(d), 0, (*d[:-1], d[-2])))
+    with pytest.raises(LoweringError, match=f"nest '{op.layer_name}' cannot be converted: its out_map"):
+        to_relax(module)
+
+
+def test_nasir_opt_prints_tvmscript(capsys):
+    code, out, _ = opt_in_process(capsys, os.path.join(DATA, "pytorch-converted", "test_Conv2d_groups", "model.onnx"),
+                                  "-t", "tvm")
+    assert code == 0
+    assert "@I.ir_module" in out and "@T.prim_func" in out and "R.call_tir" in out
+
+
+def test_cli_runs_on_tvm(capsys):
+    code, out, _ = run_main(cli.main, capsys, "run", os.path.join(DATA, "pytorch-converted",
+                                                                              "test_Conv2d_groups", "model.onnx"),
+                            "--target", "tvm")
+    assert code == 0 and "shape" in out
