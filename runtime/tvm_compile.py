@@ -22,7 +22,7 @@ from nasir.runtime.tvm_executable import TVMExecutable
 def _compile(module: ModuleOp, target: str, arch: str | None = None) -> TVMExecutable:
     start = time.perf_counter()
     (input_names, output_names), (input_shapes, output_shapes) = io_names(module), io_shapes(module)
-    library = build(to_relax(lower_to_nest(module)), target, arch)
+    library = build(to_relax(lower_to_nest(module), gpu=target == "cuda"), target, arch)
     tvm_target = target_of(target, arch)
     meta = {"backend": "tvm", "target": target, "tvm_target": str(tvm_target),
             "arch": str(tvm_target.attrs["arch"]) if target == "cuda" else None,

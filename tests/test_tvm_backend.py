@@ -16,6 +16,8 @@ import onnxruntime as ort
 import pytest
 from test_llvm_onnx_nodes import CASES as NODE_CASES
 from test_onnx_node_tests import DATA, _load_set
+from test_schedule_transforms import IR as SCHEDULE_IR
+from test_schedule_transforms import conv_oracle
 from test_tools import opt_in_process, run_main
 from xdsl.dialects.builtin import AffineMapAttr
 from xdsl.ir.affine import AffineExpr, AffineMap
@@ -24,10 +26,13 @@ import nasir
 import nasir.zoo as zoo
 from nasir.benchmarks import ALL_VARIANTS, PREFIX
 from nasir.dialects import nest
+from nasir.dialects.context import parse_module
+from nasir.dialects.module import WeightStore
 from nasir.errors import BackendUnavailableError, LoweringError
 from nasir.frontend.onnx_import import import_onnx
 from nasir.lowering.nest_to_tvm import build as tvm_build
 from nasir.lowering.nest_to_tvm.program import lower_to_nest, to_relax
+from nasir.model import Model
 from nasir.search.space import TEMPLATES, LayerChoices, SearchSpace
 from nasir.tools import cli
 
@@ -161,3 +166,44 @@ def test_cli_runs_on_tvm(capsys):
                                                                               "test_Conv2d_groups", "model.onnx"),
                             "--target", "tvm")
     assert code == 0 and "shape" in out
+
+
+SCHEDULED = {
+    "interchange{order=ow,oh,co,n},unroll{dim=kw}": ["T.unroll"],
+    'strip-mine{dim=co factor=3},interchange{order="co.i",ow},parallel{dim="co.o"}': ["T.parallel"],
+    'tile{dims=oh,ow factors=4,4},unroll{dim=kw},interchange{order=kw,"ow.i"},vectorize{dim="ow.i"}':
+        ["T.unroll", "T.vectorized"],
+    'fuse{dims=oh,ow},interchange{order="oh*ow",co},interchange{order=ci,kh,kw,co},vectorize{dim=co}': ["T.vectorized"],
+    'strip-mine{dim=co factor=3},parallel{dim="co.o"},unroll{dim=kh factor=2}': ["T.parallel", "T.unroll"],
+}
+"""Schedule pipelines (test_schedule_transforms.py's and a partial unroll) and the loop kinds each
+must leave in the CPU PrimFunc."""
+
+
+@pytest.fixture(scope="module")
+def small_conv():
+    module, _ = parse_module(SCHEDULE_IR)
+    return Model(module, WeightStore(w=np.random.default_rng(0).standard_normal((8, 4, 3, 3)).astype(np.float32)))
+
+
+@pytest.mark.parametrize("pipeline", SCHEDULED)
+def test_schedule_maps_onto_tir(small_conv, pipeline):
+    """The nest's schedule becomes s_tir primitives: the same values, the loop kinds it names on a CPU,
+    and on a GPU the parallel loops bound to blockIdx/threadIdx (built for CUDA, not run)."""
+    model = small_conv.transform(pipeline)
+    x = np.random.default_rng(1).standard_normal((1, 4, 6, 6)).astype(np.float32)
+    np.testing.assert_allclose(nasir.compile(model, target="tvm")(x), conv_oracle(x, small_conv.weights["w"]), **TOL)
+    cpu = to_relax(lower_to_nest(model.module)).script()
+    assert all(kind in cpu for kind in SCHEDULED[pipeline])
+    gpu = to_relax(lower_to_nest(model.module), gpu=True)
+    assert 'T.thread_binding(256, thread="threadIdx.x")' in gpu.script()
+    tvm_build.build(gpu, "cuda", "sm_90")
+
+
+def test_scheduled_zoo_model_matches_torch_backend(resnet18):
+    """Schedules on every conv of a network (with fused epilogues and strided, padded reads)."""
+    convs = "layer.*_Conv|conv1_Conv"
+    model = resnet18.transform(f'{PREFIX},strip-mine{{dim=co factor=16 layers="{convs}"}},'
+                               f'parallel{{dim="co.o" layers="{convs}"}},unroll{{dim=kw layers="{convs}"}}')
+    _agrees_with_torch_backend(model)
+    nasir.compile(model, target="cuda", arch="sm_90")

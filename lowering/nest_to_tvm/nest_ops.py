@@ -86,6 +86,11 @@ class Reader:
         return value if cond is None else tirx.if_then_else(cond, value, tirx.const(identity, F32))
 
 
+def combiner_stage(op: nest.ComputeOp) -> str:
+    """The name of the TE stage whose loops are the domain's (avg's sum; its count has its own)."""
+    return f"{op.layer_name}.{'sum' if op.kind == 'avg' and op.domain.reduction else op.kind}"
+
+
 def _core(op: nest.ComputeOp, reader: Reader) -> te.Tensor:
     """The combiner's value at every point of the parallel grid (before the epilogue)."""
     parallel, reduction = op.domain.parallel, op.domain.reduction

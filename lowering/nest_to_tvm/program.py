@@ -23,7 +23,7 @@ from typing import IO
 
 import numpy as np
 import tvm
-from tvm import relax
+from tvm import relax, te
 from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
@@ -34,7 +34,7 @@ from nasir.dialects import nest, nn
 from nasir.dialects.module import WeightStore, attach_weights, io_names, main_func, weights_of
 from nasir.dialects.shapes import shape_of
 from nasir.errors import LoweringError
-from nasir.lowering.nest_to_tvm import nest_ops
+from nasir.lowering.nest_to_tvm import nest_ops, schedule
 from nasir.lowering.nest_to_tvm.nn_ops import LOWERINGS
 from nasir.lowering.passes import run_pipeline
 
@@ -55,8 +55,19 @@ def lower_to_nest(module: ModuleOp) -> ModuleOp:
     return out
 
 
-def to_relax(module: ModuleOp) -> tvm.IRModule:
-    """The IRModule of `module` (at the nest level: see `lower_to_nest`): Relax `main` + PrimFuncs."""
+def _emit_nest(bb: relax.BlockBuilder, op: nest.ComputeOp, args: list[relax.Expr], gpu: bool) -> relax.Var:
+    """`call_tir` of the PrimFunc of `op`, scheduled by its schedule attribute if it has one."""
+    if op.schedule is None:
+        return bb.emit_te(partial(nest_ops.compute, op), args, primfunc_name_hint=_symbol(op.layer_name))
+    inputs = [te.placeholder(shape_of(v), "float32", name=f"in{k}") for k, v in enumerate(op.inputs)]
+    func = te.create_prim_func([*inputs, nest_ops.compute(op, inputs)]).without_attr("global_symbol")
+    gv = bb.add_func(schedule.apply(func, op, gpu), _symbol(op.layer_name))
+    return bb.emit(relax.call_tir(gv, args, relax.TensorType(list(shape_of(op.result)), "float32")))
+
+
+def to_relax(module: ModuleOp, gpu: bool = False) -> tvm.IRModule:
+    """The IRModule of `module` (at the nest level: see `lower_to_nest`): Relax `main` + PrimFuncs,
+    those of scheduled nests scheduled for a CPU, or for a GPU (`gpu`; see `schedule`)."""
     main = main_func(module)
     store = weights_of(module)
     inputs, _ = io_names(module)
@@ -75,8 +86,7 @@ def to_relax(module: ModuleOp) -> tvm.IRModule:
                         raise LoweringError(f"weight '{op.key}' is not in the weight store")
                     env[op.result] = relax.const(np.ascontiguousarray(store[op.key], np.float32))
                 elif isinstance(op, nest.ComputeOp):
-                    env[op.result] = bb.emit_te(partial(nest_ops.compute, op), [env[o] for o in op.inputs],
-                                                primfunc_name_hint=_symbol(op.layer_name))
+                    env[op.result] = _emit_nest(bb, op, [env[o] for o in op.inputs], gpu)
                 elif type(op) in LOWERINGS:
                     env[op.result] = LOWERINGS[type(op)](bb, op, [env[o] for o in op.operands])
                 else:
