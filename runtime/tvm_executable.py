@@ -26,7 +26,8 @@ def _tvm():
         import tvm
         from tvm import relax
     except ImportError as e:
-        raise BackendUnavailableError(f"the tvm and cuda targets need apache-tvm (pip install apache-tvm): {e}") from None
+        raise BackendUnavailableError(
+            f"the tvm and cuda targets need apache-tvm (pip install apache-tvm): {e}") from None
     return tvm, relax
 
 

@@ -16,7 +16,7 @@ from tvm import relax, te, tirx, topi
 
 from nasir.dialects import nn
 from nasir.dialects.shapes import shape_of
-from nasir.lowering.nest_to_torch.nn_ops import _float, _int, _ints
+from nasir.lowering.nest_to_torch.nn_ops import prop_float, prop_int, prop_ints
 
 
 def _lrn(x: te.Tensor, size: int, alpha: float, beta: float, bias: float) -> te.Tensor:
@@ -42,18 +42,18 @@ def _pad(x: te.Tensor, pads: list[int], value: float) -> te.Tensor:
 
 
 def lrn(bb: relax.BlockBuilder, op: nn.LRNOp, args: list) -> relax.Var:
-    return bb.emit_te(_lrn, args[0], _int(op, "size"), _float(op, "alpha"), _float(op, "beta"),
-                      _float(op, "bias"), primfunc_name_hint="lrn")
+    return bb.emit_te(_lrn, args[0], prop_int(op, "size"), prop_float(op, "alpha"), prop_float(op, "beta"),
+                      prop_float(op, "bias"), primfunc_name_hint="lrn")
 
 
 def pad(bb: relax.BlockBuilder, op: nn.PadOp, args: list) -> relax.Var:
-    return bb.emit_te(_pad, args[0], _ints(op, "pads"), _float(op, "value"), primfunc_name_hint="pad")
+    return bb.emit_te(_pad, args[0], prop_ints(op, "pads"), prop_float(op, "value"), primfunc_name_hint="pad")
 
 
 LOWERINGS: dict[type, Callable[..., relax.Var]] = {
-    nn.ConcatOp: lambda bb, op, xs: bb.emit(relax.op.concat(xs, _int(op, "axis"))),
+    nn.ConcatOp: lambda bb, op, xs: bb.emit(relax.op.concat(xs, prop_int(op, "axis"))),
     nn.ReshapeOp: lambda bb, op, xs: bb.emit(relax.op.reshape(xs[0], shape_of(op.result))),
-    nn.SoftmaxOp: lambda bb, op, xs: bb.emit(relax.op.nn.softmax(xs[0], _int(op, "axis"))),
+    nn.SoftmaxOp: lambda bb, op, xs: bb.emit(relax.op.nn.softmax(xs[0], prop_int(op, "axis"))),
     nn.LRNOp: lrn,
     nn.PadOp: pad,
 }
