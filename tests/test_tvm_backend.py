@@ -9,13 +9,16 @@ errors a user can meet (no GPU, no nvcc, a nest TVM cannot express).
 from __future__ import annotations
 
 import glob
+import json
 import os
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+import tvm
 from onnx import helper
+from tvm import relax
 from test_llvm_onnx_nodes import CASES as NODE_CASES
 from test_onnx_node_tests import DATA, _load_set
 from test_schedule_transforms import IR as SCHEDULE_IR
@@ -149,6 +152,11 @@ def test_save_and_load(resnet18, tmp_path):
     assert loaded.target == "tvm"
     np.testing.assert_array_equal(loaded(x), exe(x))
     assert loaded.benchmark(x, repeat=2)["median_ms"] > 0
+    # docs/deploy-cuda.md's recipe without nasir: TVM's runtime alone runs the saved library
+    meta = json.loads((tmp_path / "exe" / "meta.json").read_text())
+    vm = relax.VirtualMachine(tvm.runtime.load_module(str(tmp_path / "exe" / "model.so")), tvm.cpu(0))
+    y = vm["main"](tvm.runtime.tensor(x.reshape(meta["input_shapes"][0]), tvm.cpu(0))).numpy()
+    np.testing.assert_array_equal(y, exe(x))
 
 
 @pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2"])
