@@ -59,6 +59,8 @@ def compile(model: Model, target: str = "llvm", threads: int = 1, **options):
 
         compile(model, target="cuda", arch="sm_80")   GPU code for an A100 (default: this machine's
                                           GPU, else sm_90); compiles without a GPU, runs on one
+        compile(model, target="tvm", profile=True)    TVM's CPU code, one kernel call per layer,
+                                          for exe.profile(x)
 
         compile(model, target="torch", threads=2)
         -> NasirError: target 'torch' takes no option 'threads' (it takes: none)

@@ -11,12 +11,14 @@ This module imports TVM only when an executable runs or loads, so `import nasir`
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import numpy as np
 
 from nasir.errors import BackendUnavailableError, NasirError
 from nasir.runtime.executable import Executable
+from nasir.runtime.profile import Profile
 
 LIBRARY, META = "model.so", "meta.json"
 
@@ -74,6 +76,42 @@ class TVMExecutable(Executable):
         out = vm["main"](*(tvm.runtime.tensor(a, self._dev) for a in arrays))
         outs = list(out) if isinstance(out, (tuple, list)) or type(out).__name__ == "Array" else [out]
         return [o.numpy() for o in outs]
+
+    def profile(self, *inputs, repeat: int = 20, warmup: int = 2) -> Profile:
+        """Per kernel call: its time over `repeat` runs on `inputs` (see `nasir.runtime.profile`), taken
+        by a VM instrument around each call; needs an executable compiled with `profile=True`."""
+        info = self.meta.get("profile")
+        if info is None:
+            raise NasirError("this executable was compiled without profiling: compile it with profile=True")
+        tvm, relax = _tvm()
+        vm = relax.VirtualMachine(self.library, device_of(self.meta))
+        calls: list[float] = []
+        kernels: list[str] = []
+        started: list[float] = []
+
+        def instrument(func, symbol, before_run, ret_value, *args):
+            if not str(symbol).startswith("vm.builtin"):
+                if before_run:
+                    started.append(time.perf_counter())
+                else:
+                    calls.append((time.perf_counter() - started.pop()) * 1e3)
+                    kernels.append(str(symbol))
+            return 0
+
+        vm.set_instrument(instrument)
+        self._vm, self._dev = vm, device_of(self.meta)
+        runs, times = [], []
+        try:
+            for ms in self.timed_runs(inputs, repeat, warmup, before_each=lambda: (calls.clear(), kernels.clear())):
+                times.append(ms)
+                runs.append(list(calls))
+        finally:
+            self._vm = None
+        if any(len(r) != len(info["calls"]) for r in runs):
+            raise NasirError(f"profile: the VM made {len(runs[0])} kernel calls, the model has {len(info['calls'])}")
+        total = float(np.median(times))
+        named = [{**call, "kernel": kernel} for call, kernel in zip(info["calls"], kernels)]  # shared ones too
+        return Profile.from_ticks(named, [*np.median(runs, axis=0).tolist(), total], total, 1)
 
     def save(self, path: str | Path) -> Path:
         """Write `model.so` (the exported library: host and device code, weights) and `meta.json`."""

@@ -73,7 +73,7 @@ def test_train_mode_uses_batch_statistics(tmp_path):
     ("torch", {"threads": 2}, "target 'torch' takes no option 'threads' \\(it takes: none\\)"),
     ("torch", {"profile": True}, "target 'torch' takes no option 'profile'"),
     ("llvm", {"vectorize": False}, "target 'llvm' takes no option 'vectorize' \\(it takes: threads, profile, cpu, checked\\)"),
-    ("tvm", {"threads": 2}, "target 'tvm' takes no option 'threads' \\(it takes: none\\)"),
+    ("tvm", {"threads": 2}, "target 'tvm' takes no option 'threads' \\(it takes: profile\\)"),
     ("cuda", {"cpu": "znver3"}, "target 'cuda' takes no option 'cpu' \\(it takes: arch\\)"),
     ("tpu", {}, "unknown target 'tpu' \\(choose from llvm, torch, tvm, cuda\\)"),
 ])

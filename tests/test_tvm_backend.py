@@ -33,7 +33,7 @@ from nasir.benchmarks import ALL_VARIANTS, PREFIX
 from nasir.dialects import nest
 from nasir.dialects.context import parse_module
 from nasir.dialects.module import WeightStore
-from nasir.errors import BackendUnavailableError, LoweringError
+from nasir.errors import BackendUnavailableError, LoweringError, NasirError
 from nasir.frontend.onnx_import import import_onnx
 from nasir.lowering.nest_to_tvm import build as tvm_build
 from nasir.lowering.nest_to_tvm.program import lower_to_nest, to_relax
@@ -244,3 +244,21 @@ def test_scheduled_zoo_model_matches_torch_backend(resnet18):
                                f'parallel{{dim="co.o" layers="{convs}"}},unroll{{dim=kw layers="{convs}"}}')
     _agrees_with_torch_backend(model)
     nasir.compile(model, target="cuda", arch="sm_90")
+
+
+def test_profile_times_each_layer(resnet18):
+    """profile=True keeps one kernel call per layer (no fusion) and times each with a VM instrument."""
+    exe = nasir.compile(resnet18, target="tvm", profile=True)
+    x = np.random.default_rng(3).standard_normal(resnet18.input_shapes[0]).astype(np.float32)
+    profile = exe.profile(x, repeat=2, warmup=1)
+    assert [r.layer for r in profile.rows][:2] == ["conv1_Conv", "layer1_layer1.0_conv1_Conv"]
+    assert profile.total_macs == resnet18.summary().total_macs and all(r.ms > 0 for r in profile.rows)
+    assert profile.rows[3].kernel == profile.rows[1].kernel  # equal nests run one shared PrimFunc
+    with pytest.raises(NasirError, match="compiled without profiling"):
+        nasir.compile(resnet18, target="tvm").profile(x)
+
+
+def test_cli_profiles_on_tvm(capsys):
+    code, out, _ = run_main(cli.main, capsys, "profile", os.path.join(DATA, "pytorch-converted", "test_Conv2d",
+                                                                      "model.onnx"), "--target", "tvm", "--repeat", "2")
+    assert code == 0 and "total (1 thread)" in out

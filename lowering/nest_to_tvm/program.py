@@ -42,7 +42,7 @@ TVM_PIPELINE = "fold-batch-norm,convert-nn-to-nest,lower-batch-norm,fuse-epilogu
 """nn IR -> the nest level `to_relax` converts."""
 
 
-def _symbol(name: str) -> str:
+def symbol(name: str) -> str:
     """A layer name as a TIR function name (`layer1.0.conv1` -> `layer1_0_conv1`)."""
     return re.sub(r"\W", "_", name) or "nest"
 
@@ -58,10 +58,10 @@ def lower_to_nest(module: ModuleOp) -> ModuleOp:
 def _emit_nest(bb: relax.BlockBuilder, op: nest.ComputeOp, args: list[relax.Expr], gpu: bool) -> relax.Var:
     """`call_tir` of the PrimFunc of `op`, scheduled by its schedule attribute if it has one."""
     if op.schedule is None:
-        return bb.emit_te(partial(nest_ops.compute, op), args, primfunc_name_hint=_symbol(op.layer_name))
+        return bb.emit_te(partial(nest_ops.compute, op), args, primfunc_name_hint=symbol(op.layer_name))
     inputs = [te.placeholder(shape_of(v), "float32", name=f"in{k}") for k, v in enumerate(op.inputs)]
     func = te.create_prim_func([*inputs, nest_ops.compute(op, inputs)]).without_attr("global_symbol")
-    gv = bb.add_func(schedule.apply(func, op, gpu), _symbol(op.layer_name))
+    gv = bb.add_func(schedule.apply(func, op, gpu), symbol(op.layer_name))
     return bb.emit(relax.call_tir(gv, args, relax.TensorType(list(shape_of(op.result)), "float32")))
 
 
@@ -94,6 +94,15 @@ def to_relax(module: ModuleOp, gpu: bool = False) -> tvm.IRModule:
                                         f"(layer '{getattr(op, 'layer_name', '')}')")
         bb.emit_func_output(result)
     return bb.get()
+
+
+def unfused(mod: tvm.IRModule) -> tvm.IRModule:
+    """`mod`, changed in place: every PrimFunc opaque to FuseOps, so each layer stays one kernel
+    call (for profiles)."""
+    for gv, func in list(mod.functions.items()):
+        if isinstance(func, tvm.tirx.PrimFunc):
+            mod[gv] = func.with_attr("op_pattern", schedule.OPAQUE)
+    return mod
 
 
 class TVMScriptTarget(Target):

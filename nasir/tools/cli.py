@@ -138,8 +138,8 @@ def cmd_profile(args) -> int:
         with step(progress, f"transforming: {pipeline}"):
             model = model.transform(pipeline)
     inputs = seeded_inputs(model, args.seed)
-    with step(progress, "compiling for llvm with per-call timers"):
-        exe = nasir.compile(model, threads=args.threads, profile=True, **llvm_options(args))
+    with step(progress, f"compiling for {args.target} with per-call timers"):
+        exe = nasir.compile(model, target=args.target, threads=args.threads, profile=True, **llvm_options(args))
     with step(progress, f"running {args.repeat} times"):
         profile = exe.profile(*inputs, repeat=args.repeat)
     rows = profile.by_time() if args.sort == "time" else profile.rows
@@ -216,6 +216,8 @@ def parser() -> argparse.ArgumentParser:
     transform.add_argument("--pipeline", help="transform the model first (nasir-opt -p spelling)")
     transform.add_argument("--variant", choices=sorted(ALL_VARIANTS), help="a ResNet variant of `make bench`")
     c.add_argument("--threads", type=int, default=1, help="threads (default 1)")
+    c.add_argument("--target", choices=("llvm", "tvm"), default="llvm",
+                   help="backend (default llvm; tvm: TVM's CPU code, one kernel per layer)")
     cpu_arg(c)
     c.add_argument("--repeat", type=int, default=20, help="timed runs (default 20)")
     c.add_argument("--sort", choices=("order", "time"), default="order", help="rows in call order or slowest first")
