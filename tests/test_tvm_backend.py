@@ -29,6 +29,7 @@ from xdsl.ir.affine import AffineExpr, AffineMap
 
 import nasir
 import nasir.zoo as zoo
+from nasir import benchmarks
 from nasir.benchmarks import ALL_VARIANTS, PREFIX
 from nasir.dialects import nest
 from nasir.dialects.context import parse_module
@@ -169,7 +170,8 @@ def test_cuda_build_without_gpu(name, tmp_path):
     assert sorted(os.listdir(saved)) == ["meta.json", "model.so"]
     if tvm_build.gpu_arch() is None:
         x = np.zeros(model.input_shapes[0], np.float32)
-        with pytest.raises(BackendUnavailableError, match=r"compiled for a CUDA GPU \(sm_90\) and this machine has none"):
+        no_gpu = r"compiled for a CUDA GPU \(sm_90\) and this machine has none"
+        with pytest.raises(BackendUnavailableError, match=no_gpu):
             exe(x)
         with pytest.raises(BackendUnavailableError, match="has none"):
             nasir.runtime.load(saved)(x)
@@ -259,6 +261,13 @@ def test_profile_times_each_layer(resnet18):
 
 
 def test_cli_profiles_on_tvm(capsys):
-    code, out, _ = run_main(cli.main, capsys, "profile", os.path.join(DATA, "pytorch-converted", "test_Conv2d",
-                                                                      "model.onnx"), "--target", "tvm", "--repeat", "2")
+    model = os.path.join(DATA, "pytorch-converted", "test_Conv2d", "model.onnx")
+    code, out, _ = run_main(cli.main, capsys, "profile", model, "--target", "tvm", "--repeat", "2")
     assert code == 0 and "total (1 thread)" in out
+
+
+def test_bench_measures_tvm(tmp_path):
+    result = benchmarks.main(["--models", "resnet18", "--datasets", "cifar10", "--threads", "1", "--repeat", "1",
+                              "--variants", "--no-plot", "--target", "tvm", "--out", str(tmp_path)])
+    (row,) = result["models"]
+    assert result["config"]["target"] == "tvm" and row["nasir_ms"] > 0 and row["max_abs_err_vs_ort"] < 1e-4
