@@ -146,9 +146,9 @@ def test_lrn_matches_torch_backend(tmp_path, size):
     np.testing.assert_allclose(nasir.compile(model, target="tvm")(x), nasir.compile(model, target="torch")(x), **TOL)
 
 
-def test_save_and_load(resnet18, tmp_path):
-    x = np.random.default_rng(2).standard_normal(resnet18.input_shapes[0]).astype(np.float32)
-    exe = nasir.compile(resnet18, target="tvm")
+def test_save_and_load(small_conv, tmp_path):
+    x = np.random.default_rng(2).standard_normal(small_conv.input_shapes[0]).astype(np.float32)
+    exe = nasir.compile(small_conv, target="tvm")
     loaded = nasir.runtime.load(exe.save(tmp_path / "exe"))
     assert loaded.target == "tvm"
     np.testing.assert_array_equal(loaded(x), exe(x))
@@ -237,6 +237,12 @@ def test_schedule_maps_onto_tir(small_conv, pipeline):
     gpu = to_relax(lower_to_nest(model.module), gpu=True)
     assert 'T.thread_binding(256, thread="threadIdx.x")' in gpu.script()
     tvm_build.build(gpu, "cuda", "sm_90")
+
+
+def test_gpu_schedule_without_a_parallel_loop_outside_the_reduction_names_the_nest(small_conv):
+    model = small_conv.transform("interchange{order=ci,n}")
+    with pytest.raises(LoweringError, match="nest 'conv': on a GPU a scheduled nest needs a parallel loop outside"):
+        to_relax(lower_to_nest(model.module), gpu=True)
 
 
 def test_scheduled_zoo_model_matches_torch_backend(resnet18):

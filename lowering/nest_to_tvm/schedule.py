@@ -23,6 +23,9 @@ the nest and the primitive.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from tvm import s_tir, tirx
 
 from nasir.dialects import nest
@@ -69,44 +72,45 @@ def _spatial_loops(sch: s_tir.Schedule, block) -> list:
     return list(sch.get_loops(block))[: len(spatial)]
 
 
+@contextmanager
+def _primitive(op: nest.ComputeOp, what: str) -> Iterator[None]:
+    """Turn TVM's refusal of a primitive into a LoweringError naming the nest and `what`."""
+    try:
+        yield
+    except LoweringError:
+        raise
+    except Exception as e:  # noqa: BLE001 - TVM raises its own error types
+        raise _error(op, what, e) from None
+
+
 def apply(func: tirx.PrimFunc, op: nest.ComputeOp, gpu: bool) -> tirx.PrimFunc:
     """`func` (the PrimFunc of `op`) scheduled by `op`'s schedule attribute for a CPU or a GPU."""
     schedule = op.get_schedule()
     sch = s_tir.Schedule(func)
     block = _combiner_block(sch, op)
     loops = dict(zip(op.domain.dim_names, sch.get_loops(block)))
-    reduction = {Loop(n).dim for n, _ in op.domain.reduction}
-    try:
+    reduction = {name for name, _ in op.domain.reduction}
+    extents = dict(schedule.loops(op.domain))
+    order = list(extents)
+    with _primitive(op, "split"):
         for name, factor in schedule.splits:
             loops[Loop.outer(name)], loops[Loop.inner(name)] = sch.split(loops.pop(name), [None, factor])
-    except Exception as e:  # noqa: BLE001 - TVM raises its own error types
-        raise _error(op, "split", e) from None
-    try:
+    with _primitive(op, "fusion"):
         for outer, inner in schedule.fusions:
             loops[f"{outer}*{inner}"] = sch.fuse(loops.pop(outer), loops.pop(inner))
-    except Exception as e:  # noqa: BLE001
-        raise _error(op, "fusion", e) from None
-    order = [name for name, _ in schedule.loops(op.domain)]
-    try:
+    with _primitive(op, "loop order"):
         sch.reorder(*[loops[name] for name in order])
-    except Exception as e:  # noqa: BLE001
-        raise _error(op, "loop order", e) from None
-    first_reduction = next((i for i, name in enumerate(order) if Loop(name).dims & reduction), len(order))
-    try:
+    with _primitive(op, "unroll"):
         for name, factor in schedule.unroll.items():
-            extent = dict(schedule.loops(op.domain))[name]
-            target = loops[name]
-            if factor < extent:
-                _, target = sch.split(target, [None, factor])
-            sch.unroll(target)
+            sch.unroll(loops[name] if factor >= extents[name] else sch.split(loops[name], [None, factor])[1])
+    with _primitive(op, "vector loop"):
         if schedule.vector is not None and gpu:
             sch.unroll(loops[schedule.vector])  # a thread's lanes: unrolled, not CUDA vector types
         elif schedule.vector is not None:
             sch.vectorize(loops[schedule.vector])
-    except Exception as e:  # noqa: BLE001
-        raise _error(op, "unroll or vector loop", e) from None
-    try:
+    with _primitive(op, "parallel loop"):
         if gpu:
+            first_reduction = next((i for i, name in enumerate(order) if Loop(name).dims & reduction), len(order))
             prefix = [loops[name] for name in order[:first_reduction] if name != schedule.vector]
             if not prefix:
                 raise LoweringError(f"tvm backend: nest '{op.layer_name}': on a GPU a scheduled nest needs "
@@ -117,8 +121,4 @@ def apply(func: tirx.PrimFunc, op: nest.ComputeOp, gpu: bool) -> tirx.PrimFunc:
                     _bind_gpu(sch, _spatial_loops(sch, other))
         elif schedule.parallel is not None:
             sch.parallel(loops[schedule.parallel])
-    except LoweringError:
-        raise
-    except Exception as e:  # noqa: BLE001
-        raise _error(op, "parallel loop", e) from None
     return sch.mod["main"].with_attr("tirx.is_scheduled", True).with_attr("op_pattern", OPAQUE)
