@@ -6,7 +6,7 @@ import inspect
 from collections.abc import Callable
 from pathlib import Path
 
-from nasir.errors import FrontendError, NasirError
+from nasir.errors import BackendUnavailableError, FrontendError, NasirError
 from nasir.model import Model, load_text
 from nasir.runtime.llvm_executable import compile_llvm
 
@@ -21,8 +21,10 @@ def backend_compiler(target: str) -> Callable:
 
         return compile_torch
     if target in ("tvm", "cuda"):
-        from nasir.runtime import tvm_compile
-
+        try:
+            from nasir.runtime import tvm_compile
+        except ImportError as e:
+            raise BackendUnavailableError(f"target '{target}' needs apache-tvm (pip install apache-tvm): {e}") from None
         return tvm_compile.compile_tvm if target == "tvm" else tvm_compile.compile_cuda
     return compile_llvm
 

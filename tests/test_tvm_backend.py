@@ -11,6 +11,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import sys
 
 import numpy as np
 import onnx
@@ -175,6 +176,13 @@ def test_cuda_build_without_gpu(name, tmp_path):
             exe(x)
         with pytest.raises(BackendUnavailableError, match="has none"):
             nasir.runtime.load(saved)(x)
+
+
+@pytest.mark.parametrize("target", ["tvm", "cuda"])
+def test_target_without_tvm_names_it(small_conv, monkeypatch, target):
+    monkeypatch.setitem(sys.modules, "nasir.runtime.tvm_compile", None)  # as if apache-tvm were not installed
+    with pytest.raises(BackendUnavailableError, match=f"target '{target}' needs apache-tvm"):
+        nasir.compile(small_conv, target=target)
 
 
 def test_cuda_without_nvcc_names_it(resnet18, monkeypatch):
