@@ -58,15 +58,12 @@ class TVMExecutable(Executable):
         self._vm = None
         self._dev = None
 
-    def _device(self):
-        return device_of(self.meta)
-
     @property
     def vm(self):
         """The Relax VM running the library, made on the first call."""
         if self._vm is None:
             _, relax = _tvm()
-            self._dev = self._device()
+            self._dev = device_of(self.meta)
             self._vm = relax.VirtualMachine(self.library, self._dev)
         return self._vm
 
@@ -74,7 +71,7 @@ class TVMExecutable(Executable):
         tvm, _ = _tvm()
         vm = self.vm
         out = vm["main"](*(tvm.runtime.tensor(a, self._dev) for a in arrays))
-        outs = list(out) if isinstance(out, (tuple, list)) or type(out).__name__ == "Array" else [out]
+        outs = [out] if hasattr(out, "numpy") else list(out)  # one tensor, or a tuple of them
         return [o.numpy() for o in outs]
 
     def profile(self, *inputs, repeat: int = 20, warmup: int = 2) -> Profile:
@@ -83,8 +80,9 @@ class TVMExecutable(Executable):
         info = self.meta.get("profile")
         if info is None:
             raise NasirError("this executable was compiled without profiling: compile it with profile=True")
-        tvm, relax = _tvm()
-        vm = relax.VirtualMachine(self.library, device_of(self.meta))
+        _, relax = _tvm()
+        device = device_of(self.meta)
+        vm = relax.VirtualMachine(self.library, device)
         calls: list[float] = []
         kernels: list[str] = []
         started: list[float] = []
@@ -99,7 +97,7 @@ class TVMExecutable(Executable):
             return 0
 
         vm.set_instrument(instrument)
-        self._vm, self._dev = vm, device_of(self.meta)
+        self._vm, self._dev = vm, device
         runs, times = [], []
         try:
             for ms in self.timed_runs(inputs, repeat, warmup, before_each=lambda: (calls.clear(), kernels.clear())):
