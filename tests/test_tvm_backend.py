@@ -23,7 +23,7 @@ from tvm import relax
 from test_llvm_onnx_nodes import CASES as NODE_CASES
 from test_onnx_node_tests import DATA, _load_set
 from test_schedule_transforms import IR as SCHEDULE_IR
-from test_schedule_transforms import conv_oracle
+from test_schedule_transforms import conv_of, conv_oracle
 from test_tools import opt_in_process, run_main
 from xdsl.dialects.builtin import AffineMapAttr
 from xdsl.ir.affine import AffineExpr, AffineMap
@@ -37,7 +37,10 @@ from nasir.dialects.context import parse_module
 from nasir.dialects.module import WeightStore
 from nasir.errors import BackendUnavailableError, LoweringError, NasirError
 from nasir.frontend.onnx_import import import_onnx
+from nasir.dialects.schedule import Schedule
 from nasir.lowering.nest_to_tvm import build as tvm_build
+from nasir.lowering.nest_to_tvm import schedule
+from nasir.lowering.target import CPU_ENV
 from nasir.lowering.nest_to_tvm.program import lower_to_nest, to_relax
 from nasir.model import Model
 from nasir.search.space import TEMPLATES, LayerChoices, SearchSpace
@@ -245,6 +248,17 @@ def test_schedule_maps_onto_tir(small_conv, pipeline):
     gpu = to_relax(lower_to_nest(model.module), gpu=True)
     assert 'T.thread_binding(256, thread="threadIdx.x")' in gpu.script()
     tvm_build.build(gpu, "cuda", "sm_90")
+
+
+def test_unscheduled_contractions_get_vector_lanes_on_a_cpu(small_conv, monkeypatch):
+    """On a CPU an unscheduled conv runs its output channels as the target's vector lanes (`co.i`,
+    innermost); on a GPU it is left to TVM's default GPU rules."""
+    assert schedule.default_cpu(conv_of(small_conv), 8) == Schedule(
+        splits=[("co", 8)], order=["n", "co.o", "oh", "ow", "ci", "kh", "kw", "co.i"], vector="co.i")
+    assert schedule.default_cpu(conv_of(small_conv), 16) is None  # 8 channels: no 16 lanes
+    monkeypatch.setenv(CPU_ENV, "x86-64-v3")  # AVX2: 8 lanes
+    assert "T.vectorized" in to_relax(lower_to_nest(small_conv.module)).script()
+    assert "T.vectorized" not in to_relax(lower_to_nest(small_conv.module), gpu=True).script()
 
 
 def test_gpu_schedule_without_a_parallel_loop_outside_the_reduction_names_the_nest(small_conv):

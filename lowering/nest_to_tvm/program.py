@@ -37,6 +37,7 @@ from nasir.errors import LoweringError
 from nasir.lowering.nest_to_tvm import nest_ops, schedule
 from nasir.lowering.nest_to_tvm.nn_ops import LOWERINGS
 from nasir.lowering.passes import run_pipeline
+from nasir.lowering.target import target_of
 
 TVM_PIPELINE = "fold-batch-norm,convert-nn-to-nest,lower-batch-norm,fuse-epilogue"
 """nn IR -> the nest level `to_relax` converts."""
@@ -55,13 +56,16 @@ def lower_to_nest(module: ModuleOp) -> ModuleOp:
     return out
 
 
-def _emit_nest(bb: relax.BlockBuilder, op: nest.ComputeOp, args: list[relax.Expr], gpu: bool) -> relax.Var:
-    """`call_tir` of the PrimFunc of `op`, scheduled by its schedule attribute if it has one."""
-    if op.schedule is None:
+def _emit_nest(bb: relax.BlockBuilder, op: nest.ComputeOp, args: list[relax.Expr], gpu: bool,
+               lanes: int) -> relax.Var:
+    """`call_tir` of the PrimFunc of `op`, scheduled by its schedule attribute if it has one, else
+    on a CPU by `schedule.default_cpu` (on a GPU TVM's pipeline schedules it)."""
+    chosen = op.get_schedule() if op.schedule is not None else None if gpu else schedule.default_cpu(op, lanes)
+    if chosen is None:
         return bb.emit_te(partial(nest_ops.compute, op), args, primfunc_name_hint=symbol(op.layer_name))
     inputs = [te.placeholder(shape_of(v), "float32", name=f"in{k}") for k, v in enumerate(op.inputs)]
     func = te.create_prim_func([*inputs, nest_ops.compute(op, inputs)]).without_attr("global_symbol")
-    gv = bb.add_func(schedule.apply(func, op, gpu), symbol(op.layer_name))
+    gv = bb.add_func(schedule.apply(func, op, gpu, chosen), symbol(op.layer_name))
     return bb.emit(relax.call_tir(gv, args, relax.TensorType(list(shape_of(op.result)), "float32")))
 
 
@@ -70,6 +74,7 @@ def to_relax(module: ModuleOp, gpu: bool = False) -> tvm.IRModule:
     those of scheduled nests scheduled for a CPU, or for a GPU (`gpu`; see `schedule`)."""
     main = main_func(module)
     store = weights_of(module)
+    lanes = target_of(module).lanes
     inputs, _ = io_names(module)
     bb = relax.BlockBuilder()
     params = [relax.Var(name, relax.TensorType(list(shape_of(arg)), "float32"))
@@ -86,7 +91,7 @@ def to_relax(module: ModuleOp, gpu: bool = False) -> tvm.IRModule:
                         raise LoweringError(f"weight '{op.key}' is not in the weight store")
                     env[op.result] = relax.const(np.ascontiguousarray(store[op.key], np.float32))
                 elif isinstance(op, nest.ComputeOp):
-                    env[op.result] = _emit_nest(bb, op, [env[o] for o in op.inputs], gpu)
+                    env[op.result] = _emit_nest(bb, op, [env[o] for o in op.inputs], gpu, lanes)
                 elif type(op) in LOWERINGS:
                     env[op.result] = LOWERINGS[type(op)](bb, op, [env[o] for o in op.operands])
                 else:

@@ -10,6 +10,8 @@ PrimFunc's combiner block (its loops are the domain's dims, in domain order):
     vector  "co.i"                sch.vectorize(co.i)
     parallel "co.o"               CPU: sch.parallel(co.o)
 
+Unscheduled contractions on a CPU get `default_cpu`: the output channels as vector lanes.
+
 On a GPU ("cuda") the parallel dims run on the grid instead: the spatial loops outside the first
 reduction loop are fused and split over blockIdx.x / threadIdx.x; the PrimFunc's other blocks
 (epilogue, layout, avg's count) are bound the same way. Nests without a schedule are left to TVM's
@@ -28,8 +30,8 @@ from contextlib import contextmanager
 
 from tvm import s_tir, tirx
 
-from nasir.dialects import nest
-from nasir.dialects.schedule import Loop
+from nasir.dialects import affine, nest
+from nasir.dialects.schedule import Loop, Schedule
 from nasir.errors import LoweringError
 from nasir.lowering.nest_to_tvm import nest_ops
 
@@ -83,9 +85,30 @@ def _primitive(op: nest.ComputeOp, what: str) -> Iterator[None]:
         raise _error(op, what, e) from None
 
 
-def apply(func: tirx.PrimFunc, op: nest.ComputeOp, gpu: bool) -> tirx.PrimFunc:
-    """`func` (the PrimFunc of `op`) scheduled by `op`'s schedule attribute for a CPU or a GPU."""
-    schedule = op.get_schedule()
+def default_cpu(op: nest.ComputeOp, lanes: int) -> Schedule | None:
+    """The CPU schedule of an unscheduled contraction: its output-channel dim (a parallel dim the
+    weight reads and the data does not: a conv's `co`, a gemm's `n`) split by the target's `lanes`,
+    the inner part innermost, after the reductions, and vectorized; None for other nests.
+
+        n, co, oh, ow, ci, kh, kw  ->  n, co.o, oh, ow, ci, kh, kw, co.i (vector, 16 lanes)
+    """
+    if op.kind != "mac" or not op.domain.reduction:
+        return None
+    names, npar = op.domain.dim_names, op.domain.num_parallel.data
+    data, weight = (affine.map_dims(m) for m in op.access_maps[:2])
+    channels = [d for d in range(npar) if d in weight and d not in data and op.domain.dims[d][1] % lanes == 0]
+    if not channels:
+        return None
+    dim = names[channels[-1]]
+    outer = [Loop.outer(n) if n == dim else n for n, _ in op.domain.parallel]
+    return Schedule(splits=[(dim, lanes)], order=[*outer, *(n for n, _ in op.domain.reduction), Loop.inner(dim)],
+                    vector=Loop.inner(dim))
+
+
+def apply(func: tirx.PrimFunc, op: nest.ComputeOp, gpu: bool, schedule: Schedule | None = None) -> tirx.PrimFunc:
+    """`func` (the PrimFunc of `op`) scheduled by `schedule` (default: `op`'s schedule attribute) for
+    a CPU or a GPU."""
+    schedule = schedule or op.get_schedule()
     sch = s_tir.Schedule(func)
     block = _combiner_block(sch, op)
     loops = dict(zip(op.domain.dim_names, sch.get_loops(block)))
