@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 
 from tvm import te, tirx
-from xdsl.ir.affine import AffineMap
+from xdsl.ir.affine import AffineExpr
 
 from nasir.dialects import affine, nest
 from nasir.dialects.shapes import shape_of
@@ -56,21 +56,22 @@ class Reader:
         self.tensors = tensors
         self.extents = [e for _, e in op.domain.dims]
 
+    def _leaving(self, k: int) -> list[tuple[int, AffineExpr]]:
+        """(axis, index expression) of the axes on which reads of input `k` can leave it."""
+        shape = shape_of(self.op.inputs[k])
+        ranges = [affine.expr_range(e, self.extents) for e in self.op.access_maps[k].results]
+        return [(axis, e) for axis, (e, (lo, hi)) in enumerate(zip(self.op.access_maps[k].results, ranges))
+                if lo < 0 or hi >= shape[axis]]
+
     def in_bounds(self, k: int) -> bool:
         """Whether every read of input `k` is inside it (no guard, no identity)."""
-        shape = shape_of(self.op.inputs[k])
-        return all(lo >= 0 and hi < shape[axis] for axis, (lo, hi) in
-                   enumerate(affine.expr_range(e, self.extents) for e in self.op.access_maps[k].results))
+        return not self._leaving(k)
 
     def bounds(self, k: int, dims: list) -> tirx.PrimExpr | None:
         """The condition that the read of input `k` at `dims` is in bounds; None where always."""
-        amap: AffineMap = self.op.access_maps[k]
         shape = shape_of(self.op.inputs[k])
         conds = []
-        for axis, expr in enumerate(amap.results):
-            lo, hi = affine.expr_range(expr, self.extents)
-            if lo >= 0 and hi < shape[axis]:
-                continue
+        for axis, expr in self._leaving(k):
             idx = _index(self.op, expr, dims)
             conds += [idx >= 0, idx < shape[axis]]
         return tirx.all(*conds) if conds else None
