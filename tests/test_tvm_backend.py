@@ -2,8 +2,10 @@
 run here) against ONNX Runtime and the torch backend, target "cuda" compiled without a GPU.
 
 Cases: the onnx package's node tests nasir supports (every combiner, padding, the nn ops Relax
-runs), zoo models, the architecture-transform variants of `make bench` on ResNet-18, and the
-errors a user can meet (no GPU, no nvcc, a nest TVM cannot express).
+runs), zoo models, the architecture-transform variants of `make bench` and every search choice on
+ResNet-18, nest schedules as s_tir primitives (CPU and GPU), save / load / the deployment recipe,
+profile and bench on target tvm, and the errors a user can meet (no TVM, no GPU, no nvcc, a nest
+or schedule TVM cannot express). Distinct PrimFuncs are few: equal nests share one.
 """
 
 from __future__ import annotations
