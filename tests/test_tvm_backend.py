@@ -190,10 +190,16 @@ def test_target_without_tvm_names_it(small_conv, monkeypatch, target):
         nasir.compile(small_conv, target=target)
 
 
-def test_cuda_without_nvcc_names_it(resnet18, monkeypatch):
+def test_cuda_without_nvcc_names_it(small_conv, monkeypatch):
     monkeypatch.setattr(tvm_build, "nvcc_path", lambda: None)
     with pytest.raises(BackendUnavailableError, match="target 'cuda' needs nvcc"):
-        nasir.compile(resnet18, target="cuda")
+        nasir.compile(small_conv, target="cuda")
+
+
+def test_cuda_without_tvm_cuda_codegen_names_it(small_conv, monkeypatch):
+    monkeypatch.setattr(tvm_build.tvm, "get_global_func", lambda name, allow_missing=False: None)
+    with pytest.raises(BackendUnavailableError, match="target 'cuda' needs TVM built with CUDA"):
+        nasir.compile(small_conv, target="cuda")
 
 
 def test_unexpressible_nest_names_the_op():
