@@ -6,20 +6,26 @@ import inspect
 from collections.abc import Callable
 from pathlib import Path
 
-from nasir.errors import FrontendError, NasirError
+from nasir.errors import BackendUnavailableError, FrontendError, NasirError
 from nasir.model import Model, load_text
 from nasir.runtime.llvm_executable import compile_llvm
 
-TARGETS = ("llvm", "torch")
+TARGETS = ("llvm", "torch", "tvm", "cuda")
 
 
 def backend_compiler(target: str) -> Callable:
     """The compile function of `target`'s backend; its keyword parameters are the options
-    `compile` takes for that target (the torch backend is imported only when asked for)."""
+    `compile` takes for that target (the torch and TVM backends are imported only when asked for)."""
     if target == "torch":
         from nasir.runtime.torch_executable import compile_torch
 
         return compile_torch
+    if target in ("tvm", "cuda"):
+        try:
+            from nasir.runtime import tvm_compile
+        except ImportError as e:
+            raise BackendUnavailableError(f"target '{target}' needs apache-tvm (pip install apache-tvm): {e}") from None
+        return tvm_compile.compile_tvm if target == "tvm" else tvm_compile.compile_cuda
     return compile_llvm
 
 
@@ -44,8 +50,9 @@ def load(path: str | Path, input_shapes: dict[str, tuple[int, ...]] | list[tuple
 
 
 def compile(model: Model, target: str = "llvm", threads: int = 1, tune: bool = False, **options):
-    """Compile `model` for `target` ("llvm": native CPU code, "torch": PyTorch reference). An option
-    the target does not take is an error, not ignored:
+    """Compile `model` for `target` ("llvm": native CPU code, "torch": PyTorch reference, "tvm":
+    TVM's CPU code, "cuda": TVM's GPU code). An option the target does not take is an error, not
+    ignored:
 
         compile(model, cpu="znver3")      llvm code for a CPU LLVM knows by name ("host": this one's;
                                           default: the environment's NASIR_CPU, else the host)
@@ -55,6 +62,11 @@ def compile(model: Model, target: str = "llvm", threads: int = 1, tune: bool = F
                                           database lacks and keep the fastest (`tune`)
         compile(model, tuning="t.db")     schedules from that tuning database ("none": the cost
                                           model's alone; default: the user's, see `tune`)
+
+        compile(model, target="cuda", arch="sm_80")   GPU code for an A100 (default: this machine's
+                                          GPU, else sm_90); compiles without a GPU, runs on one
+        compile(model, target="tvm", profile=True)    TVM's CPU code, one kernel call per layer,
+                                          for exe.profile(x)
 
         compile(model, target="torch", threads=2)
         -> NasirError: target 'torch' takes no option 'threads' (it takes: none)

@@ -1,4 +1,5 @@
-"""`make bench` / `python -m nasir.benchmarks`: nasir-llvm vs ONNX Runtime vs PyTorch, and realisation.
+"""`make bench` / `python -m nasir.benchmarks`: nasir-llvm (or `--target tvm`: TVM's CPU code) vs ONNX
+Runtime vs PyTorch, and realisation.
 
 A script, not a test: it measures, in one process and run,
 
@@ -129,15 +130,28 @@ def _ort_run(session, x: np.ndarray) -> Callable[[], np.ndarray]:
     return lambda: session.run(None, feed)[0]
 
 
-def bench_model(name: str, dataset: str, threads: list[int], repeat: int, peak: float, tune: bool = False) -> list[dict]:
-    """One row per thread count: latencies of nasir, ORT, PyTorch on `name` at `dataset`, batch 1.
-    With `tune`, nasir is the cost model's code (no tuning database) and "nasir tuned" the code
-    after `nasir.tune` (one thread, the user's database; its seconds in `tune_s`)."""
+def nasir_executable(model, target: str = "llvm", threads: int = 1, tuning: str | None = None):
+    """The nasir column's code: the llvm backend's (threads settable later; `tuning`: its tuning
+    database, see `nasir.tune`), or TVM's CPU code (`target="tvm"`: one thread, as its unscheduled
+    nests have no parallel loops)."""
+    if target == "llvm":
+        from nasir.runtime.llvm_executable import compile_llvm
+
+        return compile_llvm(model.module, threads=threads, tuning=tuning)
+    import nasir
+
+    return nasir.compile(model, target=target)
+
+
+def bench_model(name: str, dataset: str, threads: list[int], repeat: int, peak: float,
+                target: str = "llvm", tune: bool = False) -> list[dict]:
+    """One row per thread count: latencies of nasir (`target`), ORT, PyTorch on `name` at `dataset`,
+    batch 1. With `tune` (llvm), nasir is the cost model's code (no tuning database) and "nasir
+    tuned" the code after `nasir.tune` (one thread, the user's database; its seconds in `tune_s`)."""
     import torch
 
     import nasir
     from nasir import zoo
-    from nasir.runtime.llvm_executable import compile_llvm
 
     x = np.random.default_rng(0).standard_normal(zoo.input_shape(name, dataset)).astype(np.float32)
     tx = torch.from_numpy(x)
@@ -154,20 +168,20 @@ def bench_model(name: str, dataset: str, threads: list[int], repeat: int, peak: 
         model = nasir.load(path)
         import_s = time.perf_counter() - start
         macs = model.summary().total_macs
-        exe = compile_llvm(model.module, tuning="none" if tune else None)
+        exe = nasir_executable(model, target, tuning="none" if tune else None)
         runs = {"nasir": exe}
         if tune:
             report = nasir.tune(model)
-            runs["nasir tuned"] = compile_llvm(model.module)
+            runs["nasir tuned"] = nasir_executable(model, target)
         for t in threads:
-            for e in runs.values():
+            for e in runs.values() if target == "llvm" else ():
                 e.threads = t
             torch.set_num_threads(t)
             ort_run = _ort_run(ort_session(path, t), x)
             ms = median_ms({**{k: lambda e=e: e(x) for k, e in runs.items()}, "ort": ort_run, "torch": torch_run},
                            repeat)
             row = {"model": name, "dataset": dataset, "threads": t, "macs": macs, "nasir_import_s": import_s,
-                   "nasir_compile_s": exe.compile_seconds, "workspace_bytes": exe.workspace_bytes,
+                   "nasir_compile_s": exe.compile_seconds, "workspace_bytes": getattr(exe, "workspace_bytes", 0),
                    **{f"{backend.replace(' ', '_')}_ms": v for backend, v in ms.items()},
                    "max_abs_err_vs_ort": max(float(np.abs(e(x) - ort_run()).max()) for e in runs.values())}
             row["nasir_over_ort"] = row["nasir_ms"] / row["ort_ms"]
@@ -183,14 +197,13 @@ def bench_model(name: str, dataset: str, threads: list[int], repeat: int, peak: 
 
 
 def bench_variants(model_name: str, dataset: str, variants: list[str], repeat: int, threads: int = 1,
-                   on_compile: Callable[[str], None] = lambda _: None) -> list[dict]:
+                   on_compile: Callable[[str], None] = lambda _: None, target: str = "llvm") -> list[dict]:
     """Raw rows (see `add_realisation`) for the base, then each other variant of `model_name`.
 
     Every variant is transformed, compiled (nasir) and exported (ORT) first, calling `on_compile(name)`
     before each; then all are timed in interleaved rounds, so the ratios share the load they saw.
     """
     from nasir import zoo
-    from nasir.runtime.llvm_executable import compile_llvm
 
     x = np.random.default_rng(0).standard_normal(zoo.input_shape(model_name, dataset)).astype(np.float32)
     original = zoo.load(model_name, dataset)
@@ -199,7 +212,7 @@ def bench_variants(model_name: str, dataset: str, variants: list[str], repeat: i
         for name in ["base", *(v for v in variants if v != "base")]:
             on_compile(name)
             model = original.transform(ALL_VARIANTS[name]) if ALL_VARIANTS[name] else original
-            exe = compile_llvm(model.module, threads=threads)
+            exe = nasir_executable(model, target, threads)
             runs[f"nasir {name}"] = lambda exe=exe: exe(x)
             runs[f"ort {name}"] = _ort_run(ort_session(model.to_onnx(Path(tmp) / f"{name}.onnx"), threads), x)
             rows.append({"model": model_name, "dataset": dataset, "variant": name, "pipeline": ALL_VARIANTS[name],
@@ -300,8 +313,9 @@ def plot(result: dict, path: Path) -> Path:
 
 def run(jobs: list[tuple[str, str]], threads: list[int], repeat: int, variant_model: str,
         variant_datasets: list[str], variants: list[str], out: Path, make_plot: bool = True, console=None,
-        tune: bool = False) -> dict:
-    """Measure the (model, dataset) `jobs` and the variants, write OUT/bench.json (+ bench.png)."""
+        target: str = "llvm", tune: bool = False) -> dict:
+    """Measure the (model, dataset) `jobs` and the variants with nasir's `target` (llvm or tvm;
+    `tune`: llvm tuned too, see `bench_model`), write OUT/bench.json (+ bench.png)."""
     import platform
 
     from rich.console import Console
@@ -313,8 +327,8 @@ def run(jobs: list[tuple[str, str]], threads: list[int], repeat: int, variant_mo
     steps = len(jobs) + len(variant_datasets) * (len({"base", *variants}) + 1) if variants else len(jobs)
     result = {"config": {"jobs": jobs, "threads": threads, "repeat": repeat,
                          "variant_model": variant_model, "variant_datasets": variant_datasets,
-                         "variants": variants, "tune": tune,
-                         "machine": platform.processor() or platform.machine()},
+                         "variants": variants, "machine": platform.processor() or platform.machine(),
+                         "target": target, "tune": tune},
               "peak": measure_peak_gflops(), "models": [], "variants": []}
     peak = result["peak"]["peak_gflops"]
     console.print(f"measured peak: {peak:.1f} GFLOP/s (1 thread, {result['peak']['cpu']}, "
@@ -324,7 +338,7 @@ def run(jobs: list[tuple[str, str]], threads: list[int], repeat: int, variant_mo
         task = progress.add_task("benchmarking", total=steps)
         for m, d in jobs:
             progress.update(task, description=f"{m} {d}")
-            for row in bench_model(m, d, threads, repeat, peak, tune):
+            for row in bench_model(m, d, threads, repeat, peak, target, tune):
                 result["models"].append(row)
                 progress.console.log(f"{m} {d} threads={row['threads']}: nasir {row['nasir_ms']:.2f} ms, "
                                      f"ORT {row['ort_ms']:.2f} ms, torch {row['torch_ms']:.2f} ms")
@@ -335,7 +349,8 @@ def run(jobs: list[tuple[str, str]], threads: list[int], repeat: int, variant_mo
                     progress.advance(task)
                 progress.update(task, description=f"{variant_model} {d}: {name}")
 
-            rows = add_realisation(bench_variants(variant_model, d, variants, repeat, on_compile=on_compile))
+            rows = add_realisation(bench_variants(variant_model, d, variants, repeat, on_compile=on_compile,
+                                                  target=target))
             result["variants"] += rows
             progress.advance(task)
             for r in rows:
@@ -374,12 +389,16 @@ def main(argv: list[str] | None = None) -> dict:
                         help="default: both (quick: imagenet)")
     parser.add_argument("--quick", action="store_true",
                         help="cifar10 zoo + ResNet-34 imagenet, variants on imagenet, 3 repeats")
+    parser.add_argument("--target", choices=("llvm", "tvm"), default="llvm",
+                        help="nasir's backend (default llvm; tvm: TVM's CPU code)")
     parser.add_argument("--out", type=Path, default=Path("bench-out"))
     parser.add_argument("--no-plot", action="store_true")
     parser.add_argument("--tune", action="store_true",
                         help="also tune each model (nasir.tune, the user's database) and time the tuned code; "
                              "the untuned column is then the cost model's alone")
     args = parser.parse_args(argv)
+    if args.tune and args.target != "llvm":
+        parser.error("--tune tunes the llvm backend's schedules; it does not apply to --target tvm")
     models = args.models if args.models is not None else zoo.names()
     datasets = args.datasets or (["cifar10"] if args.quick else ["cifar10", "imagenet"])
     jobs = [(m, d) for m in models for d in datasets if d in zoo.datasets(m)]
@@ -388,7 +407,7 @@ def main(argv: list[str] | None = None) -> dict:
     return run(jobs, args.threads, args.repeat or (3 if args.quick else 10), args.variant_model,
                args.variant_datasets or (["imagenet"] if args.quick else ["cifar10", "imagenet"]),
                args.variants, args.out, make_plot=not args.no_plot, console=Console(width=max(Console().width, 150)),
-               tune=args.tune)
+               target=args.target, tune=args.tune)
 
 
 if __name__ == "__main__":

@@ -51,6 +51,11 @@ class ForeignCPUError(NasirError):
         self.executable = executable
 
 
+class BackendUnavailableError(NasirError):
+    """A target that needs what this machine lacks: TVM, TVM built with CUDA, nvcc, or (to run
+    CUDA code) a GPU; the message names what is missing."""
+
+
 class ZooError(NasirError):
     """An unknown zoo model name or a dataset the model does not support."""
 

@@ -25,15 +25,15 @@ from nasir.dialects.shapes import shape_of
 Tensor = torch.Tensor
 
 
-def _ints(op, name: str) -> list[int]:
+def prop_ints(op, name: str) -> list[int]:
     return [int(v) for v in op.properties[name].get_values()]
 
 
-def _float(op, name: str) -> float:
+def prop_float(op, name: str) -> float:
     return float(op.properties[name].value.data)
 
 
-def _int(op, name: str) -> int:
+def prop_int(op, name: str) -> int:
     return int(op.properties[name].value.data)
 
 
@@ -50,33 +50,33 @@ def _crop(y: Tensor, op) -> Tensor:
 
 def conv2d(op: nn.Conv2DOp, inputs: list[Tensor]) -> Tensor:
     x, w, b = inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None
-    t, l, bo, r = _ints(op, "pads")
+    t, l, bo, r = prop_ints(op, "pads")
     padding = (t, l) if (t, l) == (bo, r) else 0
     if padding == 0:
         x = _pad2d(x, [t, l, bo, r])
-    return F.conv2d(x, w, b, stride=_ints(op, "strides"), padding=padding,
-                    dilation=_ints(op, "dilations"), groups=_int(op, "groups"))
+    return F.conv2d(x, w, b, stride=prop_ints(op, "strides"), padding=padding,
+                    dilation=prop_ints(op, "dilations"), groups=prop_int(op, "groups"))
 
 
 def gemm(op: nn.GemmOp, inputs: list[Tensor]) -> Tensor:
     a, b = inputs[0], inputs[1]
-    a = a.t() if _int(op, "trans_a") else a
-    b = b.t() if _int(op, "trans_b") else b
-    y = _float(op, "alpha") * (a @ b)
-    return y + _float(op, "beta") * inputs[2] if len(inputs) > 2 else y
+    a = a.t() if prop_int(op, "trans_a") else a
+    b = b.t() if prop_int(op, "trans_b") else b
+    y = prop_float(op, "alpha") * (a @ b)
+    return y + prop_float(op, "beta") * inputs[2] if len(inputs) > 2 else y
 
 
 def max_pool(op: nn.MaxPoolOp, inputs: list[Tensor]) -> Tensor:
-    x = _pad2d(inputs[0], _ints(op, "pads"), float("-inf"))
-    y = F.max_pool2d(x, _ints(op, "kernel"), _ints(op, "strides"), 0, _ints(op, "dilations"),
-                     ceil_mode=bool(_int(op, "ceil_mode")))
+    x = _pad2d(inputs[0], prop_ints(op, "pads"), float("-inf"))
+    y = F.max_pool2d(x, prop_ints(op, "kernel"), prop_ints(op, "strides"), 0, prop_ints(op, "dilations"),
+                     ceil_mode=bool(prop_int(op, "ceil_mode")))
     return _crop(y, op)
 
 
 def avg_pool(op: nn.AvgPoolOp, inputs: list[Tensor]) -> Tensor:
-    x, pads = inputs[0], _ints(op, "pads")
-    kernel, strides, ceil = _ints(op, "kernel"), _ints(op, "strides"), bool(_int(op, "ceil_mode"))
-    if not any(pads) or _int(op, "count_include_pad"):
+    x, pads = inputs[0], prop_ints(op, "pads")
+    kernel, strides, ceil = prop_ints(op, "kernel"), prop_ints(op, "strides"), bool(prop_int(op, "ceil_mode"))
+    if not any(pads) or prop_int(op, "count_include_pad"):
         # Explicit zero padding counts in the divisor; windows past the padded edge (ceil mode) do not.
         y = F.avg_pool2d(_pad2d(x, pads), kernel, strides, 0, ceil_mode=ceil, count_include_pad=True)
     else:
@@ -89,28 +89,28 @@ def avg_pool(op: nn.AvgPoolOp, inputs: list[Tensor]) -> Tensor:
 
 def lrn(op: nn.LRNOp, inputs: list[Tensor]) -> Tensor:
     """ONNX LRN: the window over channels is [c - floor((size-1)/2), c + ceil((size-1)/2)]."""
-    x, size = inputs[0], _int(op, "size")
+    x, size = inputs[0], prop_int(op, "size")
     sq = (x * x).unsqueeze(1)
     lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
     sq = F.pad(sq, (0, 0) * (x.dim() - 2) + (lo, hi))
     window = (size,) + (1,) * (x.dim() - 2)
     pool = F.avg_pool3d if x.dim() == 4 else F.avg_pool2d
     sums = pool(sq, window, stride=1, divisor_override=1).squeeze(1)
-    return x / (_float(op, "bias") + _float(op, "alpha") / size * sums) ** _float(op, "beta")
+    return x / (prop_float(op, "bias") + prop_float(op, "alpha") / size * sums) ** prop_float(op, "beta")
 
 
 def batch_norm(op: nn.BatchNormOp, inputs: list[Tensor]) -> Tensor:
     x, scale, bias, mean, var = inputs
-    return F.batch_norm(x, mean, var, scale, bias, training=False, eps=_float(op, "epsilon"))
+    return F.batch_norm(x, mean, var, scale, bias, training=False, eps=prop_float(op, "epsilon"))
 
 
 def pad(op: nn.PadOp, inputs: list[Tensor]) -> Tensor:
-    x, pads = inputs[0], _ints(op, "pads")
+    x, pads = inputs[0], prop_ints(op, "pads")
     rank = x.dim()
     spec: list[int] = []
     for axis in reversed(range(rank)):
         spec += [pads[axis], pads[axis + rank]]
-    return F.pad(x, spec, value=_float(op, "value"))
+    return F.pad(x, spec, value=prop_float(op, "value"))
 
 
 def reshape(op: nn.ReshapeOp, inputs: list[Tensor]) -> Tensor:
@@ -131,10 +131,10 @@ LOWERINGS: dict[type, Callable[..., Tensor]] = {
     nn.ReluOp: lambda op, xs: F.relu(xs[0]),
     nn.SigmoidOp: lambda op, xs: torch.sigmoid(xs[0]),
     nn.HardSwishOp: lambda op, xs: F.hardswish(xs[0]),
-    nn.LeakyReluOp: lambda op, xs: F.leaky_relu(xs[0], _float(op, "alpha")),
-    nn.HardSigmoidOp: lambda op, xs: torch.clamp(_float(op, "alpha") * xs[0] + _float(op, "beta"), 0.0, 1.0),
-    nn.ClipOp: lambda op, xs: torch.clamp(xs[0], _float(op, "min"), _float(op, "max")),
-    nn.SoftmaxOp: lambda op, xs: torch.softmax(xs[0], _int(op, "axis")),
+    nn.LeakyReluOp: lambda op, xs: F.leaky_relu(xs[0], prop_float(op, "alpha")),
+    nn.HardSigmoidOp: lambda op, xs: torch.clamp(prop_float(op, "alpha") * xs[0] + prop_float(op, "beta"), 0.0, 1.0),
+    nn.ClipOp: lambda op, xs: torch.clamp(xs[0], prop_float(op, "min"), prop_float(op, "max")),
+    nn.SoftmaxOp: lambda op, xs: torch.softmax(xs[0], prop_int(op, "axis")),
     nn.LRNOp: lrn,
     nn.AddOp: lambda op, xs: xs[0] + xs[1],
     nn.SubOp: lambda op, xs: xs[0] - xs[1],
@@ -146,8 +146,8 @@ LOWERINGS: dict[type, Callable[..., Tensor]] = {
     nn.GlobalAvgPoolOp: lambda op, xs: xs[0].mean(dim=_spatial(xs[0]), keepdim=True),
     nn.GlobalMaxPoolOp: lambda op, xs: xs[0].amax(dim=_spatial(xs[0]), keepdim=True),
     nn.ReshapeOp: reshape,
-    nn.TransposeOp: lambda op, xs: xs[0].permute(_ints(op, "perm")),
-    nn.ConcatOp: lambda op, xs: torch.cat(xs, _int(op, "axis")),
+    nn.TransposeOp: lambda op, xs: xs[0].permute(prop_ints(op, "perm")),
+    nn.ConcatOp: lambda op, xs: torch.cat(xs, prop_int(op, "axis")),
     nn.PadOp: pad,
 }
 """nn op class -> `fn(op, inputs) -> tensor` (inference semantics; batch-norm in eval mode)."""

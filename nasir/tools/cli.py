@@ -95,8 +95,10 @@ def read_inputs(model: nasir.Model, files: list[str] | None, seed: int) -> list[
 
 
 def llvm_options(args) -> dict:
-    """`--cpu` and `--checked` as compile options (llvm only: the torch target takes none)."""
-    return {**({"cpu": args.cpu} if args.cpu else {}), **({"checked": True} if getattr(args, "checked", False) else {})}
+    """`--cpu`, `--checked` (llvm) and `--arch` (cuda) as compile options; a target given one it
+    does not take says so."""
+    return {**({"cpu": args.cpu} if args.cpu else {}), **({"checked": True} if getattr(args, "checked", False) else {}),
+            **({"arch": args.arch} if getattr(args, "arch", None) else {})}
 
 
 def cmd_run(args) -> int:
@@ -137,8 +139,8 @@ def cmd_profile(args) -> int:
         with step(progress, f"transforming: {pipeline}"):
             model = model.transform(pipeline)
     inputs = seeded_inputs(model, args.seed)
-    with step(progress, "compiling for llvm with per-call timers"):
-        exe = nasir.compile(model, threads=args.threads, profile=True, **llvm_options(args))
+    with step(progress, f"compiling for {args.target} with per-call timers"):
+        exe = nasir.compile(model, target=args.target, threads=args.threads, profile=True, **llvm_options(args))
     with step(progress, f"running {args.repeat} times"):
         profile = exe.profile(*inputs, repeat=args.repeat)
     rows = profile.by_time() if args.sort == "time" else profile.rows
@@ -208,7 +210,9 @@ def parser() -> argparse.ArgumentParser:
         c.add_argument("--dataset", default="cifar10", help="dataset variant of a zoo model (default cifar10)")
 
     def run_args(c: argparse.ArgumentParser) -> None:
-        c.add_argument("--target", choices=TARGETS, default="llvm", help="backend (default llvm)")
+        c.add_argument("--target", choices=TARGETS, default="llvm",
+                       help="backend (default llvm; tvm: TVM's CPU code; cuda: TVM's GPU code, run on a GPU)")
+        c.add_argument("--arch", help="cuda: the GPU architecture, sm_XY (default: this machine's GPU, else sm_90)")
         cpu_arg(c)
         c.add_argument("--checked", action="store_true",
                        help="llvm: check every load and store of the generated code (an access outside a "
@@ -238,6 +242,8 @@ def parser() -> argparse.ArgumentParser:
     transform.add_argument("--pipeline", help="transform the model first (nasir-opt -p spelling)")
     transform.add_argument("--variant", choices=sorted(ALL_VARIANTS), help="a ResNet variant of `make bench`")
     c.add_argument("--threads", type=int, default=1, help="threads (default 1)")
+    c.add_argument("--target", choices=("llvm", "tvm"), default="llvm",
+                   help="backend (default llvm; tvm: TVM's CPU code, one kernel per layer)")
     cpu_arg(c)
     c.add_argument("--repeat", type=int, default=20, help="timed runs (default 20)")
     c.add_argument("--sort", choices=("order", "time"), default="order", help="rows in call order or slowest first")

@@ -6,6 +6,7 @@ It is the command-line face of `Model.transform`: the same pipeline spelling, ru
     nasir-opt model.onnx -p convert-nn-to-nest       # the nest IR
     nasir-opt model.mlir --weights model.npz -p convert-nn-to-nest --print-weights
     nasir-opt model.onnx -p "$PIPELINE" -t llvm --cpu znver3   # LLVM IR for an AVX2 CPU
+    nasir-opt model.onnx -p 'convert-nn-to-nest,group{factor=2}' -t tvm   # TVMScript: Relax + PrimFuncs
 
 Inputs are `.mlir` (nasir IR; `--weights FILE.npz` supplies the weight store, `dense_resource`
 blobs in the file are taken into it) or `.onnx` (imported by `nasir.frontend.onnx_import`). The store
@@ -55,7 +56,13 @@ def _llvm_target() -> type[Target]:
     return LLVMIRTarget
 
 
-TARGETS: dict[str, Callable[[], type[Target]]] = {"mlir": _mlir_target, "llvm": _llvm_target}
+def _tvm_target() -> type[Target]:
+    from nasir.lowering.nest_to_tvm.program import TVMScriptTarget
+
+    return TVMScriptTarget
+
+
+TARGETS: dict[str, Callable[[], type[Target]]] = {"mlir": _mlir_target, "llvm": _llvm_target, "tvm": _tvm_target}
 """Output targets of `-t` by name: a factory returning an xDSL `Target` class (printing the module
 to a text stream). Backends that emit text (LLVM IR) add themselves here."""
 

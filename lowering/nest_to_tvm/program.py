@@ -1,0 +1,120 @@
+"""A nest-level module's `@main` as a Relax function: the TVM backend's IRModule.
+
+Every `nest.compute` becomes a PrimFunc (`nest_ops.compute` through `te.create_prim_func`) called
+with `R.call_tir`; structurally equal nests (the repeated blocks of a ResNet) share one PrimFunc,
+as Relax's BlockBuilder deduplicates them. The nn ops convert-nn-to-nest leaves go through
+`nn_ops.LOWERINGS`; weights become Relax constants.
+
+    %y = nest.compute %x, %w, %b {name = "conv1", ...}      @main(x) {
+    func.return %y                                    ->       w = metadata["relax.expr.Constant"][0]
+                                                               y = R.call_tir(conv1, (x, w, b), ...)
+                                                               return y }
+
+`TVM_PIPELINE` brings any nasir module (nn, nest, or architecture-transformed) to the level this
+conversion takes: the graph passes and convert-nn-to-nest of the llvm pipeline, without its CPU
+schedule, packing and bufferization, which are TVM's business.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import partial
+from typing import IO
+
+import numpy as np
+import tvm
+from tvm import relax, te
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import SSAValue
+from xdsl.utils.target import Target
+
+from nasir.dialects import nest, nn
+from nasir.dialects.module import WeightStore, attach_weights, io_names, main_func, weights_of
+from nasir.dialects.shapes import shape_of
+from nasir.errors import LoweringError
+from nasir.lowering.nest_to_tvm import nest_ops, schedule
+from nasir.lowering.nest_to_tvm.nn_ops import LOWERINGS
+from nasir.lowering.passes import run_pipeline
+from nasir.lowering.target import target_of
+
+TVM_PIPELINE = "fold-batch-norm,convert-nn-to-nest,lower-batch-norm,fuse-epilogue"
+"""nn IR -> the nest level `to_relax` converts."""
+
+
+def symbol(name: str) -> str:
+    """A layer name as a TIR function name (`layer1.0.conv1` -> `layer1_0_conv1`)."""
+    return re.sub(r"\W", "_", name) or "nest"
+
+
+def lower_to_nest(module: ModuleOp) -> ModuleOp:
+    """A copy of `module` through `TVM_PIPELINE` (with its weights)."""
+    out = module.clone()
+    attach_weights(out, WeightStore(weights_of(module)))
+    run_pipeline(out, TVM_PIPELINE)
+    return out
+
+
+def _emit_nest(bb: relax.BlockBuilder, op: nest.ComputeOp, args: list[relax.Expr], gpu: bool,
+               lanes: int) -> relax.Var:
+    """`call_tir` of the PrimFunc of `op`, scheduled by its schedule attribute if it has one, else
+    on a CPU by `schedule.default_cpu` (on a GPU TVM's pipeline schedules it)."""
+    chosen = op.get_schedule() if op.schedule is not None else None if gpu else schedule.default_cpu(op, lanes)
+    if chosen is None:
+        return bb.emit_te(partial(nest_ops.compute, op), args, primfunc_name_hint=symbol(op.layer_name))
+    inputs = [te.placeholder(shape_of(v), "float32", name=f"in{k}") for k, v in enumerate(op.inputs)]
+    func = te.create_prim_func([*inputs, nest_ops.compute(op, inputs)]).without_attr("global_symbol")
+    gv = bb.add_func(schedule.apply(func, op, gpu, chosen), symbol(op.layer_name))
+    return bb.emit(relax.call_tir(gv, args, relax.TensorType(list(shape_of(op.result)), "float32")))
+
+
+def to_relax(module: ModuleOp, gpu: bool = False) -> tvm.IRModule:
+    """The IRModule of `module` (at the nest level: see `lower_to_nest`): Relax `main` + PrimFuncs,
+    those of scheduled nests scheduled for a CPU, or for a GPU (`gpu`; see `schedule`)."""
+    main = main_func(module)
+    store = weights_of(module)
+    lanes = target_of(module).lanes
+    inputs, _ = io_names(module)
+    bb = relax.BlockBuilder()
+    params = [relax.Var(name, relax.TensorType(list(shape_of(arg)), "float32"))
+              for name, arg in zip(inputs, main.body.block.args)]
+    env: dict[SSAValue, relax.Expr] = dict(zip(main.body.block.args, params))
+    with bb.function("main", params):
+        with bb.dataflow():
+            for op in main.body.block.ops:
+                if isinstance(op, func.ReturnOp):
+                    outs = [env[o] for o in op.operands]
+                    result = bb.emit_output(outs[0] if len(outs) == 1 else relax.Tuple(outs))
+                elif isinstance(op, nn.WeightOp):
+                    if op.key not in store:
+                        raise LoweringError(f"weight '{op.key}' is not in the weight store")
+                    env[op.result] = relax.const(np.ascontiguousarray(store[op.key], np.float32))
+                elif isinstance(op, nest.ComputeOp):
+                    env[op.result] = _emit_nest(bb, op, [env[o] for o in op.inputs], gpu, lanes)
+                elif type(op) in LOWERINGS:
+                    env[op.result] = LOWERINGS[type(op)](bb, op, [env[o] for o in op.operands])
+                else:
+                    raise LoweringError(f"the tvm backend cannot convert '{op.name}' "
+                                        f"(layer '{getattr(op, 'layer_name', '')}')")
+        bb.emit_func_output(result)
+    return bb.get()
+
+
+def unfused(mod: tvm.IRModule) -> tvm.IRModule:
+    """`mod`, changed in place: every PrimFunc opaque to FuseOps, so each layer stays one kernel
+    call (for profiles)."""
+    for gv, func in list(mod.functions.items()):
+        if isinstance(func, tvm.tirx.PrimFunc):
+            mod[gv] = func.with_attr("op_pattern", schedule.OPAQUE)
+    return mod
+
+
+class TVMScriptTarget(Target):
+    """`nasir-opt -t tvm`: the module as TVM's IRModule (Relax `main` and a PrimFunc per distinct
+    nest), printed as TVMScript; nn ops are first taken through `TVM_PIPELINE`."""
+
+    name = "tvm"
+
+    def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
+        print(to_relax(lower_to_nest(module)).script(show_meta=False), file=output)

@@ -1,0 +1,147 @@
+"""A nest's `schedule` attribute as s_tir.Schedule primitives on its PrimFunc.
+
+nasir's schedule transforms are TVM's primitives under other names, so the mapping is direct, on the
+PrimFunc's combiner block (its loops are the domain's dims, in domain order):
+
+    splits  [["co", 16]]          sch.split(co, [None, 16])        -> co.o, co.i
+    fusions [["oh", "ow"]]        sch.fuse(oh, ow)                 -> oh*ow
+    order   [n, co.o, oh, ...]    sch.reorder(n, co.o, oh, ...)
+    unroll  {kw = 3}              sch.unroll(kw) (a factor below the extent: split, unroll the inner)
+    vector  "co.i"                sch.vectorize(co.i)
+    parallel "co.o"               CPU: sch.parallel(co.o)
+
+Unscheduled contractions on a CPU get `default_cpu`: the output channels as vector lanes.
+
+On a GPU ("cuda") the parallel dims run on the grid instead: the spatial loops outside the first
+reduction loop are fused and split over blockIdx.x / threadIdx.x; the PrimFunc's other blocks
+(epilogue, layout, avg's count) are bound the same way. Nests without a schedule are left to TVM's
+default pipeline (on GPUs: dlight's default rules). Packed operand layouts (`pack`) are the llvm
+backend's and are not mapped. A scheduled PrimFunc is marked `tirx.is_scheduled` and opaque, so
+TVM neither reschedules it nor fuses it into a neighbour.
+
+A primitive TVM refuses (a fusion of loops that are not adjacent, say) is a LoweringError naming
+the nest and the primitive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from tvm import s_tir, tirx
+
+from nasir.dialects import affine, nest
+from nasir.dialects.schedule import Loop, Schedule
+from nasir.errors import LoweringError
+from nasir.lowering.nest_to_tvm import nest_ops
+
+GPU_THREADS = 256
+"""Threads per block of a scheduled nest's parallel loops on a GPU."""
+OPAQUE = 8
+"""Relax's op pattern kOpaque: FuseOps leaves the call alone."""
+
+
+def _error(op: nest.ComputeOp, what: str, e: Exception) -> LoweringError:
+    first = str(e).strip().splitlines()
+    return LoweringError(f"tvm backend: nest '{op.layer_name}': TVM refuses the schedule's {what}"
+                         f" ({first[-1] if first else type(e).__name__})")
+
+
+def _blocks(sch: s_tir.Schedule) -> list:
+    return list(sch.get_child_blocks(sch.get_sblock("root")))
+
+
+def _combiner_block(sch: s_tir.Schedule, op: nest.ComputeOp):
+    """The block computing the combiner (TE stage `nest_ops.combiner_stage(op)`)."""
+    name = nest_ops.combiner_stage(op).replace(".", "_")
+    for block in _blocks(sch):
+        if sch.get(block).name_hint == name:
+            return block
+    raise LoweringError(f"tvm backend: nest '{op.layer_name}': its PrimFunc has no block '{name}'")
+
+
+def _bind_gpu(sch: s_tir.Schedule, loops: list) -> None:
+    """Fuse `loops` (adjacent, outermost first) and spread them over blockIdx.x / threadIdx.x."""
+    fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+    bx, tx = sch.split(fused, [None, GPU_THREADS])
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(tx, "threadIdx.x")
+
+
+def _spatial_loops(sch: s_tir.Schedule, block) -> list:
+    """The outer loops of a TE block bound to its spatial iter vars (TE puts them first)."""
+    spatial = [iv for iv in sch.get(block).iter_vars if iv.iter_type == tirx.IterVar.DataPar]
+    return list(sch.get_loops(block))[: len(spatial)]
+
+
+@contextmanager
+def _primitive(op: nest.ComputeOp, what: str) -> Iterator[None]:
+    """Turn TVM's refusal of a primitive into a LoweringError naming the nest and `what`."""
+    try:
+        yield
+    except LoweringError:
+        raise
+    except Exception as e:  # noqa: BLE001 - TVM raises its own error types
+        raise _error(op, what, e) from None
+
+
+def default_cpu(op: nest.ComputeOp, lanes: int) -> Schedule | None:
+    """The CPU schedule of an unscheduled contraction: its output-channel dim (a parallel dim the
+    weight reads and the data does not: a conv's `co`, a gemm's `n`) split by the target's `lanes`,
+    the inner part innermost, after the reductions, and vectorized; None for other nests.
+
+        n, co, oh, ow, ci, kh, kw  ->  n, co.o, oh, ow, ci, kh, kw, co.i (vector, 16 lanes)
+    """
+    if op.kind != "mac" or not op.domain.reduction:
+        return None
+    names, npar = op.domain.dim_names, op.domain.num_parallel.data
+    data, weight = (affine.map_dims(m) for m in op.access_maps[:2])
+    channels = [d for d in range(npar) if d in weight and d not in data and op.domain.dims[d][1] % lanes == 0]
+    if not channels:
+        return None
+    dim = names[channels[-1]]
+    outer = [Loop.outer(n) if n == dim else n for n, _ in op.domain.parallel]
+    return Schedule(splits=[(dim, lanes)], order=[*outer, *(n for n, _ in op.domain.reduction), Loop.inner(dim)],
+                    vector=Loop.inner(dim))
+
+
+def apply(func: tirx.PrimFunc, op: nest.ComputeOp, gpu: bool, schedule: Schedule | None = None) -> tirx.PrimFunc:
+    """`func` (the PrimFunc of `op`) scheduled by `schedule` (default: `op`'s schedule attribute) for
+    a CPU or a GPU."""
+    schedule = schedule or op.get_schedule()
+    sch = s_tir.Schedule(func)
+    block = _combiner_block(sch, op)
+    loops = dict(zip(op.domain.dim_names, sch.get_loops(block)))
+    reduction = {name for name, _ in op.domain.reduction}
+    extents = dict(schedule.loops(op.domain))
+    order = list(extents)
+    with _primitive(op, "split"):
+        for name, factor in schedule.splits:
+            loops[Loop.outer(name)], loops[Loop.inner(name)] = sch.split(loops.pop(name), [None, factor])
+    with _primitive(op, "fusion"):
+        for outer, inner in schedule.fusions:
+            loops[f"{outer}*{inner}"] = sch.fuse(loops.pop(outer), loops.pop(inner))
+    with _primitive(op, "loop order"):
+        sch.reorder(*[loops[name] for name in order])
+    with _primitive(op, "unroll"):
+        for name, factor in schedule.unroll.items():
+            sch.unroll(loops[name] if factor >= extents[name] else sch.split(loops[name], [None, factor])[1])
+    with _primitive(op, "vector loop"):
+        if schedule.vector is not None and gpu:
+            sch.unroll(loops[schedule.vector])  # a thread's lanes: unrolled, not CUDA vector types
+        elif schedule.vector is not None:
+            sch.vectorize(loops[schedule.vector])
+    with _primitive(op, "parallel loop"):
+        if gpu:
+            first_reduction = next((i for i, name in enumerate(order) if Loop(name).dims & reduction), len(order))
+            prefix = [loops[name] for name in order[:first_reduction] if name != schedule.vector]
+            if not prefix:
+                raise LoweringError(f"tvm backend: nest '{op.layer_name}': on a GPU a scheduled nest needs "
+                                    f"a parallel loop outside its reductions (its order: {', '.join(order)})")
+            _bind_gpu(sch, prefix)
+            for other in _blocks(sch):
+                if sch.get(other).name_hint != sch.get(block).name_hint:
+                    _bind_gpu(sch, _spatial_loops(sch, other))
+        elif schedule.parallel is not None:
+            sch.parallel(loops[schedule.parallel])
+    return sch.mod["main"].with_attr("tirx.is_scheduled", True).with_attr("op_pattern", OPAQUE)
