@@ -252,10 +252,11 @@ def model_table(rows: list[dict], peak: float):
     for col in cols:
         table.add_column(col, justify="left" if col in ("model", "dataset") else "right")
     for r in rows:
-        tuned_cells = (f"{r['tune_s']:.0f}", f"{r['nasir_tuned_ms']:.2f}", f"{r['nasir_tuned_over_ort']:.2f}")
+        tuned_cells = (f"{r['tune_s']:.0f}", f"{r['nasir_tuned_ms']:.2f}", f"{r['nasir_tuned_over_ort']:.2f}") \
+            if tuned else ()
         table.add_row(r["model"], r["dataset"], str(r["threads"]), f"{r['nasir_compile_s']:.1f}",
                       f"{r['nasir_ms']:.2f}", f"{r['ort_ms']:.2f}", f"{r['torch_ms']:.2f}",
-                      f"{r['nasir_over_ort']:.2f}", *(tuned_cells if tuned else ()), f"{r['nasir_gflops']:.1f}",
+                      f"{r['nasir_over_ort']:.2f}", *tuned_cells, f"{r['nasir_gflops']:.1f}",
                       f"{r['ort_gflops']:.1f}", f"{r['nasir_pct_peak']:.0f}%", f"{r['max_abs_err_vs_ort']:.1e}")
     return table
 
