@@ -119,11 +119,12 @@ class Model:
 
         return to_torch(self.module, training)
 
-    def to_onnx(self, path: str | Path, opset: int = 17) -> Path:
-        """Write the model as ONNX (via the torch backend); ONNX Runtime gives the same outputs."""
+    def to_onnx(self, path: str | Path, opset: int = 17, dynamic_batch: bool = False) -> Path:
+        """Write the model as ONNX (via the torch backend); ONNX Runtime gives the same outputs.
+        `dynamic_batch`: the file takes a batch of any size (axis 0 named "batch")."""
         from nasir.lowering.nest_to_torch.export import to_onnx
 
-        return to_onnx(self.module, path, opset)
+        return to_onnx(self.module, path, opset, dynamic_batch)
 
     def from_torch(self, program) -> Model:
         """A copy of this model whose weights are those of `program`, a `to_torch()` result that

@@ -103,7 +103,7 @@ def test_to_torch_is_in_eval_mode_unless_asked(resnet18):
 @pytest.mark.parametrize("variant", ["nest", "group4", "unshare-oh2"])
 def test_to_onnx_has_a_dynamic_batch(resnet18, variant, tmp_path):
     model = resnet18.transform({**VARIANTS, **MORE_VARIANTS}[variant])
-    path = model.to_onnx(tmp_path / f"{variant}.onnx")
+    path = model.to_onnx(tmp_path / f"{variant}.onnx", dynamic_batch=True)
     graph = onnx.load(str(path)).graph
     assert [v.type.tensor_type.shape.dim[0].dim_param for v in (*graph.input, *graph.output)] == ["batch", "batch"]
     module = model.to_torch()

@@ -55,9 +55,10 @@ def from_torch(module: ModuleOp, program: TorchProgram) -> ModuleOp:
     return out
 
 
-def to_onnx(module: ModuleOp, path: str | Path, opset: int = 17) -> Path:
-    """Write `module` (inference form: batch-norm with running statistics) as an ONNX file whose
-    inputs and outputs take a batch of any size (axis 0, named "batch")."""
+def to_onnx(module: ModuleOp, path: str | Path, opset: int = 17, dynamic_batch: bool = False) -> Path:
+    """Write `module` (inference form: batch-norm with running statistics) as an ONNX file; with
+    `dynamic_batch` its inputs and outputs take a batch of any size (axis 0, named "batch"; importing
+    such a file again takes `input_shapes`, as for any dynamic dim)."""
     program = to_torch(module)
     examples = tuple(torch.zeros(shape) for shape in io_shapes(module)[0])
     inputs, outputs = io_names(module)
@@ -68,5 +69,5 @@ def to_onnx(module: ModuleOp, path: str | Path, opset: int = 17) -> Path:
         with torch.no_grad():
             torch.onnx.export(program, examples, str(path), dynamo=False, export_params=True,
                               opset_version=opset, input_names=inputs, output_names=outputs,
-                              dynamic_axes={name: {0: "batch"} for name in inputs + outputs})
+                              dynamic_axes={name: {0: "batch"} for name in inputs + outputs} if dynamic_batch else None)
     return path
