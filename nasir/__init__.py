@@ -6,11 +6,12 @@
     exe = nasir.compile(model, target="llvm")
     y = exe(x)
     result = nasir.search("resnet18", budget=100)   # faster networks of the same capacity
+    trained = nasir.train(model, "cifar-10-batches-bin/", epochs=200)   # accuracy: the evidence
 """
 
 from nasir import search, zoo
-from nasir.api import check_capacity, compile, fisher_potential, load
+from nasir.api import check_capacity, compile, fisher_potential, load, train
 from nasir.errors import NasirError
 from nasir.model import Model
 
-__all__ = ["Model", "NasirError", "check_capacity", "compile", "fisher_potential", "load", "search", "zoo"]
+__all__ = ["Model", "NasirError", "check_capacity", "compile", "fisher_potential", "load", "search", "train", "zoo"]

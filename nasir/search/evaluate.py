@@ -27,7 +27,8 @@ from nasir.data import minibatch
 from nasir.errors import NasirError
 from nasir.fisher import fisher_potential
 from nasir.model import Model, load_text
-from nasir.search.latency import KernelTimes, LatencyModel, NotBatched
+from nasir.search.latency import KernelTimes, LatencyModel
+from nasir.transforms.rebatch import NotBatched
 from nasir.summary import summarize
 from nasir.transforms.properties import properties_at_least
 

@@ -9,6 +9,7 @@
     nasir check r18.onnx --checked              # ... with every load and store bounds-checked
     nasir profile resnet34 --dataset imagenet --variant group16   # time per layer vs its MACs
     nasir search resnet18 --budget 100 --out runs/r18              # faster networks, same capacity
+    nasir train resnet18 --pipeline "$(cat runs/r18/best.pipeline)" --data cifar-10-batches-bin/ --out runs/t
 
 A model argument is a file path or a zoo name (then `--dataset` picks its variant). User mistakes
 print `nasir: error: <message>` and exit 1; a failed check exits 1 too.
@@ -37,15 +38,16 @@ out = Console(highlight=False)
 progress = Console(stderr=True, highlight=False)
 
 
-def model_file(source: str, dataset: str, tmpdir: str) -> Path:
-    """The file behind a model argument: `source` itself, or a zoo model exported into `tmpdir`."""
+def model_file(source: str, dataset: str, tmpdir: str, image_size: int | None = None) -> Path:
+    """The file behind a model argument: `source` itself, or a zoo model exported into `tmpdir`
+    (for square inputs of side `image_size` when given)."""
     path = Path(source)
     if path.exists() or path.suffix in (".onnx", ".mlir"):
         return path
     if source not in zoo.names():
         raise FrontendError(f"'{source}' is neither a file nor a zoo model (zoo models: {', '.join(zoo.names())})")
     with step(progress, f"exporting {source} ({dataset}) to ONNX"):
-        return Path(zoo.export_onnx(source, Path(tmpdir) / f"{source}_{dataset}.onnx", dataset))
+        return Path(zoo.export_onnx(source, Path(tmpdir) / f"{source}_{dataset}.onnx", dataset, image_size=image_size))
 
 
 def load(path: Path) -> nasir.Model:
@@ -166,6 +168,23 @@ def cmd_search(args) -> int:
     return 0
 
 
+def cmd_train(args) -> int:
+    from nasir.search.sources import TO_NEST
+
+    with tempfile.TemporaryDirectory(prefix="nasir-") as tmp:
+        model = load(model_file(args.model, args.dataset, tmp, args.image_size))
+    pipeline = ",".join([TO_NEST] + ([args.pipeline] if args.pipeline else []))
+    with step(progress, f"transforming: {pipeline}"):
+        model = model.transform(pipeline)
+    result = nasir.train(model, args.data, epochs=args.epochs, batch=args.batch, lr=args.lr, seed=args.seed,
+                         out=args.out, resume=not args.restart, threads=args.threads, title=Path(args.model).stem)
+    saved = result.apply_to(model).save(Path(args.out) / "trained.mlir")
+    out.print(f"test accuracy {result.accuracy:.2f}% after {len(result.history)} epochs "
+              f"({sum(r['seconds'] for r in result.history):.0f} s of training)")
+    out.print(f"trained model: {saved} (+ .npz); metrics: {args.out}/metrics.csv, curves: {args.out}/curves.png")
+    return 0
+
+
 # --- entry point ---------------------------------------------------------------------------------
 
 def parser() -> argparse.ArgumentParser:
@@ -218,7 +237,24 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--top", type=int, default=0, help="print only the first N rows")
     c.add_argument("--seed", type=int, default=0, help="seed of the random input")
     search_args(command("search", cmd_search, "search architecture transforms for faster networks of the same capacity"))
+    train_args(command("train", cmd_train, "train a model (or a transformed one) with the papers' recipe"))
     return p
+
+
+def train_args(c: argparse.ArgumentParser) -> None:
+    c.add_argument("model", help="a .onnx or .mlir file, or a zoo model name")
+    c.add_argument("--dataset", default="cifar10", help="dataset variant of a zoo model (default cifar10)")
+    c.add_argument("--image-size", type=int, help="a zoo model for square inputs of this side (e.g. 16 for digits)")
+    c.add_argument("--pipeline", help="train the model transformed by this pipeline (a search's best.pipeline)")
+    c.add_argument("--data", required=True,
+                   help="a CIFAR-10/100 binary folder, an .npz (x, y[, x_test, y_test]) or 'digits'")
+    c.add_argument("--epochs", type=int, default=200, help="epochs (default 200)")
+    c.add_argument("--batch", type=int, default=128, help="batch size (default 128)")
+    c.add_argument("--lr", type=float, default=0.1, help="initial learning rate, cosine-decayed (default 0.1)")
+    c.add_argument("--seed", type=int, default=0, help="seed of the order and augmentation of the examples")
+    c.add_argument("--threads", type=int, help="torch threads (default: torch's)")
+    c.add_argument("--out", default="nasir-train", help="output folder: checkpoint, metrics, curves, trained model")
+    c.add_argument("--restart", action="store_true", help="ignore a checkpoint in OUT and start over")
 
 
 def search_args(c: argparse.ArgumentParser) -> None:
