@@ -131,3 +131,17 @@ def test_compiled_model_predicts_what_the_trained_module_predicts(tiny, tmp_path
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
     np.testing.assert_array_equal(got.argmax(1), expected.argmax(1))
     assert not np.allclose(nasir.compile(grouped)(x[:1]), got[:1])  # the weights did change
+
+
+def test_search_trains_the_original_and_the_fastest_of_the_front(tiny, tmp_path):
+    _, task = tiny
+    onnx = tiny_resnet_onnx(tmp_path / "tiny.onnx", width=4)
+    with pytest.raises(NasirError, match="needs real data"):
+        nasir.search(onnx, budget=2, out=tmp_path / "none", train_top=1, progress=False)
+    result = nasir.search(onnx, budget=4, out=tmp_path / "s", data=str(task), train_top=1, epochs=1,
+                          progress=False, kernel_cache=tmp_path / "k.db")
+    trained = [c for c in result.pareto if c.accuracy is not None]
+    assert result.original_accuracy is not None and len(trained) == min(1, len(result.pareto))
+    lines = (tmp_path / "s" / "results.jsonl").read_text().splitlines()
+    assert '"status": "original"' in lines[0] and len(lines) == len(result.candidates) + 1
+    assert (tmp_path / "s" / "train" / "original" / "metrics.csv").is_file()

@@ -154,7 +154,8 @@ def cmd_search(args) -> int:
                           strategy=args.strategy, out=args.out, storage=args.storage, seed=args.seed,
                           threads=args.threads, workers=args.workers, ray=args.ray, batch=args.batch, data=args.data,
                           fisher_slack=args.fisher_slack, properties=not args.no_properties, cpu=args.cpu,
-                          timeout=args.timeout, kernel_cache=args.kernel_cache)
+                          timeout=args.timeout, kernel_cache=args.kernel_cache, train_top=args.train_top,
+                          epochs=args.epochs)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.counts().items()))
     out.print(f"{len(result.candidates)} candidates: {counts}")
     out.print(front_table(result))
@@ -164,6 +165,11 @@ def cmd_search(args) -> int:
                   f"pipeline in {args.out}/best.pipeline, network in {args.out}/best.onnx")
     else:
         out.print("no candidate kept the original's capacity")
+    if result.original_accuracy is not None:
+        trained = [c for c in result.pareto if c.accuracy is not None]
+        out.print(f"accuracy after {args.epochs} epochs: original {result.original_accuracy:.2f}%, "
+                  + ", ".join(f"trial {c.number} {c.accuracy:.2f}% ({result.original_ms / c.measured_ms:.2f}x)"
+                              for c in trained) + f"; runs in {args.out}/train/")
     out.print(f"results: {args.out}/results.jsonl, plot: {args.out}/pareto.png")
     return 0
 
@@ -271,12 +277,16 @@ def search_args(c: argparse.ArgumentParser) -> None:
     c.add_argument("--storage", help="Optuna storage URL (default sqlite:///OUT/study.db)")
     c.add_argument("--seed", type=int, default=0, help="seed of the strategy, the minibatch and new weights")
     c.add_argument("--batch", type=int, default=16, help="Fisher Potential minibatch size (default 16)")
-    c.add_argument("--data", help="Fisher minibatch source: a CIFAR-10 folder or an .npz (default synthetic)")
+    c.add_argument("--data", help="Fisher minibatch and training data: a CIFAR-10/100 folder, an .npz or 'digits' "
+                                  "(default synthetic)")
     c.add_argument("--fisher-slack", type=float, default=0.0,
                    help="accept Fisher Potential down to (1 - SLACK) of the original's (default 0)")
     c.add_argument("--no-properties", action="store_true", help="skip the mixing/depth property filter")
     c.add_argument("--timeout", type=float, default=600.0, help="seconds one evaluation may take (default 600)")
     c.add_argument("--cpu", help="llvm: the CPU to compile for (default: NASIR_CPU, else the host)")
+    c.add_argument("--train-top", type=int, default=0, metavar="K",
+                   help="then train the original and the K fastest measured members of the front on --data")
+    c.add_argument("--epochs", type=int, default=200, help="epochs of --train-top training (default 200)")
     c.add_argument("--kernel-cache", help="SQLite file of per-nest timings (default: the user's cache, "
                    "$NASIR_CACHE_DIR/kernels.db or ~/.cache/nasir/kernels.db, shared by their searches)")
 
