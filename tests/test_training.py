@@ -145,3 +145,31 @@ def test_search_trains_the_original_and_the_fastest_of_the_front(tiny, tmp_path)
     lines = (tmp_path / "s" / "results.jsonl").read_text().splitlines()
     assert '"status": "original"' in lines[0] and len(lines) == len(result.candidates) + 1
     assert (tmp_path / "s" / "train" / "original" / "metrics.csv").is_file()
+
+
+def test_nasir_train_killed_then_run_again_resumes(tiny, tmp_path):
+    """`nasir train` killed (SIGKILL) after its first checkpoint; the same command finishes the run
+    from the saved epoch, and writes the trained model."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    model, task = tiny
+    model.save(tmp_path / "tiny.mlir")
+    command = [sys.executable, "-m", "nasir.tools.cli", "train", str(tmp_path / "tiny.mlir"), "--data", str(task),
+               "--epochs", "8", "--batch", "32", "--out", str(tmp_path / "run")]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not (tmp_path / "run" / "checkpoint.pt").exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    saved = len((tmp_path / "run" / "metrics.csv").read_text().splitlines()) - 1
+    assert 1 <= saved < 8
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    rows = (tmp_path / "run" / "metrics.csv").read_text().splitlines()[1:]
+    assert [int(r.split(",")[0]) for r in rows] == list(range(1, 9))
+    assert (tmp_path / "run" / "trained.npz").is_file()
