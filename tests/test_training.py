@@ -130,7 +130,8 @@ def test_compiled_model_predicts_what_the_trained_module_predicts(tiny, tmp_path
     got = np.concatenate([exe(x[i:i + 1]) for i in range(len(x))])
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
     np.testing.assert_array_equal(got.argmax(1), expected.argmax(1))
-    assert not np.allclose(nasir.compile(grouped)(x[:1]), got[:1])  # the weights did change
+    changed = [k for k in grouped.weights if not np.array_equal(grouped.weights[k], trained.weights[k])]
+    assert changed and sorted(trained.weights) == sorted(grouped.weights)  # trained weights, same names
 
 
 def test_search_trains_the_original_and_the_fastest_of_the_front(tiny, tmp_path):
