@@ -177,6 +177,8 @@ def cmd_search(args) -> int:
 def cmd_train(args) -> int:
     from nasir.search.sources import TO_NEST
 
+    if args.image_size and args.model not in zoo.names():
+        raise FrontendError("--image-size rebuilds a zoo model for other inputs; a file keeps its own")
     with tempfile.TemporaryDirectory(prefix="nasir-") as tmp:
         model = load(model_file(args.model, args.dataset, tmp, args.image_size))
     pipeline = ",".join([TO_NEST] + ([args.pipeline] if args.pipeline else []))
