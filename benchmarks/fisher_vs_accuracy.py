@@ -149,7 +149,8 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
     report = {"args": vars(args), "cpu": cpu}
-    log(report, out, f"{args.model} ({args.dataset} layout) at {args.image_size}x{args.image_size} on {args.data}; CPU {cpu}")
+    log(report, out, f"{args.model} ({args.dataset} layout) at {args.image_size}x{args.image_size} "
+                     f"on {args.data}; CPU {cpu}")
     onnx, original = network(args, out)
     if args.part in ("all", "target"):
         target(args, out, onnx, original, report)

@@ -6,8 +6,8 @@ trained at batch 128 go straight back into the batch-1 model (`Model.from_torch`
 
 The batch must be the first dimension of @main's inputs and of every value computed from them:
 a `nest.compute` whose first domain dim (`n`, or `m` for a gemm) is read and written as the
-first axis of its data and result (`NotBatched` otherwise), an nn op whose shape rule gives the result from its operands, or an
-`nn.reshape` that keeps the first axis (Flatten).
+first axis of its data and result (`NotBatched` otherwise), an nn op whose shape rule gives the
+result from its operands, or an `nn.reshape` that keeps the first axis (Flatten).
 
     model.at_batch(128)          # nasir.Model; the module-level form is rebatch(module, 128)
 """

@@ -94,7 +94,8 @@ def front_table(result: SearchResult) -> Table:
     accuracy = f", {result.original_accuracy:.2f}% accurate" if trained else ""
     table = Table(title=f"Pareto front (original: {result.original_ms:.2f} ms{accuracy}; "
                         "whole pipelines in results.jsonl)")
-    columns = ("trial", "est. ms", "ms", "speedup", "MACs", "params", "Fisher") + (("acc %",) if trained else ()) + ("passes",)
+    columns = ("trial", "est. ms", "ms", "speedup", "MACs", "params", "Fisher", *(("acc %",) if trained else ()),
+               "passes")
     for col in columns:
         table.add_column(col, justify="left" if col == "passes" else "right", overflow="fold")
     for c in result.pareto:
@@ -116,7 +117,8 @@ def write_jsonl(result: SearchResult, path: Path) -> None:
     """One line per candidate; first, when the front was trained, the original's (status "original")."""
     original = ([{"number": None, "pipeline": "", "status": "original", "measured_ms": result.original_ms,
                   "accuracy": result.original_accuracy}] if result.original_accuracy is not None else [])
-    write_atomically(path, "".join(json.dumps(row) + "\n" for row in original + [c.to_json() for c in result.candidates]))
+    rows = original + [c.to_json() for c in result.candidates]
+    write_atomically(path, "".join(json.dumps(row) + "\n" for row in rows))
 
 
 def plot_front(result: SearchResult, path: Path) -> None:

@@ -17,6 +17,7 @@ into the model at any batch.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import time
@@ -101,8 +102,8 @@ def train(model: Model, data: str | Path | Dataset, *, epochs: int = 200, batch:
     batch = min(batch, len(dataset.train[0]))
     net = model.at_batch(batch)
     folder = Path(out) if out is not None else None
-    fingerprint = {"model": net.text(), "data": dataset.name, "train_examples": len(dataset.train[0]),
-                   "recipe": json.dumps(asdict(recipe), sort_keys=True)}
+    fingerprint = {"model": hashlib.sha256(net.text().encode()).hexdigest(), "data": dataset.name,
+                   "train_examples": len(dataset.train[0]), "recipe": json.dumps(asdict(recipe), sort_keys=True)}
     start = time.perf_counter()
     with torch_threads(threads):
         torch.manual_seed(seed)
