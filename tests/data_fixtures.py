@@ -26,7 +26,7 @@ def write_cifar(directory: Path, counts: list[int], seed: int = 0, classes: int 
     return raw
 
 
-def quadrant_task(path: Path, train: int = 256, test: int = 64, size: int = 16, seed: int = 0) -> Path:
+def quadrant_task(path: Path, train: int = 128, test: int = 64, size: int = 16, seed: int = 0) -> Path:
     """An .npz of a seeded 4-class task a tiny CNN learns in a few epochs: the class is the
     quadrant of the image that is brighter, under Gaussian noise."""
     rng = np.random.default_rng(seed)
