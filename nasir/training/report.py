@@ -56,7 +56,7 @@ def write_metrics(folder: Path, history: list[dict]) -> None:
 
 
 def plot_curves(folder: Path, history: list[dict], title: str = "") -> None:
-    """Loss (left) and accuracy (right) per epoch, training and test."""
+    """Loss (left, log scale) and accuracy (right) per epoch, training and test."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -71,6 +71,7 @@ def plot_curves(folder: Path, history: list[dict], title: str = "") -> None:
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
         ax.legend()
+    loss.set_yscale("log")  # the first epochs' test loss can be orders of magnitude above the rest
     if title:
         fig.suptitle(title, fontsize=9)
     fig.tight_layout()
