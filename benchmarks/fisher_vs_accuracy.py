@@ -21,6 +21,23 @@ alphaNAS mixing/depth filter as 1 = passes / 0 = fails, MACs relative to the ori
 trained for `--epochs`; Kendall's tau-b of each measure with the final test accuracy.
 
 Rows are printed as they come (the run can take an hour); everything also goes to OUT/fva.json.
+
+Measured (AMD EPYC, 2 cores shared with other jobs, load average 9-11; no GPU), 2026-11-25:
+
+    python benchmarks/fisher_vs_accuracy.py --part target --search-time 240 --search-budget 60
+    search: 11 candidates in 502 s (the time limit cut it), front 3, all measured
+          original:   3.446 ms   1.00x  accuracy  98.89%  trained in 44.6 min (15 epochs)
+     fastest legal:   1.543 ms   2.23x  accuracy  98.89%  trained in 26.0 min (15 epochs)
+
+Training time is the shared machine's: epochs took 70-300 s for the original as the load varied
+(75 s when it eased), so the 15-minute goal holds only on a quieter machine.
+
+    python benchmarks/fisher_vs_accuracy.py --part tau --image-size 8 --epochs 3 --batch 64
+    (ResNet-18 at the digits' own 8 x 8, 3 epochs, batch 64 for 22 steps an epoch: the only
+    setting that trains many candidates in the time; 3.5-14 min a candidate on the shared machine)
+    after 8 of 20 candidates: Kendall tau-b with accuracy: Fisher ratio -0.18, MACs -0.33,
+    mixing property undefined (all 8 passed it). Accuracies 93.6-98.6%: at 3 epochs the ranking is
+    noisy, and this small sample shows no sign that Fisher Potential predicts trained accuracy.
 """
 
 from __future__ import annotations
