@@ -30,14 +30,17 @@ Measured (AMD EPYC, 2 cores shared with other jobs, load average 9-11; no GPU), 
      fastest legal:   1.543 ms   2.23x  accuracy  98.89%  trained in 26.0 min (15 epochs)
 
 Training time is the shared machine's: epochs took 70-300 s for the original as the load varied
-(75 s when it eased), so the 15-minute goal holds only on a quieter machine.
+(75 s when it eased; the 8 x 8 runs below went from minutes to 2 s an epoch once the machine
+was quiet), so the 15-minute goal holds on a quiet machine, not on this loaded one.
 
     python benchmarks/fisher_vs_accuracy.py --part tau --image-size 8 --epochs 3 --batch 64
     (ResNet-18 at the digits' own 8 x 8, 3 epochs, batch 64 for 22 steps an epoch: the only
-    setting that trains many candidates in the time; 3.5-14 min a candidate on the shared machine)
-    after 8 of 20 candidates: Kendall tau-b with accuracy: Fisher ratio -0.18, MACs -0.33,
-    mixing property undefined (all 8 passed it). Accuracies 93.6-98.6%: at 3 epochs the ranking is
-    noisy, and this small sample shows no sign that Fisher Potential predicts trained accuracy.
+    setting that trains many candidates in the time)
+    20 candidates: Kendall tau-b with accuracy: Fisher ratio -0.05, MACs -0.26, mixing property
+    undefined (all 20 passed it: random candidates rarely drop a mixing level). Accuracies
+    93.6-98.6%. A candidate took 3.5-14 min while the machine was loaded, 6-12 s once it was
+    quiet (about 2 s an epoch). At 3 epochs the ranking is noisy; this sample shows no sign that
+    Fisher Potential (or MACs) predicts trained accuracy among candidates that pass the filter.
 """
 
 from __future__ import annotations
