@@ -7,11 +7,12 @@
     y = exe(x)
     nasir.tune(model)                             # time the best schedules of its convs on this CPU
     result = nasir.search("resnet18", budget=100)   # faster networks of the same capacity
+    trained = nasir.train(model, "cifar-10-batches-bin/", epochs=200)   # accuracy: the evidence
 """
 
 from nasir import search, zoo
-from nasir.api import check_capacity, compile, fisher_potential, load, tune
+from nasir.api import check_capacity, compile, fisher_potential, load, train, tune
 from nasir.errors import NasirError
 from nasir.model import Model
 
-__all__ = ["Model", "NasirError", "check_capacity", "compile", "fisher_potential", "load", "search", "tune", "zoo"]
+__all__ = ["Model", "NasirError", "check_capacity", "compile", "fisher_potential", "load", "search", "train", "tune", "zoo"]

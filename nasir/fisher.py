@@ -92,7 +92,7 @@ def fisher_potential(model: Model, inputs: np.ndarray, labels: np.ndarray, seed:
     one evaluation per core wants 1 (torch's threads then do not fight the other workers)."""
     inputs, labels = _checked_batch(model, inputs, labels)
     torch.manual_seed(seed)
-    with _threads(threads):
+    with torch_threads(threads):
         program = TorchProgram(model.module, frozen=True).train()
         activations = _record(program)
         loss = _loss(program(torch.from_numpy(inputs)), labels)
@@ -116,7 +116,7 @@ def _checked_batch(model: Model, inputs, labels) -> tuple[np.ndarray, np.ndarray
 
 
 @contextmanager
-def _threads(threads: int | None):
+def torch_threads(threads: int | None):
     if threads is None or threads == torch.get_num_threads():  # setting it is not free: only on a change
         yield
         return

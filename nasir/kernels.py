@@ -25,19 +25,17 @@ import llvmlite
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import Block, Region
-from xdsl.ir.affine import AffineDimExpr
 
 from nasir import dialects, lowering, runtime
 from nasir.dialects import nest, nn
 from nasir.dialects.module import WeightStore
-from nasir.dialects.shapes import shape_of, tensor
-from nasir.errors import NasirError
 from nasir.lowering.schedule.tuned import cache_dir
 from nasir.lowering.target import CPU_ENV, host_target, set_target
 from nasir.model import Model
 from nasir.runtime.llvm_executable import compile_llvm
 from nasir.tools.reference import seeded_inputs
 from nasir.transforms.nest_spec import is_weight
+from nasir.transforms.rebatch import nest_at_batch
 
 REPEAT = 7
 TIMING_LOCK = Path(tempfile.gettempdir()) / "nasir-timing.lock"
@@ -57,7 +55,7 @@ def standalone(model: Model, op: nest.ComputeOp, batch: int | None = None) -> Mo
     types = [v.type for v in data]
     result_type, domain = op.result.type, op.domain
     if batch is not None:
-        types, result_type, domain = _at_batch(op, data, batch)
+        types, result_type, domain = nest_at_batch(op, batch)
     block = Block(arg_types=types)
     mapping = dict(zip(data, block.args))
     store = WeightStore()
@@ -73,23 +71,6 @@ def standalone(model: Model, op: nest.ComputeOp, batch: int | None = None) -> Mo
     block.add_ops([clone, func.ReturnOp(clone.result)])
     main = func.FuncOp("main", (types, [result_type]), Region(block))
     return Model(ModuleOp([main]), store, [f"x{k}" for k in range(len(data))], ["y"])
-
-
-class NotBatched(NasirError):
-    """A nest whose batch is not its first dimension (`n`, the first axis of its data and result)."""
-
-
-def _at_batch(op: nest.ComputeOp, data: list, batch: int):
-    """The types of `data`, the result type and the domain of `op` with batch `batch`."""
-    name, extent = op.domain.dims[0]
-    first = AffineDimExpr(0)
-    maps = [m for v, m in zip(op.inputs, op.access_maps) if not is_weight(v)]
-    if (name != "n" or any(shape_of(v)[0] != extent or m.results[0] != first for v, m in zip(data, maps))
-            or shape_of(op.result)[0] != extent or op.output_map.results[0] != first):
-        raise NotBatched(f"nest '{op.layer_name}': the batch is not its first dimension")
-    domain = nest.DomainAttr.make([("n", batch), *op.domain.parallel[1:]], op.domain.reduction)
-    return ([tensor((batch, *shape_of(v)[1:])) for v in data], tensor((batch, *shape_of(op.result)[1:])),
-            domain)
 
 
 def default_kernel_cache() -> Path:

@@ -112,6 +112,17 @@ class Model:
             require_capacity(out, self, pipeline, data=None if capacity_check == "synthetic" else capacity_check)
         return out
 
+    def at_batch(self, batch: int) -> Model:
+        """A copy of the model taking `batch` examples per run, with the same weights (and weight
+        names); `NotBatched` when an op does not keep the batch as its first dimension."""
+        if self.input_shapes and self.input_shapes[0][0] == batch:
+            return self.clone()
+        from nasir.transforms.rebatch import rebatch
+
+        out = self.clone()
+        rebatch(out.module, batch)
+        return out
+
     def to_torch(self, training: bool = False):
         """A trainable `torch.nn.Module` computing this model on a batch of any size (weights as
         Parameters); in eval mode unless `training` (then batch-norm uses batch statistics)."""

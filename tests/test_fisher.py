@@ -15,9 +15,10 @@ import pytest
 import torch
 import torch.nn as tnn
 import torch.nn.functional as F
+from data_fixtures import write_cifar
 
 import nasir
-from nasir.data import CIFAR_MEAN, CIFAR_STD, DataError, load_cifar10, load_npz, minibatch
+from nasir.data import CIFAR_MEAN, CIFAR_STD, DataError, load_cifar, load_npz, minibatch
 from nasir.errors import LegalityError, ShapeError
 from nasir.fisher import FisherCheck, check_capacity, fisher_potential
 from nasir.lowering.nest_to_torch import nest_ops, program
@@ -208,22 +209,9 @@ def test_batch_mismatch_is_a_shape_error(net_and_model):
 
 # --- data sources ------------------------------------------------------------------------------
 
-def write_cifar(directory, counts, seed=0):
-    """CIFAR-10 binary files with random records; returns the raw (labels, pixels) per file."""
-    rng = np.random.default_rng(seed)
-    raw = []
-    names = [f"data_batch_{i + 1}.bin" for i in range(len(counts) - 1)] + ["test_batch.bin"]
-    for name, count in zip(names, counts):
-        labels = rng.integers(0, 10, count, dtype=np.uint8)
-        pixels = rng.integers(0, 256, (count, 3072), dtype=np.uint8)
-        np.concatenate([labels[:, None], pixels], axis=1).tofile(directory / name)
-        raw.append((labels, pixels))
-    return raw
-
-
 def test_cifar10_loader_reads_records_and_normalises(tmp_path):
     raw = write_cifar(tmp_path, [3, 4, 2])
-    x, y = load_cifar10(tmp_path)  # all train records, file order
+    x, y = load_cifar(tmp_path)  # all train records, file order
     labels = np.concatenate([raw[0][0], raw[1][0]])
     pixels = np.concatenate([raw[0][1], raw[1][1]])
     assert x.shape == (7, 3, 32, 32) and x.dtype == np.float32 and y.dtype == np.int64
@@ -231,7 +219,7 @@ def test_cifar10_loader_reads_records_and_normalises(tmp_path):
     # record 5, channel green (bytes 1024..2047), row 2, column 7 -- by hand
     value = pixels[5, 1024 + 2 * 32 + 7] / 255.0
     np.testing.assert_allclose(x[5, 1, 2, 7], (value - CIFAR_MEAN[1]) / CIFAR_STD[1], rtol=1e-6)
-    xt, yt = load_cifar10(tmp_path, split="test")
+    xt, yt = load_cifar(tmp_path, split="test")
     np.testing.assert_array_equal(yt, raw[2][0])
     xb, yb = minibatch(tmp_path, batch=4, seed=1)
     assert xb.shape == (4, 3, 32, 32)
@@ -243,13 +231,13 @@ def test_cifar10_loader_reads_records_and_normalises(tmp_path):
 
 def test_cifar10_loader_rejects_bad_files(tmp_path):
     with pytest.raises(DataError, match="no CIFAR-10 binary files"):
-        load_cifar10(tmp_path)
+        load_cifar(tmp_path)
     (tmp_path / "data_batch_1.bin").write_bytes(b"\x00" * 100)
     with pytest.raises(DataError, match="not a whole number"):
-        load_cifar10(tmp_path)
+        load_cifar(tmp_path)
     write_cifar(tmp_path, [2, 1])
     with pytest.raises(DataError, match="batch of 5 from 2"):
-        load_cifar10(tmp_path, batch=5)
+        load_cifar(tmp_path, batch=5)
 
 
 def test_npz_and_synthetic_sources(tmp_path):
@@ -265,7 +253,7 @@ def test_npz_and_synthetic_sources(tmp_path):
     a2, b2 = minibatch(None, 4, seed=7, shape=(3, 4, 4), num_classes=5)
     np.testing.assert_array_equal(a1, a2)
     assert a1.shape == (4, 3, 4, 4) and b1.max() < 5
-    with pytest.raises(DataError, match="not a CIFAR-10 binary directory"):
+    with pytest.raises(DataError, match="not a CIFAR-10/100 binary directory"):
         minibatch(tmp_path / "nothing.txt")
 
 

@@ -33,6 +33,12 @@ EXEMPT = {
     'make bench ARGS="--target tvm --quick"': "benchmarks TVM's code of every zoo model, an hour (test_tvm_backend: test_bench_measures_tvm)",
     "nasir check model.onnx --target tvm": "builds ResNet-18 with TVM, minutes (test_tvm_backend: test_cli_runs_on_tvm)",
     "nasir profile resnet18 --target tvm": "builds and profiles ResNet-18 with TVM, minutes (test_tvm_backend: test_cli_profiles_on_tvm)",
+    "nasir search resnet18 --data cifar-10-batches-bin/ --train-top 2 --epochs 200":
+        "needs the CIFAR-10 binary files and hours (test_training: test_search_trains_the_original_and_the_fastest_of_the_front)",
+    "nasir train resnet18 --data cifar-10-batches-bin/ --epochs 200 --out runs/r18-train":
+        "needs the CIFAR-10 binary files and hours (test_training: loaders on generated files, a tiny model trained)",
+    'nasir train resnet18 --pipeline "$(cat runs/r18/best.pipeline)" --data digits --epochs 15':
+        "needs a finished search's runs/r18 and minutes of training (test_training, benchmarks/fisher_vs_accuracy.py)",
     "nasir check model.onnx": "compiles ResNet-18, about a minute (test_tools: nasir check on a zoo model)",
     "nasir check model.onnx --cpu x86-64-v3": "compiles ResNet-18, about a minute (test_checked, conftest's cpu fixture)",
     "nasir check model.onnx --checked": "compiles ResNet-18 bounds-checked, minutes (test_checked)",
@@ -51,7 +57,7 @@ def shell_lines(text: str) -> list[str]:
         if line.startswith("```"):
             fenced = not fenced
         elif not fenced and line.startswith("    ") and (previous.strip() == "" or previous.startswith("    ")):
-            command = re.split(r"\s+#\s", line.strip(), maxsplit=1)[0].strip()
+            command = re.split(r"(?:^|\s+)#\s", line.strip(), maxsplit=1)[0].strip()
             if command:
                 lines.append(command)
         previous = line if not fenced else "```"

@@ -8,7 +8,7 @@ capacity (NAS-PTE's search, on Optuna, with SQLite storage and worker processes 
 The rooms: `space` (the choices per conv), `evaluate` (legality, properties, Fisher Potential,
 costs), `latency` (estimates from cached per-nest timings), `strategies` (Optuna samplers),
 `workers` / `distributed` (evaluation in processes or Ray actors), `driver` (the ask/tell loop,
-resumable), `results` (front, files), `progress`, `sources`. The package itself is callable:
+resumable), `results` (front, files), `accuracy` (the front trained), `progress`, `sources`. The package itself is callable:
 `nasir.search(...)` is `nasir.search.search(...)`.
 """
 
@@ -24,7 +24,7 @@ def search(model: str | Path, dataset: str = "cifar10", *, budget: int | None = 
            threads: int = 1, workers: int = 1, ray: str | None = None, batch: int = 16, data: str | None = None,
            fisher_slack: float = 0.0, properties: bool = True, cpu: str | None = None,
            choices: tuple[str, ...] | None = None, timeout: float = 600.0, progress: bool = True,
-           kernel_cache: str | Path | None = None):
+           kernel_cache: str | Path | None = None, train_top: int = 0, epochs: int = 200):
     """Search the architecture transforms of `model` (a zoo name or an .onnx file) for faster
     networks that keep its capacity (`nasir.search.driver`); returns a `SearchResult` with
     `.best`, `.pareto` and `.candidates`, and writes them to `out`.
@@ -32,7 +32,9 @@ def search(model: str | Path, dataset: str = "cifar10", *, budget: int | None = 
         result = nasir.search("resnet18", budget=100, strategy="evolution", out="runs/r18")
         print(result.best.pipeline, result.original_ms / result.best.measured_ms)
 
-    `kernel_cache`: the SQLite file of per-nest timings (default: the user's, shared by their
+    `train_top`: then train the original and the `train_top` fastest measured members of the
+    front on `data` for `epochs` with the papers' recipe (`nasir.search.accuracy`), adding their
+    accuracy to the table, results.jsonl and pareto.png. `kernel_cache`: the SQLite file of per-nest timings (default: the user's, shared by their
     searches; `nasir.kernels.default_kernel_cache`). `ray`: evaluate as Ray tasks on the cluster at that address ("auto", "127.0.0.1:6379"; needs
     `pip install nasir[distributed]`); `workers`: processes (local) or concurrent tasks (Ray).
     """
@@ -49,8 +51,20 @@ def search(model: str | Path, dataset: str = "cifar10", *, budget: int | None = 
         from nasir.search.distributed import ray_pool
 
         pool = ray_pool(ray)
+    if train_top:
+        from nasir.search.accuracy import check_training
+
+        check_training(train_top, data)
     search = Search(str(model), dataset, out, options, storage, progress, kernel_cache=kernel_cache)
-    return search.run(budget, time_limit, workers, pool, timeout)
+    result = search.run(budget, time_limit, workers, pool, timeout)
+    if train_top:
+        from nasir.search.accuracy import train_front
+        from nasir.search.results import plot_front, write_jsonl
+
+        train_front(result, search.original, data, train_top, epochs, seed=seed, progress=progress)
+        write_jsonl(result, out / "results.jsonl")
+        plot_front(result, out / "pareto.png")
+    return result
 
 
 class _CallableModule(types.ModuleType):

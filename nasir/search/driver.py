@@ -177,6 +177,7 @@ class Search:
                       o.properties, study.user_attrs.get("profile"), study.user_attrs.get("original_fisher"),
                       self.evaluator)
         evaluator = Evaluator(setup)
+        self.original = evaluator.model
         study.set_user_attr("profile", evaluator.latency.profile)
         study.set_user_attr("original_fisher", evaluator.original_fisher)
         self.setup = replace(setup, profile=evaluator.latency.profile, original_fisher=evaluator.original_fisher)

@@ -27,8 +27,9 @@ from nasir.data import minibatch
 from nasir.errors import NasirError
 from nasir.fisher import fisher_potential
 from nasir.model import Model, load_text
-from nasir.kernels import KernelTimes, NotBatched
+from nasir.kernels import KernelTimes
 from nasir.search.latency import LatencyModel
+from nasir.transforms.rebatch import NotBatched
 from nasir.summary import summarize
 from nasir.transforms.properties import properties_at_least
 

@@ -5,8 +5,10 @@ worse in both. Its members are compiled whole and measured (`measured_ms`, besid
 `best` is the fastest measured member. Files written in the output folder (each whole or not at
 all: written beside, then renamed):
 
-- `results.jsonl`: one line per candidate (trial number, pipeline, outcome, figures);
-- `pareto.png`: latency vs Fisher ratio, the front highlighted, the original marked;
+- `results.jsonl`: one line per candidate (trial number, pipeline, outcome, figures; `accuracy` of
+  the trained ones, after a line for the original, when the front was trained: `accuracy.py`);
+- `pareto.png`: latency vs Fisher ratio, the front highlighted, the original marked (trained
+  networks labelled with their accuracy);
 - `best.pipeline`, `best.onnx`: the best network's pipeline and the network itself (batch 1).
 """
 
@@ -28,22 +30,24 @@ from nasir.search.evaluate import Outcome
 @dataclass
 class Candidate:
     """One evaluated candidate: its trial number, pipeline and outcome; front members also get
-    their measured whole-model time."""
+    their measured whole-model time, and those trained (`--train-top`) their test accuracy (%)."""
 
     number: int
     pipeline: str
     outcome: Outcome
     measured_ms: float | None = None
+    accuracy: float | None = None
 
     def to_json(self) -> dict:
         return {"number": self.number, "pipeline": self.pipeline, **self.outcome.to_json(),
-                "measured_ms": self.measured_ms}
+                "measured_ms": self.measured_ms, "accuracy": self.accuracy}
 
 
 @dataclass
 class SearchResult:
     """`candidates` in trial order, `pareto` (the front, fastest first) and `best` (or None);
-    `seconds`: this run's time evaluating candidates (`search`) and measuring the front (`front`)."""
+    `seconds`: this run's time evaluating candidates (`search`) and measuring the front (`front`);
+    `original_accuracy`: the original's test accuracy (%) when the front was trained."""
 
     original_ms: float
     candidates: list[Candidate]
@@ -51,6 +55,7 @@ class SearchResult:
     best: Candidate | None = None
     out: Path | None = None
     seconds: dict[str, float] = field(default_factory=dict)
+    original_accuracy: float | None = None
 
     @property
     def accepted(self) -> list[Candidate]:
@@ -85,14 +90,20 @@ def passes(pipeline: str) -> str:
 
 
 def front_table(result: SearchResult) -> Table:
-    table = Table(title=f"Pareto front (original: {result.original_ms:.2f} ms; whole pipelines in results.jsonl)")
-    for col in ("trial", "est. ms", "ms", "speedup", "MACs", "params", "Fisher", "passes"):
+    trained = result.original_accuracy is not None
+    accuracy = f", {result.original_accuracy:.2f}% accurate" if trained else ""
+    table = Table(title=f"Pareto front (original: {result.original_ms:.2f} ms{accuracy}; "
+                        "whole pipelines in results.jsonl)")
+    columns = ("trial", "est. ms", "ms", "speedup", "MACs", "params", "Fisher", *(("acc %",) if trained else ()),
+               "passes")
+    for col in columns:
         table.add_column(col, justify="left" if col == "passes" else "right", overflow="fold")
     for c in result.pareto:
         o, ms = c.outcome, c.measured_ms
+        acc = (f"{c.accuracy:.2f}" if c.accuracy is not None else "-",) if trained else ()
         table.add_row(str(c.number), f"{o.estimate_ms:.2f}", f"{ms:.2f}" if ms else "-",
                       f"{result.original_ms / ms:.2f}x" if ms else "-", f"{o.mac_ratio:.2f}", f"{o.param_ratio:.2f}",
-                      f"{o.fisher_ratio:.3f}", passes(c.pipeline))
+                      f"{o.fisher_ratio:.3f}", *acc, passes(c.pipeline))
     return table
 
 
@@ -103,7 +114,11 @@ def write_atomically(path: Path, data: str | bytes) -> None:
 
 
 def write_jsonl(result: SearchResult, path: Path) -> None:
-    write_atomically(path, "".join(json.dumps(c.to_json()) + "\n" for c in result.candidates))
+    """One line per candidate; first, when the front was trained, the original's (status "original")."""
+    original = ([{"number": None, "pipeline": "", "status": "original", "measured_ms": result.original_ms,
+                  "accuracy": result.original_accuracy}] if result.original_accuracy is not None else [])
+    rows = original + [c.to_json() for c in result.candidates]
+    write_atomically(path, "".join(json.dumps(row) + "\n" for row in rows))
 
 
 def plot_front(result: SearchResult, path: Path) -> None:
@@ -121,6 +136,11 @@ def plot_front(result: SearchResult, path: Path) -> None:
     ax.plot([c.outcome.estimate_ms for c in front], [c.outcome.fisher_ratio for c in front], "o-",
             color="#c0392b", label=f"Pareto front ({len(front)})")
     ax.scatter([result.original_ms], [1.0], marker="*", s=160, color="black", label="original", zorder=3)
+    labels = [(result.original_ms, 1.0, result.original_accuracy)] + [
+        (c.outcome.estimate_ms, c.outcome.fisher_ratio, c.accuracy) for c in front]
+    for x, y, accuracy in labels:  # test accuracy of the trained networks (--train-top)
+        if accuracy is not None:
+            ax.annotate(f"{accuracy:.1f}%", (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
     ax.set_xlabel("latency estimate (ms)")
     ax.set_ylabel("Fisher Potential / original's")
     ax.legend()

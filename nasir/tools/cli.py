@@ -10,6 +10,7 @@
     nasir profile resnet34 --dataset imagenet --variant group16   # time per layer vs its MACs
     nasir search resnet18 --budget 100 --out runs/r18              # faster networks, same capacity
     nasir tune resnet34 --dataset imagenet      # time the best schedules of its convs on this CPU
+    nasir train resnet18 --pipeline "$(cat runs/r18/best.pipeline)" --data cifar-10-batches-bin/ --out runs/t
 
 A model argument is a file path or a zoo name (then `--dataset` picks its variant). User mistakes
 print `nasir: error: <message>` and exit 1; a failed check exits 1 too. A reader that closes the
@@ -38,15 +39,16 @@ out = ToolConsole(highlight=False)
 progress = ToolConsole(stderr=True, highlight=False)
 
 
-def model_file(source: str, dataset: str, tmpdir: str) -> Path:
-    """The file behind a model argument: `source` itself, or a zoo model exported into `tmpdir`."""
+def model_file(source: str, dataset: str, tmpdir: str, image_size: int | None = None) -> Path:
+    """The file behind a model argument: `source` itself, or a zoo model exported into `tmpdir`
+    (for square inputs of side `image_size` when given)."""
     path = Path(source)
     if path.exists() or path.suffix in (".onnx", ".mlir"):
         return path
     if source not in zoo.names():
         raise FrontendError(f"'{source}' is neither a file nor a zoo model (zoo models: {', '.join(zoo.names())})")
     with step(progress, f"exporting {source} ({dataset}) to ONNX"):
-        return Path(zoo.export_onnx(source, Path(tmpdir) / f"{source}_{dataset}.onnx", dataset))
+        return Path(zoo.export_onnx(source, Path(tmpdir) / f"{source}_{dataset}.onnx", dataset, image_size=image_size))
 
 
 def load(path: Path) -> nasir.Model:
@@ -155,7 +157,8 @@ def cmd_search(args) -> int:
                           strategy=args.strategy, out=args.out, storage=args.storage, seed=args.seed,
                           threads=args.threads, workers=args.workers, ray=args.ray, batch=args.batch, data=args.data,
                           fisher_slack=args.fisher_slack, properties=not args.no_properties, cpu=args.cpu,
-                          timeout=args.timeout, kernel_cache=args.kernel_cache)
+                          timeout=args.timeout, kernel_cache=args.kernel_cache, train_top=args.train_top,
+                          epochs=args.epochs)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.counts().items()))
     out.print(f"{len(result.candidates)} candidates: {counts}")
     out.print(front_table(result))
@@ -165,6 +168,11 @@ def cmd_search(args) -> int:
                   f"pipeline in {args.out}/best.pipeline, network in {args.out}/best.onnx")
     else:
         out.print("no candidate kept the original's capacity")
+    if result.original_accuracy is not None:
+        trained = [c for c in result.pareto if c.accuracy is not None]
+        out.print(f"accuracy after {args.epochs} epochs: original {result.original_accuracy:.2f}%, "
+                  + ", ".join(f"trial {c.number} {c.accuracy:.2f}% ({result.original_ms / c.measured_ms:.2f}x)"
+                              for c in trained) + f"; runs in {args.out}/train/")
     out.print(f"results: {args.out}/results.jsonl, plot: {args.out}/pareto.png")
     return 0
 
@@ -192,6 +200,25 @@ def tuning_table(report) -> Table:
         table.add_row(layers, str(len(n.timed)), f"{n.default_ms:.4f}", f"{n.ms:.4f}", f"{n.default_ms / n.ms:.3f}x",
                       chosen)
     return table
+
+
+def cmd_train(args) -> int:
+    from nasir.search.sources import TO_NEST
+
+    if args.image_size and args.model not in zoo.names():
+        raise FrontendError("--image-size rebuilds a zoo model for other inputs; a file keeps its own")
+    with tempfile.TemporaryDirectory(prefix="nasir-") as tmp:
+        model = load(model_file(args.model, args.dataset, tmp, args.image_size))
+    pipeline = ",".join([TO_NEST] + ([args.pipeline] if args.pipeline else []))
+    with step(progress, f"transforming: {pipeline}"):
+        model = model.transform(pipeline)
+    result = nasir.train(model, args.data, epochs=args.epochs, batch=args.batch, lr=args.lr, seed=args.seed,
+                         out=args.out, resume=not args.restart, threads=args.threads, title=Path(args.model).stem)
+    saved = result.apply_to(model).save(Path(args.out) / "trained.mlir")
+    out.print(f"test accuracy {result.accuracy:.2f}% after {len(result.history)} epochs "
+              f"({sum(r['seconds'] for r in result.history):.0f} s of training)")
+    out.print(f"trained model: {saved} (+ .npz); metrics: {args.out}/metrics.csv, curves: {args.out}/curves.png")
+    return 0
 
 
 # --- entry point ---------------------------------------------------------------------------------
@@ -250,6 +277,7 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--top", type=int, default=0, help="print only the first N rows")
     c.add_argument("--seed", type=int, default=0, help="seed of the random input")
     search_args(command("search", cmd_search, "search architecture transforms for faster networks of the same capacity"))
+    train_args(command("train", cmd_train, "train a model (or a transformed one) with the papers' recipe"))
     c = command("tune", cmd_tune, "time the best schedules of each distinct conv on this CPU, keep the fastest "
                                   "for every later compile")
     model_args(c)
@@ -258,6 +286,22 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--db", help="tuning database file (default: the user's cache, $NASIR_CACHE_DIR/tuning.db or "
                                 "~/.cache/nasir/tuning.db; compile(..., tuning=FILE) reads another)")
     return p
+
+
+def train_args(c: argparse.ArgumentParser) -> None:
+    c.add_argument("model", help="a .onnx or .mlir file, or a zoo model name")
+    c.add_argument("--dataset", default="cifar10", help="dataset variant of a zoo model (default cifar10)")
+    c.add_argument("--image-size", type=int, help="a zoo model for square inputs of this side (e.g. 16 for digits)")
+    c.add_argument("--pipeline", help="train the model transformed by this pipeline (a search's best.pipeline)")
+    c.add_argument("--data", required=True,
+                   help="a CIFAR-10/100 binary folder, an .npz (x, y[, x_test, y_test]) or 'digits'")
+    c.add_argument("--epochs", type=int, default=200, help="epochs (default 200)")
+    c.add_argument("--batch", type=int, default=128, help="batch size (default 128)")
+    c.add_argument("--lr", type=float, default=0.1, help="initial learning rate, cosine-decayed (default 0.1)")
+    c.add_argument("--seed", type=int, default=0, help="seed of the order and augmentation of the examples")
+    c.add_argument("--threads", type=int, help="torch threads (default: torch's)")
+    c.add_argument("--out", default="nasir-train", help="output folder: checkpoint, metrics, curves, trained model")
+    c.add_argument("--restart", action="store_true", help="ignore a checkpoint in OUT and start over")
 
 
 def search_args(c: argparse.ArgumentParser) -> None:
@@ -274,12 +318,16 @@ def search_args(c: argparse.ArgumentParser) -> None:
     c.add_argument("--storage", help="Optuna storage URL (default sqlite:///OUT/study.db)")
     c.add_argument("--seed", type=int, default=0, help="seed of the strategy, the minibatch and new weights")
     c.add_argument("--batch", type=int, default=16, help="Fisher Potential minibatch size (default 16)")
-    c.add_argument("--data", help="Fisher minibatch source: a CIFAR-10 folder or an .npz (default synthetic)")
+    c.add_argument("--data", help="Fisher minibatch and training data: a CIFAR-10/100 folder, an .npz or 'digits' "
+                                  "(default synthetic)")
     c.add_argument("--fisher-slack", type=float, default=0.0,
                    help="accept Fisher Potential down to (1 - SLACK) of the original's (default 0)")
     c.add_argument("--no-properties", action="store_true", help="skip the mixing/depth property filter")
     c.add_argument("--timeout", type=float, default=600.0, help="seconds one evaluation may take (default 600)")
     c.add_argument("--cpu", help="llvm: the CPU to compile for (default: NASIR_CPU, else the host)")
+    c.add_argument("--train-top", type=int, default=0, metavar="K",
+                   help="then train the original and the K fastest measured members of the front on --data")
+    c.add_argument("--epochs", type=int, default=200, help="epochs of --train-top training (default 200)")
     c.add_argument("--kernel-cache", help="SQLite file of per-nest timings (default: the user's cache, "
                    "$NASIR_CACHE_DIR/kernels.db or ~/.cache/nasir/kernels.db, shared by their searches)")
 

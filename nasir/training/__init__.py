@@ -1,0 +1,17 @@
+"""nasir.training: train a network nasir found, with the papers' recipe, on the torch backend.
+
+Fisher Potential judges a candidate at initialisation; accuracy after training is the evidence.
+`train` runs `Model.to_torch()` (at the training batch, `Model.at_batch`) through SGD and
+returns a `TrainResult` whose trained weights go back into any batch of the same network:
+
+    result = nasir.train(model, "cifar-10-batches-bin/", epochs=200, out="runs/train")
+    result.accuracy                       # top-1 on the test split, batch-norm in eval mode
+    trained = result.apply_to(model)      # a nasir.Model with the trained weights (compile it)
+
+The rooms: `loop` (the recipe and the epochs), `checkpoint` (one file per run, resumable after a
+kill), `report` (progress, metrics.csv, curves.png).
+"""
+
+from nasir.training.loop import Recipe, TrainResult, train
+
+__all__ = ["Recipe", "TrainResult", "train"]

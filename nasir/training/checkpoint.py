@@ -1,0 +1,42 @@
+"""The checkpoint of a training run: `checkpoint.pt` in its output folder, rewritten after every
+epoch (written beside, then renamed, so a kill leaves the previous epoch's intact).
+
+It holds the network's parameters and batch-norm statistics, the optimizer's momentum, the
+metrics so far and the run's fingerprint (the network's IR, the data source and the recipe):
+a resumed run refuses a checkpoint of another run instead of silently mixing them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from nasir.errors import NasirError
+
+NAME = "checkpoint.pt"
+
+
+def save(folder: Path, state: dict) -> None:
+    """Write `state` as `folder/checkpoint.pt`, whole or not at all."""
+    path = folder / NAME
+    tmp = path.with_name(f".{NAME}.tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def load(folder: Path, fingerprint: dict) -> dict | None:
+    """The checkpoint in `folder` (None when there is none); NasirError when it is another run's."""
+    path = folder / NAME
+    if not path.is_file():
+        return None
+    try:
+        state = torch.load(path, weights_only=False)
+    except Exception as e:  # a truncated or foreign file
+        raise NasirError(f"{path}: cannot read the checkpoint ({e}); delete it to start over") from None
+    if state.get("fingerprint") != fingerprint:
+        changed = sorted(k for k in fingerprint if state.get("fingerprint", {}).get(k) != fingerprint[k])
+        raise NasirError(f"{path} is the checkpoint of another run (it differs in: {', '.join(changed)}); "
+                         "give another output folder, or delete it to start over")
+    return state

@@ -1,0 +1,192 @@
+"""Training the networks nasir finds (nasir/training): data sources, the recipe on a tiny
+network, resume after a kill, and the trained weights back in the compiled model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from data_fixtures import quadrant_task, write_cifar
+from search_fixtures import tiny_resnet_onnx
+
+import nasir
+from nasir.data import CIFAR_MEAN, CIFAR_STD, DataError, load_dataset, minibatch
+from nasir.errors import NasirError
+from nasir.training.loop import augmented
+
+GROUPED = 'group{factor=2 layers="layer1_conv1_Conv"}'
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A 3x16x16 -> 10 residual network of width 4 at nest level, and a learnable task for it."""
+    folder = tmp_path_factory.mktemp("tiny")
+    model = nasir.load(tiny_resnet_onnx(folder / "tiny.onnx", width=4)).transform("convert-nn-to-nest")
+    return model, quadrant_task(folder / "task.npz")
+
+
+@pytest.mark.parametrize("classes", [10, 100])
+def test_cifar_binary_loaders_read_generated_files(tmp_path, classes):
+    raw = write_cifar(tmp_path, [3, 4, 2] if classes == 10 else [5, 2], classes=classes)
+    data = load_dataset(tmp_path)
+    train_labels = np.concatenate([labels for labels, _ in raw[:-1]])
+    train_pixels = np.concatenate([pixels for _, pixels in raw[:-1]])
+    assert data.num_classes == classes and data.augment
+    assert data.train[0].shape == (len(train_labels), 3, 32, 32) and data.test[0].shape == (len(raw[-1][0]), 3, 32, 32)
+    np.testing.assert_array_equal(data.train[1], train_labels)
+    np.testing.assert_array_equal(data.test[1], raw[-1][0])
+    # record 1, channel blue (bytes 2048..3071), row 3, column 5, by hand
+    value = train_pixels[1, 2048 + 3 * 32 + 5] / 255.0
+    np.testing.assert_allclose(data.train[0][1, 2, 3, 5], (value - CIFAR_MEAN[2]) / CIFAR_STD[2], rtol=1e-6)
+    small = load_dataset(tmp_path, shape=(3, 16, 16))
+    assert small.train[0].shape[1:] == (3, 16, 16)
+
+
+def test_npz_without_a_test_split_holds_out_a_seeded_fifth(tmp_path):
+    x = np.random.default_rng(0).standard_normal((20, 1, 4, 4)).astype(np.float32)
+    np.savez(tmp_path / "d.npz", x=x, y=np.arange(20) % 3)
+    data = load_dataset(tmp_path / "d.npz", shape=(3, 8, 8), seed=1)
+    assert len(data.train[0]) == 16 and len(data.test[0]) == 4 and data.num_classes == 3
+    assert data.train[0].shape[1:] == (3, 8, 8)
+    np.testing.assert_array_equal(data.train[0][:, 0], data.train[0][:, 2])  # grey repeated
+    with pytest.raises(DataError, match="not a CIFAR-10/100 binary directory"):
+        load_dataset(tmp_path / "nothing")
+
+
+def test_digits_fitted_to_the_models_input():
+    pytest.importorskip("sklearn")
+    data = load_dataset("digits", shape=(3, 16, 16))
+    assert len(data.train[0]) + len(data.test[0]) == 1797 and data.num_classes == 10
+    assert data.train[0].shape[1:] == (3, 16, 16) and not data.augment
+    x, y = minibatch("digits", batch=8, shape=(3, 16, 16))
+    assert x.shape == (8, 3, 16, 16) and y.max() < 10
+
+
+def test_augmentation_crops_and_flips_within_the_padded_image():
+    images = np.arange(2 * 1 * 8 * 8, dtype=np.float32).reshape(2, 1, 8, 8) + 1
+    out = augmented(images, np.random.default_rng(0))
+    assert out.shape == images.shape
+    for a, b in zip(out, images):  # every non-zero pixel comes from the same image
+        assert set(a[a != 0].tolist()) <= set(b.ravel().tolist())
+
+
+def test_rebatched_model_computes_each_example_as_batch_1(tiny):
+    model, _ = tiny
+    grouped = model.transform(GROUPED)
+    many = grouped.at_batch(5)
+    assert many.input_shapes == [(5, 3, 16, 16)] and many.output_shapes == [(5, 10)]
+    assert sorted(many.weights) == sorted(grouped.weights)
+    x = np.random.default_rng(1).standard_normal((5, 3, 16, 16)).astype(np.float32)
+    one = nasir.compile(grouped, target="torch")
+    np.testing.assert_allclose(nasir.compile(many, target="torch")(x),
+                               np.concatenate([one(x[i:i + 1]) for i in range(5)]), rtol=1e-4, atol=1e-5)
+
+
+def test_tiny_model_trains_above_chance_and_writes_its_files(tiny, tmp_path):
+    model, task = tiny
+    result = nasir.train(model, task, epochs=3, batch=16, out=tmp_path, progress=False)
+    assert [r["epoch"] for r in result.history] == [1, 2, 3]
+    assert result.history[0]["lr"] == pytest.approx(0.1) and result.history[-1]["lr"] < 0.1
+    assert result.accuracy > 50  # four classes: chance is 25%
+    assert (tmp_path / "metrics.csv").read_text().count("\n") == 4
+    assert (tmp_path / "curves.png").stat().st_size > 0 and (tmp_path / "checkpoint.pt").is_file()
+
+
+def test_resume_after_a_kill_continues_at_the_saved_epoch_with_the_same_result(tiny, tmp_path):
+    model, task = tiny
+    options = dict(epochs=3, batch=16, progress=False, augment=True)
+    whole = nasir.train(model, task, out=tmp_path / "whole", **options)
+
+    class Killed(Exception):
+        pass
+
+    def kill_after_epoch_1(row):
+        if row["epoch"] == 1:
+            raise Killed
+
+    with pytest.raises(Killed):
+        nasir.train(model, task, out=tmp_path / "killed", on_epoch=kill_after_epoch_1, **options)
+    epochs = []
+    resumed = nasir.train(model, task, out=tmp_path / "killed", on_epoch=lambda row: epochs.append(row["epoch"]),
+                          **options)
+    assert epochs == [2, 3]
+    for a, b in zip(whole.history, resumed.history):
+        assert {k: v for k, v in a.items() if k != "seconds"} == {k: v for k, v in b.items() if k != "seconds"}
+    for key, value in whole.program.state_dict().items():
+        torch.testing.assert_close(resumed.program.state_dict()[key], value, rtol=0, atol=0)
+    with pytest.raises(NasirError, match="checkpoint of another run"):
+        nasir.train(model, task, out=tmp_path / "killed", **{**options, "epochs": 4})
+
+
+def test_compiled_model_predicts_what_the_trained_module_predicts(tiny, tmp_path):
+    model, task = tiny
+    grouped = model.transform(GROUPED)
+    result = nasir.train(grouped, task, epochs=2, batch=16, progress=False)
+    trained = result.apply_to(grouped)
+    x = np.load(task)["x_test"][:16]
+    with torch.no_grad():
+        expected = result.program.eval()(torch.from_numpy(x)).numpy()
+    exe = nasir.compile(trained)
+    got = np.concatenate([exe(x[i:i + 1]) for i in range(len(x))])
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(got.argmax(1), expected.argmax(1))
+    changed = [k for k in grouped.weights if not np.array_equal(grouped.weights[k], trained.weights[k])]
+    assert changed and sorted(trained.weights) == sorted(grouped.weights)  # trained weights, same names
+
+
+def test_search_trains_the_original_and_the_fastest_of_the_front(tiny, tmp_path):
+    _, task = tiny
+    onnx = tiny_resnet_onnx(tmp_path / "tiny.onnx", width=4)
+    with pytest.raises(NasirError, match="needs real data"):
+        nasir.search(onnx, budget=2, out=tmp_path / "none", train_top=1, progress=False)
+    result = nasir.search(onnx, budget=4, out=tmp_path / "s", data=str(task), train_top=1, epochs=1,
+                          progress=False, kernel_cache=tmp_path / "k.db")
+    trained = [c for c in result.pareto if c.accuracy is not None]
+    assert result.original_accuracy is not None and len(trained) == min(1, len(result.pareto))
+    lines = (tmp_path / "s" / "results.jsonl").read_text().splitlines()
+    assert '"status": "original"' in lines[0] and len(lines) == len(result.candidates) + 1
+    assert (tmp_path / "s" / "train" / "original" / "metrics.csv").is_file()
+
+
+def test_nasir_train_killed_then_run_again_resumes(tiny, tmp_path):
+    """`nasir train` killed (SIGKILL) after its first checkpoint; the same command finishes the run
+    from the saved epoch, and writes the trained model."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    model, task = tiny
+    model.save(tmp_path / "tiny.mlir")
+    command = [sys.executable, "-m", "nasir.tools.cli", "train", str(tmp_path / "tiny.mlir"), "--data", str(task),
+               "--epochs", "4", "--batch", "16", "--out", str(tmp_path / "run")]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not (tmp_path / "run" / "checkpoint.pt").exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    saved = len((tmp_path / "run" / "metrics.csv").read_text().splitlines()) - 1
+    assert 1 <= saved < 4
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    rows = (tmp_path / "run" / "metrics.csv").read_text().splitlines()[1:]
+    assert [int(r.split(",")[0]) for r in rows] == list(range(1, 5))
+    assert (tmp_path / "run" / "trained.npz").is_file()
+
+
+def test_kendall_tau_b_of_the_benchmark_matches_scipy():
+    import importlib.util
+    from pathlib import Path
+
+    stats = pytest.importorskip("scipy.stats")
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "fisher_vs_accuracy.py"
+    spec = importlib.util.spec_from_file_location("fisher_vs_accuracy", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rng = np.random.default_rng(0)
+    for _ in range(5):  # ties in both (a pass/fail filter against accuracies)
+        a, b = rng.integers(0, 2, 20), rng.integers(0, 6, 20)
+        assert module.kendall_tau_b(a, b) == pytest.approx(stats.kendalltau(a, b).statistic, abs=1e-12)
+    assert np.isnan(module.kendall_tau_b([1, 1, 1], [1, 2, 3]))
