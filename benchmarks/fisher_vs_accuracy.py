@@ -22,16 +22,14 @@ trained for `--epochs`; Kendall's tau-b of each measure with the final test accu
 
 Rows are printed as they come (the run can take an hour); everything also goes to OUT/fva.json.
 
-Measured (AMD EPYC, 2 cores shared with other jobs, load average 9-11; no GPU), 2026-11-25:
+Measured (AMD EPYC Zen 4, 2 cores; no GPU), 2026-11-25, on the quiet machine:
 
-    python benchmarks/fisher_vs_accuracy.py --part target --search-time 240 --search-budget 60
-    search: 11 candidates in 502 s (the time limit cut it), front 3, all measured
-          original:   3.446 ms   1.00x  accuracy  98.89%  trained in 44.6 min (15 epochs)
-     fastest legal:   1.543 ms   2.23x  accuracy  98.89%  trained in 26.0 min (15 epochs)
+    python benchmarks/fisher_vs_accuracy.py --part target --search-time 240 --search-budget 60 --workers 2
+    search: 60 candidates in 107 s, front 7, all measured
+          original:   2.887 ms   1.00x  accuracy  98.89%  trained in 2.1 min (15 epochs)
+     fastest legal:   0.827 ms   3.49x  accuracy  98.05%  trained in 1.3 min (15 epochs)
 
-Training time is the shared machine's: epochs took 70-300 s for the original as the load varied
-(75 s when it eased; the 8 x 8 runs below went from minutes to 2 s an epoch once the machine
-was quiet), so the 15-minute goal holds on a quiet machine, not on this loaded one.
+and, with other jobs sharing the cores (load average 9-11):
 
     python benchmarks/fisher_vs_accuracy.py --part tau --image-size 8 --epochs 3 --batch 64
     (ResNet-18 at the digits' own 8 x 8, 3 epochs, batch 64 for 22 steps an epoch: the only
