@@ -113,3 +113,21 @@ def linear_form(expr: AffineExpr) -> tuple[dict[int, int], int] | None:
             if not other:
                 return {d: c * k for d, c in coeffs.items()}, (lhs[1] * rhs[1])
     return None
+
+
+def flat_form(amap: AffineMap, shape: Sequence[int]) -> tuple[dict[int, int], int] | None:
+    """The flat row-major offset of `amap`'s results in a tensor of `shape` as a linear form of the
+    dims: (dim -> coefficient, constant); None when a result is not linear.
+
+        (d0, d1 * 2 + d2) in 4 x 6  ->  ({0: 6, 1: 2, 2: 1}, 0)"""
+    coeffs: dict[int, int] = {}
+    offset, stride = 0, 1
+    for axis in reversed(range(len(shape))):
+        form = linear_form(amap.results[axis])
+        if form is None:
+            return None
+        for d, c in form[0].items():
+            coeffs[d] = coeffs.get(d, 0) + c * stride
+        offset += form[1] * stride
+        stride *= shape[axis]
+    return coeffs, offset

@@ -351,16 +351,10 @@ def _row_major(op: nest.ComputeOp, shape: tuple[int, ...], extents: list[int]) -
 
     True for identity maps and for merged dims such as a grouped conv's `g * (Co/G) + co`."""
     npar = op.domain.num_parallel.data
-    coeffs: dict[int, int] = {}
-    offset, stride = 0, 1
-    for axis in reversed(range(len(shape))):
-        form = affine.linear_form(op.output_map.results[axis])
-        if form is None:
-            return False
-        for d, c in form[0].items():
-            coeffs[d] = coeffs.get(d, 0) + c * stride
-        offset += form[1] * stride
-        stride *= shape[axis]
+    flat = affine.flat_form(op.output_map, shape)
+    if flat is None:
+        return False
+    coeffs, offset = flat
     expected, stride = {}, 1
     for d in reversed(range(npar)):
         if extents[d] > 1:

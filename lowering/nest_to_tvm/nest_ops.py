@@ -160,17 +160,10 @@ def _grid_point(op: nest.ComputeOp) -> list[tuple[int, int]] | None:
     mixed radix of the parallel dims (then dim d = flat // stride % extent); else None."""
     npar = op.domain.num_parallel.data
     extents = [e for _, e in op.domain.parallel]
-    out_shape = shape_of(op.result)
-    coeffs: dict[int, int] = {}
-    offset, stride = 0, 1
-    for axis in reversed(range(len(out_shape))):
-        form = affine.linear_form(op.output_map.results[axis])
-        if form is None:
-            return None
-        for d, c in form[0].items():
-            coeffs[d] = coeffs.get(d, 0) + c * stride
-        offset += form[1] * stride
-        stride *= out_shape[axis]
+    flat = affine.flat_form(op.output_map, shape_of(op.result))
+    if flat is None:
+        return None
+    coeffs, offset = flat
     radix = sorted((coeffs.get(d, 0), extents[d]) for d in range(npar) if extents[d] > 1)
     expected = 1
     for c, e in radix:
