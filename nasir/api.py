@@ -112,7 +112,6 @@ def check_capacity(candidate: Model, original: Model, inputs, labels, seed: int 
     return check(candidate, original, inputs, labels, seed)
 
 
-
 def train(model: Model, data, **options):
     """Train `model` on `data` with the papers' recipe on the torch backend; returns a TrainResult
     (`nasir.training.train` has the options: epochs, batch, lr, out, resume, ...)."""

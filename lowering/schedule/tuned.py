@@ -23,6 +23,8 @@ import os
 import sqlite3
 from pathlib import Path
 
+from xdsl.utils.exceptions import VerifyException
+
 from nasir.dialects import nest
 from nasir.dialects.schedule import Schedule
 from nasir.transforms.nest_spec import is_weight
@@ -89,7 +91,7 @@ class TuningDatabase:
         schedule = schedule_from_json(row[0])
         try:
             schedule.verify(op.domain)
-        except Exception:
+        except VerifyException:
             return None
         return schedule
 
@@ -102,9 +104,6 @@ class TuningDatabase:
     def store(self, cpu: str, signature: str, schedule: Schedule, ms: float, default_ms: float) -> None:
         self.db.execute("insert or replace into schedules values (?, ?, ?, ?, ?)",
                         (cpu, signature, schedule_json(schedule), ms, default_ms))
-
-    def __len__(self) -> int:
-        return 0 if self.db is None else self.db.execute("select count(*) from schedules").fetchone()[0]
 
 
 def tuning_database(option: str) -> TuningDatabase | None:
