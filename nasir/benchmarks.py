@@ -26,6 +26,8 @@ Writes `OUT/bench.json` (every number) and `OUT/bench.png`, and prints rich tabl
     python -m nasir.benchmarks --quick                      # cifar10 zoo + ResNet-34 imagenet
     python -m nasir.benchmarks --models resnet34 --datasets imagenet --threads 1 2 --repeat 20
     python -m nasir.benchmarks --tune --variants         # untuned vs tuned (`nasir tune`) vs ORT
+    python -m nasir.benchmarks --target cuda --tune-trials 2000   # on a GPU: TVM vs PyTorch CUDA
+                                                                  # (nasir/gpu_bench.py)
 """
 
 from __future__ import annotations
@@ -39,40 +41,9 @@ from pathlib import Path
 
 import numpy as np
 
-BLOCK_CONVS = "layer[0-9]_.*_conv[12]_Conv"
-"""The 3x3 convs inside ResNet basic blocks (ONNX node names of the zoo export)."""
-BLOCK_CONV1 = "layer[0-9]_.*_conv1_Conv"
-"""The first conv of each block: its output meets no residual add, so it may be bottlenecked."""
-PREFIX = "convert-nn-to-nest"
-"""The transforms work on nests; "nest" is the untransformed model through this prefix alone."""
+from nasir.errors import BackendUnavailableError
+from nasir.variants import ALL_VARIANTS, MORE_VARIANTS, VARIANTS, realisation
 
-HALVED_BLOCK_CONVS = "layer[1-3]_.*_conv[12]_Conv"
-"""The block convs whose rows split in two at both datasets (layer4's are 7x7 on imagenet)."""
-HALVED_BLOCK_CONV1 = "layer[1-3]_.*_conv1_Conv"
-"""The first conv of each of those blocks (see BLOCK_CONV1)."""
-
-VARIANTS: dict[str, str] = {
-    "base": "",
-    "nest": PREFIX,
-    **{f"group{g}": f'{PREFIX},group{{factor={g} layers="{BLOCK_CONVS}"}}' for g in (2, 4, 8, 16)},
-    "depthwise": f'{PREFIX},depthwise{{layers="{BLOCK_CONVS}"}}',
-    "bottleneck2": f'{PREFIX},bottleneck{{dim=co factor=2 layers="{BLOCK_CONV1}"}}',
-}
-"""The variants `make bench` measures by default: issue 5's realisation targets."""
-
-MORE_VARIANTS: dict[str, str] = {
-    "fold-kh": f'{PREFIX},fold{{dim=kh layers="{BLOCK_CONVS}"}}',
-    "fold-kw": f'{PREFIX},fold{{dim=kw layers="{BLOCK_CONVS}"}}',
-    "shift-oh": f'{PREFIX},shift{{dim=oh offset=1 layers="{BLOCK_CONVS}"}}',
-    "split-co2": f'{PREFIX},index-split{{dim=co parts=2 layers="{BLOCK_CONVS}"}}',
-    "unshare-oh2": f'{PREFIX},unshare{{dim=oh parts=2 layers="{HALVED_BLOCK_CONVS}"}}',
-    "bottleneck-ci2": f'{PREFIX},bottleneck{{dim=ci factor=2 layers="{BLOCK_CONV1}"}}',
-    "bottleneck-oh2": f'{PREFIX},bottleneck{{dim=oh factor=2 layers="{HALVED_BLOCK_CONV1}"}}',
-}
-"""Variants of the other architecture transforms, measured on request (`--variants base fold-kh
-...`; `nasir profile --variant`): shift, index-split and unshare keep the MACs, so their
-realisation is the base's time over theirs."""
-ALL_VARIANTS = {**VARIANTS, **MORE_VARIANTS}
 
 
 SETTLE_S = 0.03
@@ -108,11 +79,6 @@ def median_ms(fns: dict[str, Callable[[], object]], repeat: int, warmup: int = 1
 
 def gflops(macs: int, ms: float) -> float:
     return 2 * macs / (ms * 1e-3) / 1e9
-
-
-def realisation(base_ms: float, variant_ms: float, base_macs: int, variant_macs: int) -> float:
-    """Speedup over the base divided by the MAC ratio."""
-    return (base_ms / variant_ms) / (base_macs / variant_macs)
 
 
 def ort_session(path: str | Path, threads: int):
@@ -390,8 +356,11 @@ def main(argv: list[str] | None = None) -> dict:
                         help="default: both (quick: imagenet)")
     parser.add_argument("--quick", action="store_true",
                         help="cifar10 zoo + ResNet-34 imagenet, variants on imagenet, 3 repeats")
-    parser.add_argument("--target", choices=("llvm", "tvm"), default="llvm",
-                        help="nasir's backend (default llvm; tvm: TVM's CPU code)")
+    parser.add_argument("--target", choices=("llvm", "tvm", "cuda"), default="llvm",
+                        help="nasir's backend (default llvm; tvm: TVM's CPU code; cuda: the GPU table, nasir via "
+                             "TVM vs PyTorch CUDA on the variant model and variants, see nasir/gpu_bench.py)")
+    parser.add_argument("--tune-trials", type=int, default=0,
+                        help="--target cuda: also tune with TVM's meta_schedule for this many schedules per model")
     parser.add_argument("--out", type=Path, default=Path("bench-out"))
     parser.add_argument("--no-plot", action="store_true")
     parser.add_argument("--tune", action="store_true",
@@ -399,7 +368,12 @@ def main(argv: list[str] | None = None) -> dict:
                              "the untuned column is then the cost model's alone")
     args = parser.parse_args(argv)
     if args.tune and args.target != "llvm":
-        parser.error("--tune tunes the llvm backend's schedules; it does not apply to --target tvm")
+        parser.error(f"--tune tunes the llvm backend's schedules; it does not apply to --target {args.target} "
+                     "(--target cuda: --tune-trials)")
+    if args.tune_trials and args.target != "cuda":
+        parser.error("--tune-trials is the GPU benchmark's (--target cuda)")
+    if args.target == "cuda":
+        return _gpu_main(parser, args)
     models = args.models if args.models is not None else zoo.names()
     datasets = args.datasets or (["cifar10"] if args.quick else ["cifar10", "imagenet"])
     jobs = [(m, d) for m in models for d in datasets if d in zoo.datasets(m)]
@@ -409,6 +383,17 @@ def main(argv: list[str] | None = None) -> dict:
                args.variant_datasets or (["imagenet"] if args.quick else ["cifar10", "imagenet"]),
                args.variants, args.out, make_plot=not args.no_plot, console=Console(width=max(Console().width, 150)),
                target=args.target, tune=args.tune)
+
+
+def _gpu_main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict:
+    from nasir import gpu_bench
+
+    try:
+        gpu_bench.require_gpu()
+    except BackendUnavailableError as e:
+        parser.exit(1, f"error: {e}\n")
+    return gpu_bench.run(args.variant_model, args.variant_datasets or ["cifar10", "imagenet"], args.variants,
+                         args.repeat or 20, args.out, args.tune_trials)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from nasir import benchmarks
+from nasir import benchmarks, variants
 
 
 @pytest.fixture(scope="module")
@@ -109,11 +109,11 @@ def test_more_variants_apply_to_the_variant_models(model_name, dataset):
 
     import nasir.zoo as zoo
 
-    assert set(KEPT_MACS) == set(benchmarks.MORE_VARIANTS)
-    assert set(benchmarks.VARIANTS) <= set(benchmarks.ALL_VARIANTS)
+    assert set(KEPT_MACS) == set(variants.MORE_VARIANTS)
+    assert set(variants.VARIANTS) <= set(variants.ALL_VARIANTS)
     base = zoo.load(model_name, dataset)
     summary = base.summary()
-    for name, pipeline in benchmarks.MORE_VARIANTS.items():
+    for name, pipeline in variants.MORE_VARIANTS.items():
         pattern = re.compile(re.search(r'layers="([^"]+)"', pipeline).group(1))
         chosen = sum(r.macs for r in summary.rows if pattern.fullmatch(r.name))
         assert chosen > 0, name

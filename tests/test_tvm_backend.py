@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import glob
 import json
+import math
 import os
 import sys
 
@@ -19,7 +20,10 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+import torch
 import tvm
+from hypothesis import given
+from hypothesis import strategies as st
 from onnx import helper
 from tvm import relax
 from test_llvm_onnx_nodes import CASES as NODE_CASES
@@ -32,8 +36,8 @@ from xdsl.ir.affine import AffineExpr, AffineMap
 
 import nasir
 import nasir.zoo as zoo
-from nasir import benchmarks
-from nasir.benchmarks import ALL_VARIANTS, PREFIX
+from nasir import benchmarks, gpu_bench
+from nasir.variants import ALL_VARIANTS, PREFIX
 from nasir.dialects import nest
 from nasir.dialects.context import parse_module
 from nasir.dialects.module import WeightStore
@@ -42,6 +46,7 @@ from nasir.frontend.onnx_import import import_onnx
 from nasir.dialects.schedule import Schedule
 from nasir.lowering.nest_to_tvm import build as tvm_build
 from nasir.lowering.nest_to_tvm import schedule
+from nasir.lowering.nest_to_tvm import tuning as tvm_tuning
 from nasir.lowering.target import CPU_ENV
 from nasir.lowering.nest_to_tvm.program import lower_to_nest, to_relax
 from nasir.model import Model
@@ -50,13 +55,12 @@ from nasir.tools import cli
 
 TOL = dict(rtol=1e-4, atol=1e-4)
 
-ZOO = [("resnet18", "cifar10"), ("resnet34", "cifar10"), ("resnext29_2x64d", "cifar10"),
-       ("mobilenet_v2", "cifar10"), ("wrn_40_2", "cifar10"), ("resnet18", "imagenet"), ("mobilenet_v2", "imagenet")]
-"""Every model family but DenseNet at cifar10, the two cheapest at imagenet: TVM builds a DenseNet's
-~130 distinct nests in minutes; its concat runs in the node tests, its nests are the ResNets' kinds."""
+ZOO = [(name, dataset) for name in zoo.names() for dataset in zoo.datasets(name)]
+"""Every zoo model at every dataset it has (cifar10, imagenet)."""
 
-VARIANTS = ["group4", "depthwise", "bottleneck2", "fold-kh", "shift-oh", "split-co2", "unshare-oh2"]
-"""`make bench` variants of ResNet-18 (nasir.benchmarks.ALL_VARIANTS): one transform on every block conv."""
+VARIANTS = [v for v in ALL_VARIANTS if v not in ("base", "nest")]
+"""Every architecture variant of `make bench` (nasir.variants.ALL_VARIANTS) on ResNet-18: one
+transform on every block conv."""
 
 EVERY_CHOICE = {
     "conv1_Conv": "fold-pieces", "layer1_layer1.0_conv1_Conv": "bottleneck-co2",
@@ -166,10 +170,11 @@ def test_save_and_load(small_conv, tmp_path):
     np.testing.assert_array_equal(y, exe(x))
 
 
-@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2"])
-def test_cuda_build_without_gpu(name, tmp_path):
-    """CUDA code compiles on a machine without a GPU; saved, it is a library and its metadata."""
-    model = nasir.load(zoo.export_onnx(name, tmp_path / f"{name}.onnx"))
+@pytest.mark.parametrize("name,dataset", ZOO, ids=[f"{n}-{d}" for n, d in ZOO])
+def test_cuda_build_without_gpu(name, dataset, tmp_path):
+    """CUDA code compiles on a machine without a GPU for every zoo model; saved, it is a library and
+    its metadata."""
+    model = nasir.load(zoo.export_onnx(name, tmp_path / f"{name}.onnx", dataset=dataset))
     exe = nasir.compile(model, target="cuda", arch="sm_90")
     assert exe.target == "cuda" and exe.meta["arch"] == "sm_90"
     saved = exe.save(tmp_path / "exe")
@@ -308,3 +313,104 @@ def test_bench_measures_tvm(tmp_path):
                               "--variants", "--no-plot", "--target", "tvm", "--out", str(tmp_path)])
     (row,) = result["models"]
     assert result["config"]["target"] == "tvm" and row["nasir_ms"] > 0 and row["max_abs_err_vs_ort"] < 1e-4
+
+
+def _two_convs(path, ci: int, co: int, size: int) -> Model:
+    """conv 3x3 + ReLU, conv 3x3: two distinct nests, two tuning tasks."""
+    rng = np.random.default_rng(0)
+    weights = [onnx.numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+               for n, s in (("w1", (co, ci, 3, 3)), ("w2", (co, co, 3, 3)))]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["y"], pads=[1] * 4, name="conv1"),
+             helper.make_node("Relu", ["y"], ["z"], name="relu"),
+             helper.make_node("Conv", ["z", "w2"], ["out"], pads=[1] * 4, name="conv2")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1, (1, ci, size, size))],
+                              [helper.make_tensor_value_info("out", 1, (1, co, size, size))], weights)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return nasir.load(path)
+
+
+def _records(folder) -> int:
+    return len((folder / tvm_tuning.target_key(tvm_build.target_of("tvm")) / "database_tuning_record.json")
+               .read_text().splitlines())
+
+
+def test_meta_schedule_tuning_and_transfer_tuning(tmp_path):
+    """meta_schedule tunes the unscheduled nests (2 trials: one per nest) into records that later
+    compiles use; nests of another model with the same kinds but other channels and image size
+    take those records' schedules (tiles refitted), timed here and stored, so the next compile
+    finds records of their own. One test: tuning costs a minute or more."""
+    folder = tmp_path / "tuning"
+    model = _two_convs(tmp_path / "a.onnx", 8, 16, 16)
+    exe = nasir.compile(model, target="tvm", tune_trials=2, tuning_dir=str(folder))
+    x = np.random.default_rng(0).standard_normal(model.input_shapes[0]).astype(np.float32)
+    np.testing.assert_allclose(exe(x), nasir.compile(model, target="torch")(x), **TOL)
+    assert exe.meta["tuning"]["tuned"] == 2
+    records = _records(folder)
+    again = nasir.compile(model, target="tvm", tuning_dir=str(folder))
+    assert again.meta["tuning"] == exe.meta["tuning"] and _records(folder) == records
+    np.testing.assert_allclose(again(x), exe(x), **TOL)
+    assert nasir.compile(model, target="tvm", tuning_dir="none").meta["tuning"] is None
+
+    other = _two_convs(tmp_path / "b.onnx", 8, 24, 12)
+    y = np.random.default_rng(1).standard_normal(other.input_shapes[0]).astype(np.float32)
+    assert nasir.compile(other, target="tvm", tuning_dir=str(folder), transfer=False).meta["tuning"]["default"] == 2
+    transferred = nasir.compile(other, target="tvm", tuning_dir=str(folder))
+    assert transferred.meta["tuning"]["transferred"] == 2
+    np.testing.assert_allclose(transferred(y), nasir.compile(other, target="torch")(y), **TOL)
+    assert _records(folder) == records + 2
+    assert nasir.compile(other, target="tvm", tuning_dir=str(folder), transfer=False).meta["tuning"]["tuned"] == 2
+
+
+@given(st.integers(1, 512), st.lists(st.integers(1, 64), min_size=1, max_size=4))
+def test_refit_tiles_multiplies_to_the_extent(extent, factors):
+    fitted = tvm_tuning.refit_tiles(extent, factors)
+    assert math.prod(fitted) == extent and len(fitted) == len(factors)
+    assert all(f <= old for f, old in zip(fitted[1:], factors[1:]))
+
+
+def test_refit_tiles_examples():
+    assert tvm_tuning.refit_tiles(64, [2, 8, 2, 2]) == [2, 8, 2, 2]
+    assert tvm_tuning.refit_tiles(48, [2, 8, 2, 2]) == [2, 6, 2, 2]
+    assert tvm_tuning.refit_tiles(7, [1, 4]) == [7, 1]
+
+
+def test_tuning_errors_are_clear(small_conv, tmp_path):
+    if tvm_build.gpu_arch() is None:
+        with pytest.raises(BackendUnavailableError, match="times schedules on its device and there is none here"):
+            nasir.compile(small_conv, target="cuda", tune_trials=4, tuning_dir=str(tmp_path))
+    with pytest.raises(NasirError, match="tune_trials needs a tuning_dir"):
+        nasir.compile(small_conv, target="tvm", tune_trials=4, tuning_dir="none")
+    with pytest.raises(NasirError, match="tune_trials must be a positive number"):
+        nasir.compile(small_conv, target="tvm", tune_trials=-1, tuning_dir=str(tmp_path))
+    (tmp_path / "file").write_text("")
+    with pytest.raises(NasirError, match="is a file, not a folder"):
+        nasir.compile(small_conv, target="tvm", tune_trials=4, tuning_dir=str(tmp_path / "file"))
+
+
+def test_no_tuning_folder_is_made_without_tuning(small_conv, user_cache):
+    exe = nasir.compile(small_conv, target="tvm")
+    assert exe.meta["tuning"] is None and not (user_cache / "tvm").exists()
+
+
+def test_gpu_bench_table_on_a_cpu(tmp_path):
+    """The GPU benchmark's code (nasir/gpu_bench.py) run with TVM's CPU code against PyTorch on the
+    CPU: every row agrees with PyTorch and its realisation is the formula's."""
+    result = gpu_bench.run("resnet18", ["cifar10"], ["group4", "depthwise"], repeat=3, out=tmp_path,
+                           target="tvm", device="cpu")
+    base, *variants = result["variants"]
+    assert [r["variant"] for r in result["variants"]] == ["base", "group4", "depthwise"]
+    for row in result["variants"]:
+        assert row["max_abs_err_vs_torch"] < 1e-3 and row["nasir_ms"] > 0 and row["torch_ms"] > 0
+        speedup = base["nasir_ms"] / row["nasir_ms"]
+        assert row["nasir_realisation"] == pytest.approx(speedup * row["macs"] / base["macs"])
+    assert json.loads((tmp_path / "bench-gpu.json").read_text())["config"]["target"] == "tvm"
+
+
+def test_gpu_bench_without_a_gpu_says_so(capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # as on a machine without one
+    with pytest.raises(SystemExit) as exit_:
+        benchmarks.main(["--target", "cuda"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 1 and "needs a CUDA GPU and this machine has none" in err and "PyTorch none" in err
+    with pytest.raises(SystemExit):
+        benchmarks.main(["--target", "tvm", "--tune-trials", "8"])

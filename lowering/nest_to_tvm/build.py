@@ -3,9 +3,10 @@
     build(to_relax(lower_to_nest(module)), "tvm")             # TVM's own CPU code (llvm), runs here
     build(to_relax(lower_to_nest(module)), "cuda", "sm_90")   # a GPU library; nvcc needed, no GPU
 
-Targets are TVM's dicts: "tvm" is `{"kind": "llvm"}`, "cuda" `{"kind": "cuda", "arch": ...}` with
-the host code for this machine's CPU. TVM's default Relax pipeline of the target schedules the
-PrimFuncs (for CUDA: dlight's default GPU rules bind their parallel loops to blockIdx/threadIdx).
+Targets are TVM's dicts: "tvm" is `{"kind": "llvm", "mcpu": <this CPU>, "num-cores": ...}`, "cuda"
+`{"kind": "cuda", "arch": ...}` with the host code for this machine's CPU. TVM's default Relax pipeline of the target schedules the
+PrimFuncs (for CUDA: dlight's default GPU rules bind their parallel loops to blockIdx/threadIdx; a
+rule that fails on a function leaves it to the next, `DeclineOnError`).
 CUDA code is compiled with nvcc (TVM's default, NVRTC, needs cuda-bindings, which nasir does not
 install). What is missing for a target is one `BackendUnavailableError` naming it.
 """
@@ -17,6 +18,10 @@ import shutil
 from contextlib import contextmanager
 
 import tvm
+from tvm import relax
+from tvm.relax.backend.cuda import pipeline as cuda
+from tvm.s_tir import dlight as dl
+from tvm.target import codegen
 
 from nasir.errors import BackendUnavailableError
 
@@ -50,13 +55,18 @@ def require_cuda_compiler() -> None:
                                       "none on PATH, CUDA_HOME or /usr/local/cuda")
 
 
+def host_cpu() -> dict:
+    """TVM's llvm target for this machine's CPU: its vector ISA (`mcpu`) and its cores."""
+    return {"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu(), "num-cores": os.cpu_count() or 1}
+
+
 def target_of(name: str, arch: str | None = None) -> tvm.target.Target:
-    """TVM's target for nasir's target `name` ("tvm" or "cuda"; `arch`: cuda's sm_XY)."""
+    """TVM's target for nasir's target `name` ("tvm": this CPU, or "cuda"; `arch`: cuda's sm_XY)."""
     if name == "cuda":
         arch = arch or gpu_arch() or CUDA_ARCH
         return tvm.target.Target({"kind": "cuda", "arch": arch, "max_shared_memory_per_block": 49152},
-                                 host={"kind": "llvm"})
-    return tvm.target.Target({"kind": "llvm"})
+                                 host=host_cpu())
+    return tvm.target.Target(host_cpu())
 
 
 @contextmanager
@@ -72,6 +82,36 @@ def _nvcc_mode():
             os.environ["TVM_CUDA_COMPILE_MODE"] = before
 
 
+class DeclineOnError(dl.ScheduleRule):
+    """A dlight rule that declines (None) a function it fails on, so that the next rule schedules
+    it: dlight's Matmul rule asserts on some grouped convs (ResNeXt's) instead of declining them."""
+
+    def __init__(self, rule: dl.ScheduleRule) -> None:
+        self.rule = rule
+
+    def apply(self, func, target, tunable):
+        try:  # on a copy: a failed schedule may have changed the function it was given
+            return self.rule.apply(tvm.ir.load_json(tvm.ir.save_json(func)), target, tunable)
+        except Exception:  # noqa: BLE001 - dlight's assertions and TVM's schedule errors
+            return None
+
+
+def cuda_pipeline(target: tvm.target.Target) -> tvm.transform.Pass:
+    """TVM's default CUDA pipeline with each of dlight's default GPU rules in `DeclineOnError`."""
+    rules = [dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()]
+    legalize = [relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(), relax.transform.FoldConstant(),
+                relax.transform.FuseOps(), relax.transform.FuseTIR(),
+                dl.ApplyDefaultSchedule(*(DeclineOnError(r) for r in rules[:-1]), rules[-1])]
+
+    @tvm.transform.module_pass(opt_level=0)
+    def pipeline(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        with target:
+            return tvm.transform.Sequential([*cuda.library_dispatch_passes(target), *legalize,
+                                             *cuda.dataflow_lower_passes(target), *cuda.finalize_passes(target)])(mod)
+
+    return pipeline
+
+
 def build(mod: tvm.IRModule, name: str, arch: str | None = None) -> tvm.runtime.Executable:
     """`tvm.compile` of `mod` (a `to_relax` result) for nasir's target `name`."""
     target = target_of(name, arch)
@@ -79,4 +119,4 @@ def build(mod: tvm.IRModule, name: str, arch: str | None = None) -> tvm.runtime.
         return tvm.compile(mod, target=target)
     require_cuda_compiler()
     with _nvcc_mode():
-        return tvm.compile(mod, target=target)
+        return tvm.compile(mod, target=target, relax_pipeline=cuda_pipeline(target))

@@ -88,15 +88,17 @@ class Reader:
 
 
 def combiner_stage(op: nest.ComputeOp) -> str:
-    """The name of the TE stage whose loops are the domain's (avg's sum; its count has its own)."""
-    return f"{op.layer_name}.{'sum' if op.kind == 'avg' and op.domain.reduction else op.kind}"
+    """The name of the TE stage whose loops are the domain's (avg's sum; its count has its own).
+    Stages are named by what they compute, not by layer (the PrimFunc's name says the layer), so
+    the traces of one nest's schedule apply to another's (`tuning.nest_class`)."""
+    return f"nest.{'sum' if op.kind == 'avg' and op.domain.reduction else op.kind}"
 
 
 def _core(op: nest.ComputeOp, reader: Reader) -> te.Tensor:
     """The combiner's value at every point of the parallel grid (before the epilogue)."""
     parallel, reduction = op.domain.parallel, op.domain.reduction
     shape = [e for _, e in parallel]
-    name = op.layer_name
+    name = "nest"
     axes = [te.reduce_axis((0, e), name=n) for n, e in reduction]
 
     def at(par):
@@ -198,7 +200,7 @@ def compute(op: nest.ComputeOp, tensors: list[te.Tensor]) -> te.Tensor:
         return x
 
     if identity:
-        return te.compute(core.shape, lambda *p: finish(p), name=op.layer_name)
+        return te.compute(core.shape, lambda *p: finish(p), name="nest.epilogue")
     radix = _grid_point(op)
     if radix is None:
         raise _unsupported(op, f"its out_map {op.output_map} is not a mixed-radix layout of the parallel dims")
@@ -211,4 +213,4 @@ def compute(op: nest.ComputeOp, tensors: list[te.Tensor]) -> te.Tensor:
         return finish([tirx.floormod(tirx.floordiv(flat, s), e) if e > 1 else tirx.const(0, "int32")
                        for s, e in radix])
 
-    return te.compute(out_shape, relayout, name=op.layer_name)
+    return te.compute(out_shape, relayout, name="nest.layout")

@@ -23,6 +23,7 @@ from typing import IO
 
 import numpy as np
 import tvm
+import tvm_ffi
 from tvm import relax, te
 from xdsl.context import Context
 from xdsl.dialects import func
@@ -36,6 +37,7 @@ from nasir.dialects.shapes import shape_of
 from nasir.errors import LoweringError
 from nasir.lowering.nest_to_tvm import nest_ops, schedule
 from nasir.lowering.nest_to_tvm.nn_ops import LOWERINGS
+from nasir.lowering.nest_to_tvm.tuning import TVMTuning
 from nasir.lowering.passes import run_pipeline
 from nasir.lowering.target import target_of
 
@@ -56,22 +58,53 @@ def lower_to_nest(module: ModuleOp) -> ModuleOp:
     return out
 
 
-def _emit_nest(bb: relax.BlockBuilder, op: nest.ComputeOp, args: list[relax.Expr], gpu: bool,
-               lanes: int) -> relax.Var:
-    """`call_tir` of the PrimFunc of `op`, scheduled by its schedule attribute if it has one, else
-    on a CPU by `schedule.default_cpu` (on a GPU TVM's pipeline schedules it)."""
-    chosen = op.get_schedule() if op.schedule is not None else None if gpu else schedule.default_cpu(op, lanes)
-    if chosen is None:
-        return bb.emit_te(partial(nest_ops.compute, op), args, primfunc_name_hint=symbol(op.layer_name))
+def prim_func(op: nest.ComputeOp) -> tvm.tirx.PrimFunc:
+    """The unscheduled PrimFunc of `op` (its inputs, then its result)."""
     inputs = [te.placeholder(shape_of(v), "float32", name=f"in{k}") for k, v in enumerate(op.inputs)]
-    func = te.create_prim_func([*inputs, nest_ops.compute(op, inputs)]).without_attr("global_symbol")
-    gv = bb.add_func(schedule.apply(func, op, gpu, chosen), symbol(op.layer_name))
+    return te.create_prim_func([*inputs, nest_ops.compute(op, inputs)]).without_attr("global_symbol")
+
+
+def tunable_funcs(module: ModuleOp) -> dict[str, tvm.tirx.PrimFunc]:
+    """The PrimFuncs of the distinct nests of `module` (nest level) that have no schedule attribute,
+    by the symbol of their first layer: what meta_schedule tunes."""
+    funcs: dict[int, tuple[str, tvm.tirx.PrimFunc]] = {}
+    for op in main_func(module).body.block.ops:
+        if isinstance(op, nest.ComputeOp) and op.schedule is None:
+            func = prim_func(op)
+            funcs.setdefault(tvm_ffi.structural_hash(func), (symbol(op.layer_name), func))
+    return dict(funcs.values())
+
+
+def _scheduled(op: nest.ComputeOp, gpu: bool, lanes: int, tuning: TVMTuning | None) -> tvm.tirx.PrimFunc | None:
+    """The PrimFunc of `op` scheduled: by its schedule attribute if it has one, else by its tuning
+    record (or one transferred), else on a CPU by `schedule.default_cpu`; None: TVM's pipeline
+    schedules it (on a GPU, dlight)."""
+    if op.schedule is not None:
+        return schedule.apply(prim_func(op), op, gpu)
+    if tuning is not None:
+        tuned = tuning.schedule(prim_func(op))
+        if tuned is not None:
+            return tuned
+    chosen = None if gpu else schedule.default_cpu(op, lanes)
+    return None if chosen is None else schedule.apply(prim_func(op), op, gpu, chosen)
+
+
+def _emit_nest(bb: relax.BlockBuilder, op: nest.ComputeOp, args: list[relax.Expr], gpu: bool,
+               lanes: int, tuning: TVMTuning | None) -> relax.Var:
+    """`call_tir` of the PrimFunc of `op`, scheduled (`_scheduled`) or left to TVM's pipeline."""
+    func = _scheduled(op, gpu, lanes, tuning)
+    if func is None:
+        return bb.emit_te(partial(nest_ops.compute, op), args, primfunc_name_hint=symbol(op.layer_name))
+    func = func.without_attr("global_symbol").with_attr("tirx.is_scheduled", True)
+    func = func.with_attr("op_pattern", schedule.OPAQUE)
+    gv = bb.add_func(func, symbol(op.layer_name))
     return bb.emit(relax.call_tir(gv, args, relax.TensorType(list(shape_of(op.result)), "float32")))
 
 
-def to_relax(module: ModuleOp, gpu: bool = False) -> tvm.IRModule:
+def to_relax(module: ModuleOp, gpu: bool = False, tuning: TVMTuning | None = None) -> tvm.IRModule:
     """The IRModule of `module` (at the nest level: see `lower_to_nest`): Relax `main` + PrimFuncs,
-    those of scheduled nests scheduled for a CPU, or for a GPU (`gpu`; see `schedule`)."""
+    those of scheduled nests scheduled for a CPU, or for a GPU (`gpu`; see `schedule`), those of
+    the others by `tuning`'s records where it has them (see `tuning`)."""
     main = main_func(module)
     store = weights_of(module)
     lanes = target_of(module).lanes
@@ -91,7 +124,7 @@ def to_relax(module: ModuleOp, gpu: bool = False) -> tvm.IRModule:
                         raise LoweringError(f"weight '{op.key}' is not in the weight store")
                     env[op.result] = relax.const(np.ascontiguousarray(store[op.key], np.float32))
                 elif isinstance(op, nest.ComputeOp):
-                    env[op.result] = _emit_nest(bb, op, [env[o] for o in op.inputs], gpu, lanes)
+                    env[op.result] = _emit_nest(bb, op, [env[o] for o in op.inputs], gpu, lanes, tuning)
                 elif type(op) in LOWERINGS:
                     env[op.result] = LOWERINGS[type(op)](bb, op, [env[o] for o in op.operands])
                 else:

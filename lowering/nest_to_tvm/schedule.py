@@ -16,8 +16,8 @@ On a GPU ("cuda") the parallel dims run on the grid instead: the spatial loops o
 reduction loop are fused and split over blockIdx.x / threadIdx.x; the PrimFunc's other blocks
 (epilogue, layout, avg's count) are bound the same way. Nests without a schedule are left to TVM's
 default pipeline (on GPUs: dlight's default rules). Packed operand layouts (`pack`) are the llvm
-backend's and are not mapped. A scheduled PrimFunc is marked `tirx.is_scheduled` and opaque, so
-TVM neither reschedules it nor fuses it into a neighbour.
+backend's and are not mapped. `program` marks a scheduled PrimFunc `tirx.is_scheduled` and opaque,
+so TVM neither reschedules it nor fuses it into a neighbour.
 
 A primitive TVM refuses (a fusion of loops that are not adjacent, say) is a LoweringError naming
 the nest and the primitive.
@@ -144,4 +144,4 @@ def apply(func: tirx.PrimFunc, op: nest.ComputeOp, gpu: bool, schedule: Schedule
                     _bind_gpu(sch, _spatial_loops(sch, other))
         elif schedule.parallel is not None:
             sch.parallel(loops[schedule.parallel])
-    return sch.mod["main"].with_attr("tirx.is_scheduled", True).with_attr("op_pattern", OPAQUE)
+    return sch.mod["main"]

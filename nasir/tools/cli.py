@@ -30,7 +30,7 @@ from rich.table import Table
 import nasir
 from nasir import zoo
 from nasir.api import TARGETS
-from nasir.benchmarks import ALL_VARIANTS
+from nasir.variants import ALL_VARIANTS
 from nasir.errors import FrontendError, NasirError
 from nasir.tools.console import ToolConsole, end_on_closed_pipe, fail, show, step
 from nasir.tools.reference import compare, onnxruntime_outputs, seeded_inputs
