@@ -35,6 +35,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from tvm import s_tir, tirx
 from tvm.s_tir import meta_schedule as ms
+from tvm.target import codegen
 from tvm.ir.utils import derived_object
 
 from nasir.errors import BackendUnavailableError, NasirError
@@ -52,9 +53,10 @@ def default_tuning_dir() -> Path:
 
 
 def target_key(target: tvm.target.Target) -> str:
-    """The database folder of `target`: `llvm-<cpu>` or `cuda-<arch>`."""
-    detail = target.attrs.get("arch" if target.kind.name == "cuda" else "mcpu", "generic")
-    return f"{target.kind.name}-{detail}"
+    """The database folder of `target`: `llvm-<this CPU>` (records are timed on it) or `cuda-<arch>`."""
+    if target.kind.name == "cuda":
+        return f"cuda-{target.attrs['arch']}"
+    return f"{target.kind.name}-{target.attrs.get('mcpu') or codegen.llvm_get_system_cpu()}"
 
 
 def device_of(target: tvm.target.Target):
