@@ -73,8 +73,8 @@ def test_train_mode_uses_batch_statistics(tmp_path):
     ("torch", {"threads": 2}, "target 'torch' takes no option 'threads' \\(it takes: none\\)"),
     ("torch", {"profile": True}, "target 'torch' takes no option 'profile'"),
     ("llvm", {"vectorize": False}, "target 'llvm' takes no option 'vectorize' \\(it takes: threads, profile, cpu, checked, tuning, tune\\)"),
-    ("tvm", {"threads": 2}, "target 'tvm' takes no option 'threads' \\(it takes: profile\\)"),
-    ("cuda", {"cpu": "znver3"}, "target 'cuda' takes no option 'cpu' \\(it takes: arch\\)"),
+    ("tvm", {"threads": 2}, "target 'tvm' takes no option 'threads' \\(it takes: profile, tune_trials, tuning_dir, transfer\\)"),
+    ("cuda", {"cpu": "znver3"}, "target 'cuda' takes no option 'cpu' \\(it takes: arch, tune_trials, tuning_dir, transfer\\)"),
     ("tpu", {}, "unknown target 'tpu' \\(choose from llvm, torch, tvm, cuda\\)"),
 ])
 def test_compile_rejects_options_its_target_lacks(tmp_path, target, options, message):
