@@ -73,6 +73,13 @@ def standalone(model: Model, op: nest.ComputeOp, batch: int | None = None) -> Mo
     return Model(ModuleOp([main]), store, [f"x{k}" for k in range(len(data))], ["y"])
 
 
+def nest_key(op: nest.ComputeOp, batch: int | None) -> tuple:
+    """What `standalone(model, op, batch)` is made of: `op`'s properties but its name, its operand
+    and result types, which operands are weights, and the batch (equal keys, equal modules)."""
+    properties = tuple(sorted((k, v) for k, v in op.properties.items() if k != "name"))
+    return batch, properties, tuple((v.type, is_weight(v)) for v in op.inputs), op.result.type
+
+
 def default_kernel_cache() -> Path:
     """The user's kernel cache: `kernels.db` in nasir's cache folder (`cache_dir`:
     `$NASIR_CACHE_DIR`, else `$XDG_CACHE_HOME/nasir/` or `~/.cache/nasir/`)."""
@@ -105,13 +112,19 @@ class KernelTimes:
         self.lock, self.cpu, self.threads = lock, cpu, threads
         self.options = (f"host={host_target().cpu} cpu={cpu or os.environ.get(CPU_ENV) or 'host'} threads={threads} "
                         f"compiler={compiler_digest()}")
+        self.seen: dict[tuple, float] = {}
 
     def nest_ms(self, model: Model, op: nest.ComputeOp, batch: int | None = None) -> float:
         """The time of `op` alone (`standalone`) with the schedule it gets in a compile: its own,
-        else the tuning database's or the cost model's (so a tuned schedule is a new kernel)."""
-        alone = standalone(model, op, batch)
-        set_target(alone.module, self.cpu)
-        return self.kernel_ms(alone.transform("default-schedule"))
+        else the tuning database's or the cost model's (so a tuned schedule is a new kernel).
+        Remembered for this object by what the standalone module is made of (`nest_key`), so a
+        search's unchanged and repeated layers skip building and scheduling it again."""
+        key = nest_key(op, batch)
+        if key not in self.seen:
+            alone = standalone(model, op, batch)
+            set_target(alone.module, self.cpu)
+            self.seen[key] = self.kernel_ms(alone.transform("default-schedule"))
+        return self.seen[key]
 
     def kernel_ms(self, alone: Model) -> float:
         """The time of a standalone nest (`standalone`) as it is scheduled, measured once."""

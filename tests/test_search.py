@@ -27,7 +27,7 @@ from nasir.fisher import fisher_potential
 from nasir.search.driver import Search, SearchOptions, measure_front
 from nasir.search.evaluate import Outcome
 from nasir.search.results import Candidate, pareto_front, passes
-from nasir.kernels import KernelTimes, compiler_digest, standalone
+from nasir.kernels import KernelTimes, compiler_digest, nest_key, standalone
 from nasir.search.space import SearchSpace, conv_nests, layer_pattern
 from nasir.search.workers import MEASURE
 from nasir.search.sources import load_source
@@ -175,6 +175,23 @@ def test_kernel_times_go_to_the_users_cache(first, user_cache):
     assert rows >= 5 and not (first.out / "kernels.db").exists()  # the tiny model has 5 convs
     times = KernelTimes(user_cache / "kernels.db", None, 1)
     assert f"compiler={compiler_digest()}" in times.options and len(compiler_digest()) == 16
+
+
+def test_nest_times_are_remembered_by_what_the_kernel_is(tiny, tmp_path):
+    """A nest's time is looked up again only for another kernel: two layers of one shape share it,
+    another batch or a transformed layer does not, and the remembered time is the database's."""
+    model = nasir.load(tiny).transform("convert-nn-to-nest")
+    convs = conv_nests(model)
+    keys = [nest_key(op, None) for op in convs]
+    assert len(set(keys)) < len(keys)  # the tiny model repeats a conv shape
+    assert nest_key(convs[0], None) != nest_key(convs[0], 4)
+    grouped = model.transform(f'group{{factor=2 layers="{convs[1].layer_name}"}}')
+    assert nest_key(conv_nests(grouped)[1], None) != keys[1]
+    times = KernelTimes(tmp_path / "kernels.db", None, 1)
+    for op in convs:
+        assert times.nest_ms(model, op) == KernelTimes(tmp_path / "kernels.db", None, 1).nest_ms(model, op)
+    rows = sqlite3.connect(tmp_path / "kernels.db").execute("select count(*) from kernels").fetchone()[0]
+    assert rows == len({standalone(model, op).text() for op in convs}) == len(set(keys)) == len(times.seen)
 
 
 def test_accepted_candidates_keep_fisher_potential(first, tiny):
