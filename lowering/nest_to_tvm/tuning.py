@@ -41,6 +41,9 @@ from tvm.ir.utils import derived_object
 from nasir.errors import BackendUnavailableError, NasirError
 from nasir.lowering.schedule.tuned import cache_dir
 
+BUILD_TIMEOUT_S = 600.0
+"""Seconds meta_schedule's builder may take per candidate (its default, 30, is what one build of a
+conv took on a loaded 2-core machine; a timed-out candidate leaves its nest without a record)."""
 CANDIDATES = 3
 """Records of the same class a transferred nest tries (the nearest in shape first)."""
 NO_TUNING = "none"
@@ -179,7 +182,8 @@ class TVMTuning:
             ms.tune_tir(tvm.IRModule({name: f.without_attr("global_symbol") for name, f in funcs.items()}),
                         self.target, str(self.folder), max_trials_global=trials,
                         num_trials_per_iter=min(64, max(1, trials // len(funcs))),
-                        database=self.database, cost_model="random", measure_callbacks=callbacks, seed=0)
+                        builder=ms.builder.LocalBuilder(timeout_sec=BUILD_TIMEOUT_S), database=self.database,
+                        cost_model="random", measure_callbacks=callbacks, seed=0)
 
     def schedule(self, func: tirx.PrimFunc) -> tirx.PrimFunc | None:
         """`func` with its record's schedule, else a transferred one; None with neither."""
