@@ -1,7 +1,7 @@
 """`make bench ARGS="--target cuda"`: nasir through TVM on a CUDA GPU against PyTorch CUDA eager.
 
 One row per (dataset, variant) of the variant model (ResNet-34 by default; the architecture variants
-of `nasir.benchmarks`): MACs, nasir untuned (nests left to TVM's default GPU rules, dlight), nasir
+of `nasir.variants`): MACs, nasir untuned (nests left to TVM's default GPU rules, dlight), nasir
 tuned (`--tune-trials N`: meta_schedule, records in the user's cache, see
 lowering/nest_to_tvm/tuning.py), PyTorch eager with cuDNN (`torch.backends.cudnn.benchmark`; the
 original from the zoo's torch module, a variant from `Model.to_torch()`), nasir/PyTorch, and each
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from nasir.variants import ALL_VARIANTS, realisation
 from nasir.errors import BackendUnavailableError
+from nasir.variants import ALL_VARIANTS, realisation
 
 
 def require_gpu() -> None:

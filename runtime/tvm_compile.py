@@ -11,7 +11,6 @@ Data flow: nn IR --TVM_PIPELINE--> nest IR --to_relax--> Relax + PrimFuncs --tvm
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from xdsl.dialects.builtin import ModuleOp
 
@@ -21,7 +20,7 @@ from nasir.dialects.nest import macs
 from nasir.errors import NasirError
 from nasir.lowering.nest_to_tvm.build import build, target_of
 from nasir.lowering.nest_to_tvm.program import lower_to_nest, symbol, to_relax, tunable_funcs, unfused
-from nasir.lowering.nest_to_tvm.tuning import NO_TUNING, TVMTuning, default_tuning_dir, target_key
+from nasir.lowering.nest_to_tvm.tuning import NO_TUNING, TVMTuning, records_folder
 from nasir.runtime.tvm_executable import TVMExecutable
 
 
@@ -45,8 +44,7 @@ def _tuning(nests: ModuleOp, tvm_target, tune_trials: int, tuning_dir: str | Non
         if tune_trials:
             raise NasirError('tune_trials needs a tuning_dir to keep the records in, not "none"')
         return None
-    folder = Path(tuning_dir or default_tuning_dir()) / target_key(tvm_target)
-    if tuning_dir is None and not tune_trials and not folder.is_dir():
+    if tuning_dir is None and not tune_trials and not records_folder(tvm_target, None).is_dir():
         return None
     tuning = TVMTuning(tvm_target, tuning_dir, transfer)
     if tune_trials:

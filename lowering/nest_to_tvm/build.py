@@ -4,9 +4,10 @@
     build(to_relax(lower_to_nest(module)), "cuda", "sm_90")   # a GPU library; nvcc needed, no GPU
 
 Targets are TVM's dicts: "tvm" is `{"kind": "llvm", "num-cores": ...}` (see `host_cpu`), "cuda"
-`{"kind": "cuda", "arch": ...}` with the host code for this machine's CPU. TVM's default Relax pipeline of the target schedules the
-PrimFuncs (for CUDA: dlight's default GPU rules bind their parallel loops to blockIdx/threadIdx; a
-rule that fails on a function leaves it to the next, `DeclineOnError`).
+`{"kind": "cuda", "arch": ...}` with the host code for this machine's CPU. TVM's default Relax
+pipeline of the target schedules the PrimFuncs (for CUDA: dlight's default GPU rules bind their
+parallel loops to blockIdx/threadIdx; a rule that fails on a function leaves it to the next,
+`DeclineOnError`).
 CUDA code is compiled with nvcc (TVM's default, NVRTC, needs cuda-bindings, which nasir does not
 install). What is missing for a target is one `BackendUnavailableError` naming it.
 """

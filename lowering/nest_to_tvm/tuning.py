@@ -55,6 +55,11 @@ def default_tuning_dir() -> Path:
     return cache_dir() / "tvm"
 
 
+def records_folder(target: tvm.target.Target, tuning_dir: str | Path | None) -> Path:
+    """Where `target`'s records live under `tuning_dir` (default: `default_tuning_dir`)."""
+    return Path(tuning_dir or default_tuning_dir()) / target_key(target)
+
+
 def target_key(target: tvm.target.Target) -> str:
     """The database folder of `target`: `llvm-<this CPU>` (records are timed on it) or `cuda-<arch>`."""
     if target.kind.name == "cuda":
@@ -149,14 +154,14 @@ class TVMTuning:
 
     def __init__(self, target: tvm.target.Target, tuning_dir: str | Path | None = None, transfer: bool = True):
         self.target = target
-        root = Path(tuning_dir or default_tuning_dir())
-        self.folder = root / target_key(target)
-        if any(p.exists() and not p.is_dir() for p in (root, self.folder)):
-            raise NasirError(f"tuning_dir: {root} is a file, not a folder")
+        self.folder = records_folder(target, tuning_dir)
+        if any(p.exists() and not p.is_dir() for p in (self.folder.parent, self.folder)):
+            raise NasirError(f"tuning_dir: {self.folder.parent} is a file, not a folder")
         self.folder.mkdir(parents=True, exist_ok=True)
         self.database = ms.database.JSONDatabase(work_dir=str(self.folder))
         self.transfer = transfer
         self.counts: Counter[str] = Counter()
+        self._classes: dict[str, dict[int, tuple[float, ms.database.TuningRecord]]] | None = None
 
     @property
     def can_time(self) -> bool:
@@ -184,6 +189,7 @@ class TVMTuning:
                         num_trials_per_iter=min(64, max(1, trials // len(funcs))),
                         builder=ms.builder.LocalBuilder(timeout_sec=BUILD_TIMEOUT_S), database=self.database,
                         cost_model="random", measure_callbacks=callbacks, seed=0)
+        self._classes = None  # new records: the class index is read again
 
     def schedule(self, func: tirx.PrimFunc) -> tirx.PrimFunc | None:
         """`func` with its record's schedule, else a transferred one; None with neither."""
@@ -201,17 +207,26 @@ class TVMTuning:
         self.counts["transferred"] += 1
         return sch.mod["main"]
 
+    def _best_by_class(self) -> dict[str, dict[int, tuple[float, ms.database.TuningRecord]]]:
+        """Per class (`nest_class`), the best record (mean seconds, record) of each of its workloads;
+        read from the database once."""
+        if self._classes is None:
+            self._classes = {}
+            for record in self.database.get_all_tuning_records():
+                if record.run_secs:
+                    self._add(record)
+        return self._classes
+
+    def _add(self, record: ms.database.TuningRecord) -> None:
+        best = self._classes.setdefault(nest_class(record.workload.mod["main"]), {})
+        key = tvm_ffi.structural_hash(record.workload.mod)
+        secs = float(np.mean([float(s) for s in record.run_secs]))
+        if key not in best or secs < best[key][0]:
+            best[key] = (secs, record)
+
     def _same_class(self, func: tirx.PrimFunc) -> list[ms.database.TuningRecord]:
         """The best record of each workload of `func`'s class, nearest in shape first."""
-        cls, best = nest_class(func), {}
-        for record in self.database.get_all_tuning_records():
-            source = record.workload.mod["main"]
-            key = tvm_ffi.structural_hash(record.workload.mod)
-            if not record.run_secs or nest_class(source) != cls:
-                continue
-            secs = float(np.mean([float(s) for s in record.run_secs]))
-            if key not in best or secs < best[key][0]:
-                best[key] = (secs, record)
+        best = self._best_by_class().get(nest_class(func), {})
         return sorted((r for _, r in best.values()), key=lambda r: shape_distance(func, r.workload.mod["main"]))
 
     def _transferred(self, func: tirx.PrimFunc) -> s_tir.Schedule | None:
@@ -228,9 +243,10 @@ class TVMTuning:
         secs, sch = min(timed, key=lambda t: t[0])
         if math.isinf(secs):
             return None
-        self.database.commit_tuning_record(ms.database.TuningRecord(
-            sch.trace, self.database.commit_workload(workload(func)), [secs], self.target,
-            ms.arg_info.ArgInfo.from_prim_func(func)))
+        record = ms.database.TuningRecord(sch.trace, self.database.commit_workload(workload(func)), [secs],
+                                          self.target, ms.arg_info.ArgInfo.from_prim_func(func))
+        self.database.commit_tuning_record(record)
+        self._add(record)
         return sch
 
     def _seconds(self, sch: s_tir.Schedule) -> float:
