@@ -149,7 +149,7 @@ def test_search_trains_the_original_and_the_fastest_of_the_front(tiny, tmp_path)
 
 
 def test_nasir_train_killed_then_run_again_resumes(tiny, tmp_path):
-    """`nasir train` killed (SIGKILL) after its first checkpoint; the same command finishes the run
+    """`nasir train` killed (SIGKILL) after its first epoch is saved; the same command finishes the run
     from the saved epoch, and writes the trained model."""
     import os
     import signal
@@ -163,7 +163,9 @@ def test_nasir_train_killed_then_run_again_resumes(tiny, tmp_path):
                "--epochs", "4", "--batch", "16", "--out", str(tmp_path / "run")]
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
-    while not (tmp_path / "run" / "checkpoint.pt").exists() and time.time() < deadline and proc.poll() is None:
+    # metrics.csv is written after the checkpoint: waiting for the checkpoint alone could kill the
+    # run between the two, leaving no metrics to count
+    while not (tmp_path / "run" / "metrics.csv").exists() and time.time() < deadline and proc.poll() is None:
         time.sleep(0.2)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()

@@ -22,6 +22,7 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass
+from multiprocessing import connection
 from multiprocessing.connection import Connection
 
 from nasir.search.evaluate import Evaluator, Outcome, Setup
@@ -131,7 +132,12 @@ class LocalPool:
         """Outcomes finished within `wait` seconds (failed ones included)."""
         done = []
         deadline = time.perf_counter() + wait
-        while not done and time.perf_counter() < deadline:
+        while not done and (now := time.perf_counter()) < deadline:
+            busy = [w for w in self.workers if w.job is not None]
+            if not busy:
+                break
+            first_timeout = min(w.started for w in busy) + self.timeout
+            connection.wait([w.outbox for w in busy], max(0.0, min(deadline, first_timeout) - now))
             for k, w in enumerate(self.workers):
                 if w.job is None:
                     continue
@@ -139,8 +145,6 @@ class LocalPool:
                 if outcome is not None:
                     done.append((w.job[0], outcome))
                     self.workers[k].job = None
-            if not done:
-                time.sleep(0.02)
         return done
 
     def _poll(self, k: int, w: _Worker) -> Outcome | None:
