@@ -200,10 +200,12 @@ def analyse(module: ModuleOp) -> Properties:
     return Properties(mixing[out], max(depth[out].values()), rows)
 
 
-def properties_at_least(candidate: ModuleOp, original: ModuleOp) -> tuple[bool, str]:
+def properties_at_least(candidate: ModuleOp, original: ModuleOp | Properties) -> tuple[bool, str]:
     """Whether `candidate` mixes at least as much as `original` on every axis pair and is as deep
-    (both at the nest level)."""
-    cand, orig = analyse(candidate), analyse(original)
+    (both at the nest level; `original` may be given analysed, as a search checks many candidates
+    against it)."""
+    cand = analyse(candidate)
+    orig = original if isinstance(original, Properties) else analyse(original)
     for i, (rc, ro) in enumerate(zip(cand.mixing, orig.mixing)):
         for j, (c, o) in enumerate(zip(rc, ro)):
             if LEVELS.index(c) < LEVELS.index(o):

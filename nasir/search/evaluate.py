@@ -31,7 +31,7 @@ from nasir.kernels import KernelTimes
 from nasir.search.latency import LatencyModel
 from nasir.transforms.rebatch import NotBatched
 from nasir.summary import summarize
-from nasir.transforms.properties import properties_at_least
+from nasir.transforms.properties import analyse, properties_at_least
 
 DEFAULT_EVALUATOR = "nasir.search.evaluate:Evaluator"
 
@@ -92,6 +92,7 @@ class Evaluator:
         self.batch = minibatch(setup.data, shape[0], setup.seed, tuple(shape[1:]), classes)
         self.original_fisher = (setup.original_fisher if setup.original_fisher is not None
                                 else self.fisher(self.fisher_model))
+        self.original_properties = analyse(self.fisher_model.module)
         summary = summarize(self.fisher_model)
         self.original_macs, self.original_params = summary.total_macs, summary.total_params
         kernels = KernelTimes(Path(setup.kernels), setup.cpu, setup.threads)
@@ -109,7 +110,7 @@ class Evaluator:
         except NasirError as e:
             return Outcome("rejected", "legality", str(e))
         if self.setup.properties:
-            ok, reason = properties_at_least(candidate.module, self.fisher_model.module)
+            ok, reason = properties_at_least(candidate.module, self.original_properties)
             if not ok:
                 return Outcome("rejected", "properties", reason)
         ratio = self.fisher(candidate) / self.original_fisher
