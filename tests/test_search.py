@@ -13,9 +13,11 @@ import sqlite3
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 
 import numpy as np
+import optuna
 import pytest
 from search_fixtures import dense_only_onnx, tiny_resnet_onnx
 
@@ -24,6 +26,7 @@ from nasir.dialects import nest
 from nasir.dialects.shapes import shape_of
 from nasir.data import minibatch
 from nasir.fisher import fisher_potential
+from nasir.search import strategies
 from nasir.search.driver import Search, SearchOptions, measure_front
 from nasir.search.evaluate import Outcome
 from nasir.search.results import Candidate, pareto_front, passes
@@ -151,6 +154,37 @@ def test_front_measured_by_the_workers_and_a_failed_measurement_noted():
     assert [c.measured_ms for c in front] == [0.5, None, 0.3]
     assert "candidate 2" in progress.notes[0] and "boom" in progress.notes[0]
     assert Study.user_attrs["measured_ms"] == {"1": 0.5, "3": 0.3}
+
+
+# --- the strategies ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("strategy", ["evolution", "tpe"])
+def test_strategies_told_the_space_draw_what_optuna_inferring_it_draws(strategy):
+    """The samplers are given the search's joint space instead of inferring it from all trials at
+    every ask (a cost that grew with the trials): their draws must equal those of Optuna's own
+    sampler, with the same options and seeds, inferring it (past NSGA-II's first generation and
+    TPE's startup trials, with pruned trials among them)."""
+    choices = {f"layer{5 - k}": ["identity", "group2", "depthwise", "bottleneck2"][:2 + k % 3] for k in range(6)}
+    cls, options = strategies.SAMPLERS[strategy]
+
+    def drive(make) -> list[dict]:
+        study = optuna.create_study(directions=list(strategies.DIRECTIONS))
+        drawn = []
+        for number in range(60):
+            study.sampler = make(number)
+            trial = study.ask()
+            params = {name: trial.suggest_categorical(name, options) for name, options in choices.items()}
+            drawn.append(params)
+            if number % 4 == 3:
+                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            else:
+                study.tell(trial, [sum(map(len, params.values())), zlib.crc32(str(params).encode()) % 100 / 100])
+        return drawn
+
+    given = drive(lambda n: strategies.sampler(strategy, 0, n, strategies.joint_space(choices)))
+    inferred = drive(lambda n: cls(seed=zlib.crc32(f"0:{n}".encode()), **options))
+    assert given == inferred
+    assert len({str(d) for d in given}) > 30
 
 
 # --- one search --------------------------------------------------------------------------------

@@ -4,11 +4,11 @@
 
 The study lives in SQLite (`storage`, default `<out>/study.db`): the strategy asks and is told in
 an in-memory copy, and each finished trial goes to the file whole, in one transaction (asking and
-telling through SQLite was about 50 commits per candidate, 80 ms of the driver's time, with the
-workers waiting). Run the same command again after an interruption (even SIGKILL) and it goes on:
-trials that were in flight were never written and come back as interrupted (they do not count),
-finished ones are never evaluated again, and it stops at `budget` distinct finished candidates (or
-at `time_limit` seconds of this run). The workers then compile the front's
+telling through SQLite would be about 50 commits per candidate, 80 ms of the driver's time, with
+the workers waiting). Run the same command again after an interruption (even SIGKILL) and it
+goes on: trials that were in flight were never written and come back as interrupted (they do not
+count), finished ones are never evaluated again, and it stops at `budget` distinct finished
+candidates (or at `time_limit` seconds of this run). The workers then compile the front's
 members whole and time them (kept in the study too, so a resumed search does not measure them
 again). A storage that holds a search of another model, or with other options, is refused.
 """
@@ -211,6 +211,7 @@ class Search:
         limit = budget if budget is not None else math.inf
         asked: dict[int, optuna.Trial] = {}
         unsaved: list[int] = []
+        joint = strategies.joint_space({lc.layer: lc.choices for lc in space.layers})
         start, duplicates = time.perf_counter(), 0
         try:
             with progress:
@@ -219,7 +220,7 @@ class Search:
                     while (pool.idle and not out_of_time and len(done) + len(asked) < limit
                            and duplicates < 1000):
                         number = len(study.get_trials(deepcopy=False))
-                        study.sampler = strategies.sampler(self.options.strategy, self.options.seed, number)
+                        study.sampler = strategies.sampler(self.options.strategy, self.options.seed, number, joint)
                         trial = study.ask()
                         pipeline = space.pipeline({lc.layer: trial.suggest_categorical(lc.layer, list(lc.choices))
                                                    for lc in space.layers if len(lc.choices) > 1})
