@@ -84,7 +84,7 @@ def nest_op(model: Model, layer: str) -> nest.ComputeOp:
 
 def w(model: Model, layer: str, k: int = 1) -> torch.Tensor:
     """Input k (1: the weight, 2: the bias) of nest `layer` in the transformed model."""
-    return torch.from_numpy(model.weights[nest_op(model, layer).inputs[k].owner.key])
+    return torch.tensor(model.weights[nest_op(model, layer).inputs[k].owner.key])  # a copy: seeded weights are read-only
 
 
 def macs(model: Model, layer: str) -> int:

@@ -155,7 +155,7 @@ def test_conv_of_a_channel_slice_takes_the_fast_path(c, o, g, factor):
     module = gr.module(y)
     run_pipeline(module, f"convert-nn-to-nest,bottleneck{{dim=ci factor={factor}}}")
     (op,) = nests(module)
-    w, b = (torch.from_numpy(weights_of(module)[o.owner.key]) for o in op.operands[1:])
+    w, b = (torch.tensor(weights_of(module)[o.owner.key]) for o in op.operands[1:])  # copies: read-only arrays
     assert w.shape[1] == c // g // factor
     x = gr.inputs[0].clone().requires_grad_()
     kept = x.view(2, g, c // g, 7, 7)[:, :, :c // g // factor].reshape(2, -1, 7, 7)
