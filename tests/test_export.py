@@ -114,7 +114,7 @@ def test_onnx_export_of_a_grouped_model_matches_a_plain_grouped_module(net_and_m
     reference.load_state_dict(net.state_dict())
     reference.conv2 = torch.nn.Conv2d(8, 8, 3, padding=1, bias=False, groups=2)
     with torch.no_grad():
-        reference.conv2.weight.copy_(torch.from_numpy(weight))
+        reference.conv2.weight.copy_(torch.tensor(weight))
         x = batch(5)
         expected = reference.eval()(torch.from_numpy(x)).numpy()
     path = grouped.to_onnx(tmp_path / "g.onnx")
