@@ -173,7 +173,7 @@ def test_strategies_told_the_space_draw_what_optuna_inferring_it_draws(strategy)
         for number in range(60):
             study.sampler = make(number)
             trial = study.ask()
-            params = {name: trial.suggest_categorical(name, options) for name, options in choices.items()}
+            params = {name: trial.suggest_categorical(name, layer_choices) for name, layer_choices in choices.items()}
             drawn.append(params)
             if number % 4 == 3:
                 study.tell(trial, state=optuna.trial.TrialState.PRUNED)

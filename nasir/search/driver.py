@@ -134,10 +134,10 @@ def working_copy(stored: optuna.Study) -> optuna.Study:
 
 
 def finished(study: optuna.Study) -> dict[int, Candidate]:
-    """Counted candidates by trial number."""
+    """Counted candidates by trial number (the working copy holds finished trials only)."""
     out = {}
     for t in study.get_trials(deepcopy=False):
-        if t.state != TrialState.RUNNING and t.user_attrs.get("status") in COUNTED:
+        if t.user_attrs.get("status") in COUNTED:
             out[t.number] = Candidate(t.number, t.user_attrs["pipeline"], outcome_of(t.user_attrs))
     return out
 
