@@ -1,7 +1,8 @@
 """`compile_tvm` / `compile_cuda`: a nasir module -> TVM library -> `TVMExecutable`.
 
 Data flow: nn IR --TVM_PIPELINE--> nest IR --to_relax--> Relax + PrimFuncs --tvm.compile--> library
-(weights inside, as Relax constants) --> `relax.VirtualMachine` on the target's device.
+(code only: the weights are `main`'s parameters after the inputs, kept beside it) -->
+`relax.VirtualMachine` on the target's device, called with the inputs and the weights.
 
     exe = compile_tvm(module)                 # TVM's own CPU code: runs here
     exe = compile_cuda(module, arch="sm_90")  # GPU code: compiles without a GPU, runs where one is
@@ -15,11 +16,11 @@ import time
 from xdsl.dialects.builtin import ModuleOp
 
 from nasir.dialects import nest, nn
-from nasir.dialects.module import io_names, io_shapes, main_func
+from nasir.dialects.module import io_names, io_shapes, main_func, weights_of
 from nasir.dialects.nest import macs
 from nasir.errors import NasirError
 from nasir.lowering.nest_to_tvm.build import build, target_of
-from nasir.lowering.nest_to_tvm.program import lower_to_nest, symbol, to_relax, tunable_funcs, unfused
+from nasir.lowering.nest_to_tvm.program import lower_to_nest, symbol, to_relax, tunable_funcs, unfused, weight_keys
 from nasir.lowering.nest_to_tvm.tuning import NO_TUNING, TVMTuning, records_folder
 from nasir.runtime.tvm_executable import TVMExecutable
 
@@ -63,15 +64,17 @@ def _compile(module: ModuleOp, target: str, arch: str | None = None, profile: bo
     if profile:
         mod = unfused(mod)
     library = build(mod, target, arch)
+    store, keys = weights_of(nests), weight_keys(nests)
     meta = {"backend": "tvm", "target": target, "tvm_target": str(tvm_target),
             "arch": str(tvm_target.attrs["arch"]) if target == "cuda" else None,
             "input_names": input_names, "output_names": output_names,
             "input_shapes": [list(s) for s in input_shapes], "output_shapes": [list(s) for s in output_shapes],
+            "weights": [{"name": key, "shape": list(store[key].shape)} for key in keys],
             "compile_seconds": time.perf_counter() - start,
             "tuning": None if tuning is None else {"folder": str(tuning.folder), **tuning.counts}}
     if profile:
         meta["profile"] = {"calls": _calls(nests)}
-    return TVMExecutable(library, meta)
+    return TVMExecutable(library, meta, [store[key] for key in keys])
 
 
 def compile_tvm(module: ModuleOp, profile: bool = False, tune_trials: int = 0, tuning_dir: str | None = None,

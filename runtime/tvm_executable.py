@@ -1,8 +1,11 @@
 """The TVM backend's executable: a Relax VM over the library `tvm.compile` made
 (`nasir.runtime.tvm_compile` makes it).
 
-    exe.save("out/")                          # model.so (host + device code + weights), meta.json
+    exe.save("out/")                          # model.so (host + device code), weights.params, meta.json
     exe = nasir.runtime.load("out/")          # TVM's runtime (and, for cuda, a GPU); no nvcc
+
+The library holds code alone: its `main` takes the inputs, then the weights (meta.json's "weights"
+names them, in order), which the executable keeps on the device and passes to every call.
 
 This module imports TVM only when an executable runs or loads, so `import nasir` stays light;
 `load` takes the library and the input/output names and shapes from meta.json.
@@ -20,7 +23,7 @@ from nasir.errors import BackendUnavailableError, NasirError
 from nasir.runtime.executable import Executable
 from nasir.runtime.profile import Profile
 
-LIBRARY, META = "model.so", "meta.json"
+LIBRARY, WEIGHTS, META = "model.so", "weights.params", "meta.json"
 
 
 def _tvm():
@@ -49,22 +52,25 @@ def device_of(meta: dict):
 class TVMExecutable(Executable):
     """A model compiled by TVM; `target` is "tvm" (CPU) or "cuda"."""
 
-    def __init__(self, library, meta: dict):
+    def __init__(self, library, meta: dict, weights: list[np.ndarray]):
         super().__init__(meta["input_names"], [tuple(s) for s in meta["input_shapes"]], meta["output_names"])
         self.target = meta["target"]
         self.meta = meta
         self.library = library
+        self.weights = [np.ascontiguousarray(w, np.float32) for w in weights]
         self.compile_seconds = meta.get("compile_seconds", 0.0)
         self._vm = None
         self._dev = None
+        self._device_weights = None
 
     @property
     def vm(self):
-        """The Relax VM running the library, made on the first call."""
+        """The Relax VM running the library, made on the first call (the weights then go to the device)."""
         if self._vm is None:
-            _, relax = _tvm()
+            tvm, relax = _tvm()
             self._dev = device_of(self.meta)
             self._vm = relax.VirtualMachine(self.library, self._dev)
+            self._device_weights = [tvm.runtime.tensor(w, self._dev) for w in self.weights]
         return self._vm
 
     def device_ms(self, *inputs, repeat: int = 20) -> float:
@@ -74,12 +80,12 @@ class TVMExecutable(Executable):
         vm = self.vm
         args = [tvm.runtime.tensor(np.ascontiguousarray(a, np.float32), self._dev) for a in inputs]
         timer = vm.time_evaluator("main", self._dev, number=1, repeat=repeat, min_repeat_ms=1)
-        return float(np.median(timer(*args).results)) * 1e3
+        return float(np.median(timer(*args, *self._device_weights).results)) * 1e3
 
     def _run(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         tvm, _ = _tvm()
         vm = self.vm
-        out = vm["main"](*(tvm.runtime.tensor(a, self._dev) for a in arrays))
+        out = vm["main"](*(tvm.runtime.tensor(a, self._dev) for a in arrays), *self._device_weights)
         outs = [out] if hasattr(out, "numpy") else list(out)  # one tensor, or a tuple of them
         return [o.numpy() for o in outs]
 
@@ -89,9 +95,10 @@ class TVMExecutable(Executable):
         info = self.meta.get("profile")
         if info is None:
             raise NasirError("this executable was compiled without profiling: compile it with profile=True")
-        _, relax = _tvm()
+        tvm, relax = _tvm()
         device = device_of(self.meta)
         vm = relax.VirtualMachine(self.library, device)
+        device_weights = [tvm.runtime.tensor(w, device) for w in self.weights]
         calls: list[float] = []
         kernels: list[str] = []
         started: list[float] = []
@@ -106,7 +113,7 @@ class TVMExecutable(Executable):
             return 0
 
         vm.set_instrument(instrument)
-        self._vm, self._dev = vm, device
+        self._vm, self._dev, self._device_weights = vm, device, device_weights
         runs, times = [], []
         try:
             for ms in self.timed_runs(inputs, repeat, warmup, before_each=lambda: (calls.clear(), kernels.clear())):
@@ -120,11 +127,16 @@ class TVMExecutable(Executable):
         named = [{**call, "kernel": kernel} for call, kernel in zip(info["calls"], kernels)]  # shared ones too
         return Profile.from_ticks(named, [*np.median(runs, axis=0).tolist(), total], total, 1)
 
-    def save(self, path: str | Path) -> Path:
-        """Write `model.so` (the exported library: host and device code, weights) and `meta.json`."""
+    def save(self, path: str | Path, weights: bool = True) -> Path:
+        """Write `model.so` (the exported library: host and device code), `weights.params` (TVM's
+        parameter file, named as meta.json's "weights"; not with `weights=False`) and `meta.json`."""
+        tvm, _ = _tvm()
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         self.library.export_library(str(path / LIBRARY))
+        if weights:
+            names = [w["name"] for w in self.meta["weights"]]
+            tvm.runtime.save_param_dict_to_file(dict(zip(names, self.weights)), str(path / WEIGHTS))
         (path / META).write_text(json.dumps(self.meta, indent=1))
         return path
 
@@ -134,8 +146,10 @@ def load(path: str | Path, meta: dict | None = None) -> TVMExecutable:
     tvm, _ = _tvm()
     path = Path(path)
     meta = meta or json.loads((path / META).read_text())
-    if not (path / LIBRARY).exists():
-        raise NasirError(f"{path}: no {LIBRARY} beside meta.json")
+    for name in (LIBRARY, WEIGHTS):
+        if not (path / name).exists():
+            raise NasirError(f"{path}: no {name} beside meta.json")
     device_of(meta)  # TVM cannot even load CUDA code where no CUDA driver is
     library = tvm.runtime.load_module(str(path / LIBRARY))
-    return TVMExecutable(library, meta)
+    saved = tvm.runtime.load_param_dict_from_file(str(path / WEIGHTS))
+    return TVMExecutable(library, meta, [saved[w["name"]].numpy() for w in meta["weights"]])

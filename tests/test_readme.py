@@ -32,6 +32,8 @@ EXEMPT = {
     "nasir tune resnet34 --dataset imagenet": "tunes ResNet-34's convs, minutes (test_tuning: nasir tune on a small model)",
     'make bench ARGS="--target cuda --tune-trials 2000"':
         "needs a CUDA GPU (test_tvm_backend runs its code on the CPU and checks the message without a GPU)",
+    "nasir gpu-check gpu-check --arch sm_90":
+        "builds every zoo model for CUDA, many minutes (test_cuda_build: test_gpu_check_folder on one model)",
     'make bench ARGS="--target tvm --quick"': "benchmarks TVM's code of every zoo model, an hour (test_tvm_backend: test_bench_measures_tvm)",
     "nasir check model.onnx --target tvm": "builds ResNet-18 with TVM, minutes (test_tvm_backend: test_cli_runs_on_tvm)",
     "nasir profile resnet18 --target tvm": "builds and profiles ResNet-18 with TVM, minutes (test_tvm_backend: test_cli_profiles_on_tvm)",

@@ -8,15 +8,16 @@ Targets are TVM's dicts: "tvm" is `{"kind": "llvm", "num-cores": ...}` (see `hos
 pipeline of the target schedules the PrimFuncs (for CUDA: dlight's default GPU rules bind their
 parallel loops to blockIdx/threadIdx; a rule that fails on a function leaves it to the next,
 `DeclineOnError`).
-CUDA code is compiled with nvcc (TVM's default, NVRTC, needs cuda-bindings, which nasir does not
-install). What is missing for a target is one `BackendUnavailableError` naming it.
+CUDA kernels are compiled by nvcc for the target's architecture during the build (cuda.py: the
+library holds a fatbin and loads with TVM's runtime alone). What is missing for a target is one
+`BackendUnavailableError` naming it.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
-from contextlib import contextmanager
 
 import tvm
 from tvm import relax
@@ -24,6 +25,7 @@ from tvm.relax.backend.cuda import pipeline as cuda
 from tvm.s_tir import dlight as dl
 
 from nasir.errors import BackendUnavailableError
+from nasir.lowering.nest_to_tvm.cuda import building_kernels, load_cuda_runtime
 
 CUDA_ARCH = "sm_90"
 """The GPU architecture CUDA code is compiled for where no GPU says otherwise (H100)."""
@@ -42,6 +44,7 @@ def nvcc_path() -> str | None:
 
 def gpu_arch() -> str | None:
     """`sm_XY` of this machine's first CUDA GPU, None without one."""
+    load_cuda_runtime()
     device = tvm.cuda(0)
     return f"sm_{device.compute_version.replace('.', '')}" if device.exist else None
 
@@ -71,31 +74,38 @@ def target_of(name: str, arch: str | None = None) -> tvm.target.Target:
     return tvm.target.Target(host_cpu())
 
 
-@contextmanager
-def _nvcc_mode():
-    before = os.environ.get("TVM_CUDA_COMPILE_MODE")
-    os.environ["TVM_CUDA_COMPILE_MODE"] = "nvcc"
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ["TVM_CUDA_COMPILE_MODE"]
-        else:
-            os.environ["TVM_CUDA_COMPILE_MODE"] = before
+def shared_bytes(sch: tvm.s_tir.Schedule) -> int:
+    """The shared memory one thread block of the scheduled function `sch` allocates, in bytes."""
+
+    def allocated(block_rv) -> int:
+        block = sch.get(block_rv)
+        here = sum(math.prod(int(d) for d in b.shape) * tvm.runtime.DataType(b.dtype).bits // 8
+                   for b in block.alloc_buffers if b.scope().startswith("shared"))
+        return here + sum(allocated(child) for child in sch.get_child_blocks(block_rv))
+
+    return allocated(sch.get_sblock("root"))
 
 
 class DeclineOnError(dl.ScheduleRule):
-    """A dlight rule that declines (None) a function it fails on, so that the next rule schedules
-    it: dlight's Matmul rule asserts on some grouped convs (ResNeXt's) instead of declining them."""
+    """A dlight rule that declines (None) a function it fails on, or whose schedule needs more
+    shared memory per thread block than the target has, so that the next rule schedules it:
+    dlight's Matmul rule asserts on some grouped convs (ResNeXt's) instead of declining them, and
+    its GeneralReduction keeps a grouped conv's whole output in shared memory (800 KB for the
+    first grouped conv of ResNet-34 at 224 px; ptxas refuses it)."""
 
     def __init__(self, rule: dl.ScheduleRule) -> None:
         self.rule = rule
 
     def apply(self, func, target, tunable):
         try:  # on a copy: a failed schedule may have changed the function it was given
-            return self.rule.apply(tvm.ir.load_json(tvm.ir.save_json(func)), target, tunable)
+            scheduled = self.rule.apply(tvm.ir.load_json(tvm.ir.save_json(func)), target, tunable)
         except Exception:  # noqa: BLE001 - dlight's assertions and TVM's schedule errors
             return None
+        limit = int(target.attrs["max_shared_memory_per_block"])
+        schedules = scheduled if isinstance(scheduled, list) else [scheduled]
+        if scheduled is None or any(shared_bytes(s) > limit for s in schedules):
+            return None
+        return scheduled
 
 
 def cuda_pipeline(target: tvm.target.Target) -> tvm.transform.Pass:
@@ -120,5 +130,5 @@ def build(mod: tvm.IRModule, name: str, arch: str | None = None) -> tvm.runtime.
     if name != "cuda":
         return tvm.compile(mod, target=target)
     require_cuda_compiler()
-    with _nvcc_mode():
+    with building_kernels(str(target.attrs["arch"]), nvcc_path()):
         return tvm.compile(mod, target=target, relax_pipeline=cuda_pipeline(target))

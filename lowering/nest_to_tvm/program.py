@@ -3,12 +3,13 @@
 Every `nest.compute` becomes a PrimFunc (`nest_ops.compute` through `te.create_prim_func`) called
 with `R.call_tir`; structurally equal nests (the repeated blocks of a ResNet) share one PrimFunc,
 as Relax's BlockBuilder deduplicates them. The nn ops convert-nn-to-nest leaves go through
-`nn_ops.LOWERINGS`; weights become Relax constants.
+`nn_ops.LOWERINGS`; weights become parameters of `main` after the inputs (`weight_keys` orders
+them), so that the library holds code alone and the weights travel apart (a model's weights can be
+swapped without building again):
 
-    %y = nest.compute %x, %w, %b {name = "conv1", ...}      @main(x) {
-    func.return %y                                    ->       w = metadata["relax.expr.Constant"][0]
-                                                               y = R.call_tir(conv1, (x, w, b), ...)
-                                                               return y }
+    %w = nn.weight {key = "conv1.weight"}                   @main(x, conv1_weight, conv1_bias) {
+    %y = nest.compute %x, %w, %b {name = "conv1", ...}  ->     y = R.call_tir(conv1, (x, conv1_weight, ...), ...)
+    func.return %y                                             return y }
 
 `TVM_PIPELINE` brings any nasir module (nn, nest, or architecture-transformed) to the level this
 conversion takes: the graph passes and convert-nn-to-nest of the llvm pipeline, without its CPU
@@ -21,7 +22,6 @@ import re
 from functools import partial
 from typing import IO
 
-import numpy as np
 import tvm
 import tvm_ffi
 from tvm import relax, te
@@ -48,6 +48,12 @@ TVM_PIPELINE = "fold-batch-norm,convert-nn-to-nest,lower-batch-norm,fuse-epilogu
 def symbol(name: str) -> str:
     """A layer name as a TIR function name (`layer1.0.conv1` -> `layer1_0_conv1`)."""
     return re.sub(r"\W", "_", name) or "nest"
+
+
+def weight_keys(module: ModuleOp) -> list[str]:
+    """The keys of the weights `main` reads, in the order of its weight parameters (first use)."""
+    keys = [op.key for op in main_func(module).body.block.ops if isinstance(op, nn.WeightOp)]
+    return list(dict.fromkeys(keys))
 
 
 def lower_to_nest(module: ModuleOp) -> ModuleOp:
@@ -77,15 +83,17 @@ def tunable_funcs(module: ModuleOp) -> dict[str, tvm.tirx.PrimFunc]:
 
 def _scheduled(op: nest.ComputeOp, gpu: bool, lanes: int, tuning: TVMTuning | None) -> tvm.tirx.PrimFunc | None:
     """The PrimFunc of `op` scheduled: by its schedule attribute if it has one, else by its tuning
-    record (or one transferred), else on a CPU by `schedule.default_cpu`; None: TVM's pipeline
-    schedules it (on a GPU, dlight)."""
+    record (or one transferred), else by `schedule.default_cpu` / `default_gpu`; None: TVM's
+    pipeline schedules it (on a GPU, dlight)."""
     if op.schedule is not None:
         return schedule.apply(prim_func(op), op, gpu)
     if tuning is not None:
         tuned = tuning.schedule(prim_func(op))
         if tuned is not None:
             return tuned
-    chosen = None if gpu else schedule.default_cpu(op, lanes)
+    if gpu:
+        return schedule.default_gpu(prim_func(op), op)
+    chosen = schedule.default_cpu(op, lanes)
     return None if chosen is None else schedule.apply(prim_func(op), op, gpu, chosen)
 
 
@@ -102,9 +110,9 @@ def _emit_nest(bb: relax.BlockBuilder, op: nest.ComputeOp, args: list[relax.Expr
 
 
 def to_relax(module: ModuleOp, gpu: bool = False, tuning: TVMTuning | None = None) -> tvm.IRModule:
-    """The IRModule of `module` (at the nest level: see `lower_to_nest`): Relax `main` + PrimFuncs,
-    those of scheduled nests scheduled for a CPU, or for a GPU (`gpu`; see `schedule`), those of
-    the others by `tuning`'s records where it has them (see `tuning`)."""
+    """The IRModule of `module` (at the nest level: see `lower_to_nest`): Relax `main(inputs...,
+    weights...)` + PrimFuncs, those of scheduled nests scheduled for a CPU, or for a GPU (`gpu`; see
+    `schedule`), those of the others by `tuning`'s records where it has them (see `tuning`)."""
     main = main_func(module)
     store = weights_of(module)
     lanes = target_of(module).lanes
@@ -113,16 +121,19 @@ def to_relax(module: ModuleOp, gpu: bool = False, tuning: TVMTuning | None = Non
     params = [relax.Var(name, relax.TensorType(list(shape_of(arg)), "float32"))
               for name, arg in zip(inputs, main.body.block.args)]
     env: dict[SSAValue, relax.Expr] = dict(zip(main.body.block.args, params))
-    with bb.function("main", params):
+    weights: dict[str, relax.Var] = {}
+    for key in weight_keys(module):
+        if key not in store:
+            raise LoweringError(f"weight '{key}' is not in the weight store")
+        weights[key] = relax.Var(symbol(key), relax.TensorType(list(store[key].shape), "float32"))
+    with bb.function("main", [*params, *weights.values()], {"num_input": len(params)}):
         with bb.dataflow():
             for op in main.body.block.ops:
                 if isinstance(op, func.ReturnOp):
                     outs = [env[o] for o in op.operands]
                     result = bb.emit_output(outs[0] if len(outs) == 1 else relax.Tuple(outs))
                 elif isinstance(op, nn.WeightOp):
-                    if op.key not in store:
-                        raise LoweringError(f"weight '{op.key}' is not in the weight store")
-                    env[op.result] = relax.const(np.ascontiguousarray(store[op.key], np.float32))
+                    env[op.result] = weights[op.key]
                 elif isinstance(op, nest.ComputeOp):
                     env[op.result] = _emit_nest(bb, op, [env[o] for o in op.inputs], gpu, lanes, tuning)
                 elif type(op) in LOWERINGS:

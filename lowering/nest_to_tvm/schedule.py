@@ -14,8 +14,10 @@ Unscheduled contractions on a CPU get `default_cpu`: the output channels as vect
 
 On a GPU ("cuda") the parallel dims run on the grid instead: the spatial loops outside the first
 reduction loop are fused and split over blockIdx.x / threadIdx.x; the PrimFunc's other blocks
-(epilogue, layout, avg's count) are bound the same way. Nests without a schedule are left to TVM's
-default pipeline (on GPUs: dlight's default rules). Packed operand layouts (`pack`) are the llvm
+(epilogue, layout, avg's count) are bound the same way. Unscheduled contractions on a GPU get
+`default_gpu`: each thread accumulates a register tile of output channels x positions, the
+epilogue applied as the tile is written; other unscheduled nests are left to TVM's default pipeline
+(dlight's default rules). Packed operand layouts (`pack`) are the llvm
 backend's and are not mapped. `program` marks a scheduled PrimFunc `tirx.is_scheduled` and opaque,
 so TVM neither reschedules it nor fuses it into a neighbour.
 
@@ -25,6 +27,7 @@ the nest and the primitive.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -103,6 +106,89 @@ def default_cpu(op: nest.ComputeOp, lanes: int) -> Schedule | None:
     outer = [Loop.outer(n) if n == dim else n for n, _ in op.domain.parallel]
     return Schedule(splits=[(dim, lanes)], order=[*outer, *(n for n, _ in op.domain.reduction), Loop.inner(dim)],
                     vector=Loop.inner(dim))
+
+
+def _output_channel(op: nest.ComputeOp) -> int | None:
+    """The parallel dim the weight reads and the data does not (a conv's `co`, a gemm's `n`)."""
+    data, weight = (affine.map_dims(m) for m in op.access_maps[:2])
+    channels = [d for d in range(op.domain.num_parallel.data) if d in weight and d not in data]
+    return channels[-1] if channels else None
+
+
+def _divisor(extent: int, wanted: int) -> int:
+    """The largest power of two <= `wanted` that divides `extent`."""
+    factor = 1
+    while factor * 2 <= wanted and extent % (factor * 2) == 0:
+        factor *= 2
+    return factor
+
+
+GPU_TILE = {"channels": 4, "positions": 2, "channel_threads": 16, "threads": 128, "min_threads": 16384}
+"""default_gpu's tile: output channels x positions a thread accumulates in registers (smaller
+where the nest would otherwise have fewer than min_threads threads: batch 1's small layers need
+the parallelism more than the reuse), and the threads of a block (of them, at most
+channel_threads along the channels)."""
+
+
+def default_gpu(func: tirx.PrimFunc, op: nest.ComputeOp, bind: bool = True) -> tirx.PrimFunc | None:
+    """The GPU schedule of an unscheduled contraction (None for other nests, or where TVM refuses
+    a primitive: dlight's rules then schedule it). The parallel dims but the output channel are
+    fused into one position loop; channel c and position p are split into a register tile
+    (c.i x p.i), threads (c.t x p.t) and blocks (c.o x p.o); the reduction runs inside the tile's
+    thread, the accumulators in registers, and the write-back applies the epilogue blocks:
+
+        blockIdx.x: c.o * p.o   threadIdx.x: c.t * p.t   for ci, kh, kw: for c.i, p.i (unrolled): acc += x * w
+        for c.i, p.i: y = epilogue(acc)
+
+    `bind=False` leaves the loops unbound (the same arithmetic, runnable on a CPU: the tests check it).
+    """
+    if op.kind != "mac" or not op.domain.reduction:
+        return None
+    npar = op.domain.num_parallel.data
+    channel = _output_channel(op)
+    sch = s_tir.Schedule(func)
+    try:
+        block = _combiner_block(sch, op)
+        loops = list(sch.get_loops(block))
+        extents = [e for _, e in op.domain.dims]
+        others = [d for d in range(npar) if d != channel]
+        positions = math.prod(extents[d] for d in others)
+        c_i = 1 if channel is None else _divisor(extents[channel], GPU_TILE["channels"])
+        p_i = _divisor(positions, GPU_TILE["positions"])
+        outputs = positions * (1 if channel is None else extents[channel])
+        while outputs // (c_i * p_i) < GPU_TILE["min_threads"] and c_i * p_i > 1:
+            c_i, p_i = (c_i // 2, p_i) if c_i > 1 else (c_i, p_i // 2)
+        c_t = 1 if channel is None else _divisor(extents[channel] // c_i, GPU_TILE["channel_threads"])
+        p_t = max(1, min(GPU_TILE["threads"] // c_t, -(-positions // p_i)))
+        order = [loops[d] for d in others] + ([loops[channel]] if channel is not None else [])
+        sch.reorder(*order, *loops[npar:])
+        p = sch.fuse(*(loops[d] for d in others)) if len(others) > 1 else loops[others[0]]
+        p_o, p_t_loop, p_i_loop = sch.split(p, [None, p_t, p_i])
+        if channel is not None:
+            c_o, c_t_loop, c_i_loop = sch.split(loops[channel], [None, c_t, c_i])
+            sch.reorder(c_o, p_o, c_t_loop, p_t_loop, *loops[npar:], c_i_loop, p_i_loop)
+            bx, tx = sch.fuse(c_o, p_o), sch.fuse(c_t_loop, p_t_loop)
+        else:
+            sch.reorder(p_o, p_t_loop, *loops[npar:], p_i_loop)
+            bx, tx = p_o, p_t_loop
+        if bind:
+            sch.bind(bx, "blockIdx.x")
+            sch.bind(tx, "threadIdx.x")
+        write_back = sch.cache_write(block, 0, "local")
+        own = {sch.get(block).name_hint, sch.get(write_back).name_hint}
+        for consumer in [b for b in _blocks(sch) if sch.get(b).name_hint not in own]:
+            try:
+                sch.reverse_compute_inline(consumer)
+            except Exception:  # noqa: BLE001 - a consumer TVM cannot inline is bound on its own
+                if bind:
+                    _bind_gpu(sch, _spatial_loops(sch, consumer))
+        sch.reverse_compute_at(write_back, tx)
+        sch.decompose_reduction(block, loops[npar])
+        for tile_loop in sch.get_loops(block)[-2:]:
+            sch.unroll(tile_loop)
+    except Exception:  # noqa: BLE001 - TVM's schedule errors: leave the nest to dlight
+        return None
+    return sch.mod["main"]
 
 
 def apply(func: tirx.PrimFunc, op: nest.ComputeOp, gpu: bool, schedule: Schedule | None = None) -> tirx.PrimFunc:

@@ -11,6 +11,7 @@
     nasir search resnet18 --budget 100 --out runs/r18              # faster networks, same capacity
     nasir tune resnet34 --dataset imagenet      # time the best schedules of its convs on this CPU
     nasir train resnet18 --pipeline "$(cat runs/r18/best.pipeline)" --data cifar-10-batches-bin/ --out runs/t
+    nasir gpu-check gpu-check --arch sm_90      # a folder that checks nasir's CUDA code on a GPU machine
 
 A model argument is a file path or a zoo name (then `--dataset` picks its variant). User mistakes
 print `nasir: error: <message>` and exit 1; a failed check exits 1 too. A reader that closes the
@@ -81,6 +82,21 @@ def cmd_export(args) -> int:
     with step(progress, f"exporting {args.name} ({args.dataset})"):
         path = zoo.export_onnx(args.name, args.output, args.dataset)
     out.print(f"wrote {path}")
+    return 0
+
+
+def cmd_gpu_check(args) -> int:
+    from nasir import gpu_check
+
+    cases = gpu_check.default_cases()
+    if args.cases:
+        import re
+
+        cases = [c for c in cases if re.search(args.cases, gpu_check.case_name(*c))]
+        if not cases:
+            raise NasirError(f"--cases {args.cases!r} matches none of the cases "
+                             f"({', '.join(gpu_check.case_name(*c) for c in gpu_check.default_cases())})")
+    gpu_check.write(args.out, args.arch, cases, progress=progress.print)
     return 0
 
 
@@ -285,6 +301,11 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--threads", type=int, default=1, help="threads of the timed code (default 1)")
     c.add_argument("--db", help="tuning database file (default: the user's cache, $NASIR_CACHE_DIR/tuning.db or "
                                 "~/.cache/nasir/tuning.db; compile(..., tuning=FILE) reads another)")
+    c = command("gpu-check", cmd_gpu_check, "write a folder that runs, checks and times nasir's CUDA code of every "
+                                            "zoo model on a GPU machine with only Python, PyTorch and a driver")
+    c.add_argument("out", help="the folder to write (then: python3 OUT/run.py on the GPU machine)")
+    c.add_argument("--arch", default="sm_90", help="the GPU architecture, sm_XY (default sm_90: H100/H200)")
+    c.add_argument("--cases", help="only the cases whose name (model-dataset-variant) matches this regex")
     return p
 
 

@@ -26,7 +26,7 @@ from nasir.errors import ZooError
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-__all__ = ["build_torch", "datasets", "export_onnx", "input_shape", "load", "names", "num_classes"]
+__all__ = ["build_torch", "datasets", "export_onnx", "input_shape", "load", "names", "num_classes", "torch_builder"]
 
 _BOTH = ("cifar10", "imagenet")
 _CIFAR = ("cifar10",)
@@ -63,6 +63,11 @@ def _entry(name: str) -> tuple[str, tuple[str, ...]]:
 def datasets(name: str) -> tuple[str, ...]:
     """The datasets (input resolution + class count) `name` is defined for."""
     return _entry(name)[1]
+
+
+def torch_builder(name: str) -> str:
+    """The function of `nasir.zoo.models` that builds `name` (plain PyTorch)."""
+    return _entry(name)[0]
 
 
 def _check(name: str, dataset: str) -> str:
