@@ -116,29 +116,26 @@ def _output_channel(op: nest.ComputeOp) -> int | None:
 
 
 def _divisor(extent: int, wanted: int) -> int:
-    """The largest power of two <= `wanted` that divides `extent`."""
-    factor = 1
-    while factor * 2 <= wanted and extent % (factor * 2) == 0:
-        factor *= 2
-    return factor
+    """The largest divisor of `extent` that is at most `wanted`."""
+    return max(d for d in range(1, min(extent, wanted) + 1) if extent % d == 0)
 
 
-GPU_TILE = {"channels": 4, "positions": 2, "channel_threads": 16, "threads": 128, "min_threads": 16384}
-"""default_gpu's tile: output channels x positions a thread accumulates in registers (smaller
-where the nest would otherwise have fewer than min_threads threads: batch 1's small layers need
-the parallelism more than the reuse), and the threads of a block (of them, at most
-channel_threads along the channels)."""
+GPU_TILE = {"channels": 4, "threads": 256, "min_threads": 16384}
+"""default_gpu's tile: the output channels a thread accumulates in registers (fewer where the nest
+would otherwise have fewer than min_threads threads: batch 1's small layers need the parallelism
+more than the reuse), and the threads of a block."""
 
 
 def default_gpu(func: tirx.PrimFunc, op: nest.ComputeOp, bind: bool = True) -> tirx.PrimFunc | None:
     """The GPU schedule of an unscheduled contraction (None for other nests, or where TVM refuses
     a primitive: dlight's rules then schedule it). The parallel dims but the output channel are
-    fused into one position loop; channel c and position p are split into a register tile
-    (c.i x p.i), threads (c.t x p.t) and blocks (c.o x p.o); the reduction runs inside the tile's
-    thread, the accumulators in registers, and the write-back applies the epilogue blocks:
+    fused into one position loop p; the channel c is split into a register tile c.i, threads c.t
+    and blocks c.o, p into threads p.t (innermost: a warp reads consecutive positions and one
+    weight) and blocks p.o, every split exact; the reduction runs in the thread, the accumulators
+    in registers, and the write-back applies the epilogue blocks:
 
-        blockIdx.x: c.o * p.o   threadIdx.x: c.t * p.t   for ci, kh, kw: for c.i, p.i (unrolled): acc += x * w
-        for c.i, p.i: y = epilogue(acc)
+        blockIdx.x: c.o * p.o   threadIdx.x: c.t * p.t   for ci, kh, kw: for c.i (unrolled): acc += x * w
+        for c.i: y = epilogue(acc)
 
     `bind=False` leaves the loops unbound (the same arithmetic, runnable on a CPU: the tests check it).
     """
@@ -153,23 +150,22 @@ def default_gpu(func: tirx.PrimFunc, op: nest.ComputeOp, bind: bool = True) -> t
         extents = [e for _, e in op.domain.dims]
         others = [d for d in range(npar) if d != channel]
         positions = math.prod(extents[d] for d in others)
-        c_i = 1 if channel is None else _divisor(extents[channel], GPU_TILE["channels"])
-        p_i = _divisor(positions, GPU_TILE["positions"])
-        outputs = positions * (1 if channel is None else extents[channel])
-        while outputs // (c_i * p_i) < GPU_TILE["min_threads"] and c_i * p_i > 1:
-            c_i, p_i = (c_i // 2, p_i) if c_i > 1 else (c_i, p_i // 2)
-        c_t = 1 if channel is None else _divisor(extents[channel] // c_i, GPU_TILE["channel_threads"])
-        p_t = max(1, min(GPU_TILE["threads"] // c_t, -(-positions // p_i)))
+        channels = 1 if channel is None else extents[channel]
+        c_i = _divisor(channels, GPU_TILE["channels"])
+        while positions * channels // c_i < GPU_TILE["min_threads"] and c_i > 1:
+            c_i = _divisor(channels, c_i - 1)
+        p_t = _divisor(positions, GPU_TILE["threads"])
+        c_t = _divisor(channels // c_i, GPU_TILE["threads"] // p_t)
         order = [loops[d] for d in others] + ([loops[channel]] if channel is not None else [])
         sch.reorder(*order, *loops[npar:])
         p = sch.fuse(*(loops[d] for d in others)) if len(others) > 1 else loops[others[0]]
-        p_o, p_t_loop, p_i_loop = sch.split(p, [None, p_t, p_i])
+        p_o, p_t_loop = sch.split(p, [None, p_t])
         if channel is not None:
             c_o, c_t_loop, c_i_loop = sch.split(loops[channel], [None, c_t, c_i])
-            sch.reorder(c_o, p_o, c_t_loop, p_t_loop, *loops[npar:], c_i_loop, p_i_loop)
+            sch.reorder(c_o, p_o, c_t_loop, p_t_loop, *loops[npar:], c_i_loop)
             bx, tx = sch.fuse(c_o, p_o), sch.fuse(c_t_loop, p_t_loop)
         else:
-            sch.reorder(p_o, p_t_loop, *loops[npar:], p_i_loop)
+            sch.reorder(p_o, p_t_loop, *loops[npar:])
             bx, tx = p_o, p_t_loop
         if bind:
             sch.bind(bx, "blockIdx.x")
@@ -184,8 +180,8 @@ def default_gpu(func: tirx.PrimFunc, op: nest.ComputeOp, bind: bool = True) -> t
                     _bind_gpu(sch, _spatial_loops(sch, consumer))
         sch.reverse_compute_at(write_back, tx)
         sch.decompose_reduction(block, loops[npar])
-        for tile_loop in sch.get_loops(block)[-2:]:
-            sch.unroll(tile_loop)
+        if channel is not None:
+            sch.unroll(sch.get_loops(block)[-1])
     except Exception:  # noqa: BLE001 - TVM's schedule errors: leave the nest to dlight
         return None
     return sch.mod["main"]
