@@ -1,8 +1,8 @@
 """`make bench ARGS="--target cuda"`: nasir through TVM on a CUDA GPU against PyTorch CUDA eager.
 
 One row per (dataset, variant) of the variant model (ResNet-34 by default; the architecture variants
-of `nasir.variants`): MACs, nasir untuned (nests left to TVM's default GPU rules, dlight), nasir
-tuned (`--tune-trials N`: meta_schedule, records in the user's cache, see
+of `nasir.variants`): MACs, nasir untuned (contractions on nasir's default_gpu schedule, the other
+nests on dlight's), nasir tuned (`--tune-trials N`: meta_schedule, records in the user's cache, see
 lowering/nest_to_tvm/tuning.py), PyTorch eager with cuDNN (`torch.backends.cudnn.benchmark`; the
 original from the zoo's torch module, a variant from `Model.to_torch()`), nasir/PyTorch, and each
 one's realisation (speedup over the base / MAC ratio). Times are medians of on-device timings with

@@ -146,7 +146,8 @@ def test_gpu_check_folder(tmp_path):
         assert "loaded; no CUDA GPU here" in loaded.stdout + loaded.stderr, loaded.stderr[-3000:]
 
 
-GPU_SCHEDULE_CASES = [("resnet18", "cifar10", "base"), ("mobilenet_v2", "imagenet", "base"), ("resnet34", "imagenet", "group4"),
+GPU_SCHEDULE_CASES = [("resnet18", "cifar10", "base"), ("mobilenet_v2", "imagenet", "base"),
+                      ("resnet34", "imagenet", "group4"),
                       ("resnet34", "cifar10", "depthwise"), ("resnext29_2x64d", "cifar10", "base")]
 
 

@@ -246,7 +246,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.case:
         print(json.dumps(run_case(Path(args.case), args.repeat, args.once, args.compile_torch)), flush=True)
         return
-    cases = sorted(p for p in (HERE / "cases").iterdir() if (p / "meta.json").exists() and re.search(args.cases, p.name))
+    cases = sorted(p for p in (HERE / "cases").iterdir()
+                   if (p / "meta.json").exists() and re.search(args.cases, p.name))
     rows = []
     for case in cases:
         compile_it = bool(args.torch_compile) and re.search(args.torch_compile, case.name) is not None
