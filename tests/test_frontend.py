@@ -557,3 +557,30 @@ def test_keras_style_classifier(tmp_path, cpu):
     ]
     inits = {"w1": rand(4 * 5 * 5, 32), "b1": rand(32), "w2": rand(32, 10), "b2": rand(10)}
     check(tmp_path, make_model(nodes, {"x": (1, 4, 5, 5)}, inits, opset=13), llvm=True)
+
+
+def _refused_by_both(tmp_path, model: onnx.ModelProto, message: str) -> None:
+    """ONNX Runtime refuses the file (loading or running it), and nasir refuses it with `message`."""
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    feeds = {i.name: rand(*(d.dim_value for d in i.type.tensor_type.shape.dim)) for i in model.graph.input}
+    with pytest.raises(Exception):  # noqa: B017 - ONNX Runtime's own error types
+        ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
+    with pytest.raises(FrontendError, match=message):
+        import_onnx(path)
+
+
+def test_kernel_shape_contradicting_the_weight_is_refused(tmp_path):
+    node = helper.make_node("Conv", ["x", "w"], ["y"], name="conv", kernel_shape=[3, 3], pads=[2, 2, 2, 2])
+    model = make_model([node], {"x": [1, 16, 8, 8]}, {"w": rand(32, 16, 5, 5)})
+    _refused_by_both(tmp_path, model, r"Conv node 'conv': kernel_shape \[3, 3\] contradicts its weight's shape "
+                                      r"\[32, 16, 5, 5\]")
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64])
+def test_batch_norm_parameters_of_another_float_type_are_refused(tmp_path, dtype):
+    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], name="bn")
+    params = {"s": rand(16).astype(dtype), "b": rand(16), "m": rand(16), "v": np.abs(rand(16)) + 0.5}
+    model = make_model([node], {"x": [1, 16, 4, 4]}, params, opset=15)
+    _refused_by_both(tmp_path, model, rf"BatchNormalization node 'bn': its scale 's' is {np.dtype(dtype)} beside "
+                                      r"float32 data")

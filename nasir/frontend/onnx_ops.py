@@ -108,6 +108,9 @@ def conv(imp, node, attrs, inputs):
     rank = _spatial_rank(node, x)
     wshape = tuple(np.shape(inputs[1])) if isinstance(inputs[1], np.ndarray) else shape_of(inputs[1])
     kernel = tuple(int(k) for k in attrs.get("kernel_shape", wshape[2:]))
+    if kernel != tuple(wshape[2:]):
+        raise FrontendError(f"Conv node '{node.name or node.op_type}': kernel_shape {list(kernel)} contradicts "
+                            f"its weight's shape {list(wshape)}")
     strides, dilations, pads = _window(node, attrs, shape_of(x)[2:], kernel)
     w = _operand(imp, node, 1, wshape[:2] + (1,) + wshape[2:] if rank == 1 else None)
     b = imp.value(node.input[2]) if len(node.input) > 2 and node.input[2] else None
@@ -202,6 +205,12 @@ def sum_(imp, node, attrs, inputs):
 def batch_norm(imp, node, attrs, inputs):
     if int(attrs.get("training_mode", 0)):
         raise _unsupported(node, "training_mode=1")
+    for role, name in zip(("scale", "bias", "mean", "var"), node.input[1:5]):
+        array = imp.const(name)
+        if array is not None and array.dtype != np.float32:
+            raise FrontendError(f"BatchNormalization node '{node.name or node.op_type}': its {role} '{name}' is "
+                                f"{array.dtype} beside float32 data (ONNX Runtime refuses mixed types too): "
+                                f"store the parameters as float32")
     x, scale, bias, mean, var = (imp.value(n) for n in node.input[:5])
     op = nn.BatchNormOp.new(x, scale, bias, mean, var, epsilon=float(attrs.get("epsilon", 1e-5)))
     return [imp.emit(op, node)]
