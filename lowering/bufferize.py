@@ -25,7 +25,11 @@ that it reads memrefs and writes into its destination:
 
 `nn.reshape` of a value in the weights or the arena is a view at the same offset (no copy).
 An op with `nasir.scratch_bytes` (a Winograd conv's transformed input and weights) gets that many
-arena bytes of its own, `nasir.scratch_offset`, live as long as its result.
+arena bytes of its own, `nasir.scratch_offset`, live while its kernel runs.
+Lifetimes follow the kernels, not the ops' places in @main: a nest whose rows its max pool's kernel
+computes (`nasir.fuse_rows`) runs when that pool runs, so its operands and scratch live until then
+and the pool's result takes none of their bytes (`kernel_steps`; in a VGG block the pool's result
+took the bytes of the conv output that the fused conv was still reading).
 A nest whose epilogue reads an arena value at its own output index (a residual add) and is that
 value's last reader writes its result over it (`in_place_operand`; the nest gets
 `nasir.in_place = <operand>`, and convert-nest-to-loops drops `noalias` on the pair): one buffer
@@ -55,6 +59,7 @@ from xdsl.passes import ModulePass
 
 from nasir.dialects import nest, nn
 from nasir.dialects.attributes import (
+    FUSE_ROWS,
     IN_PLACE,
     NUM_OUTPUTS,
     SCRATCH_BYTES,
@@ -139,12 +144,27 @@ def in_place_operand(op: Operation, owns_bytes: Callable[[SSAValue], bool]) -> i
     return None
 
 
+def kernel_steps(body: list[Operation]) -> dict[Operation, int]:
+    """The position in `body` of the kernel that runs each op: its own, except for a nest whose
+    rows its reader's kernel computes (`FUSE_ROWS`): that reader's. Such a producer reads its
+    operands, and writes its result and scratch, while its reader runs, so all of them must hold
+    their bytes until then and the reader's result must not take any of them."""
+    step = {op: i for i, op in enumerate(body)}
+    for i, op in enumerate(body):
+        if isinstance(op, nest.ComputeOp) and FUSE_ROWS.on(op) and op.operands[0].owner in step:
+            step[op.operands[0].owner] = i
+    return step
+
+
 def plan(body: list[Operation], returned: list[SSAValue]
          ) -> tuple[dict[SSAValue, int], int, set[SSAValue], dict[Operation, int], dict[Operation, int]]:
     """Arena offsets of intermediates (values not returned), the peak bytes, the reshape views,
     the ops that write their result over an operand (`in_place_operand`), and the offsets of the
-    ops' scratch (`SCRATCH_BYTES`: bytes that live as long as the op's result, since a fused reader's
-    kernel may be the one that runs the op).
+    ops' scratch (`SCRATCH_BYTES`).
+
+    Lifetimes follow the kernels, not the ops (`kernel_steps`): a value lives from its op until
+    the last kernel that reads it has run, an op's scratch until its kernel has run, and an op
+    writes over an operand only if no other op of its kernel reads that operand.
 
     A reshape of an arena value (not returned) is a view: it shares its source's bytes, and the
     bytes live until the last use of any value in the group.
@@ -160,50 +180,46 @@ def plan(body: list[Operation], returned: list[SSAValue]
                 continue
         if isinstance(op, COMPUTE_OPS) and op.results[0] not in returned:
             root[op.results[0]] = op.results[0]
+    step = kernel_steps(body)
     last: dict[SSAValue, int] = {}
-    for i, op in enumerate(body):
+    for op in body:
         for v in op.operands:
             if v in root:
-                last[root[v]] = i
+                last[root[v]] = max(last.get(root[v], 0), step[op])
     viewed = {root[v] for v in views}
     arena, offsets, in_place, scratch = Arena(), {}, {}, {}
-    held: dict[SSAValue, Operation] = {}  # result -> its op, whose scratch lives as long as it
+    dying: dict[int, list[tuple[int, int]]] = {}  # kernel -> (offset, bytes) it is the last to use
 
-    def release(r: SSAValue) -> None:
-        arena.release(offsets[r], nbytes(shape_of(r)))
-        if r in held:
-            op = held.pop(r)
-            arena.release(scratch[op], SCRATCH_BYTES.get(op))
+    def shares_kernel(v: SSAValue, op: Operation) -> bool:
+        return any(use.operation is not op and step.get(use.operation) == step[op] for use in v.uses)
 
     for i, op in enumerate(body):
         over = None
         if op.results and root.get(op.results[0]) is op.results[0]:
-            k = in_place_operand(op, lambda v: root.get(v) is v and v not in viewed and last[v] == i)
+            k = in_place_operand(op, lambda v: root.get(v) is v and v not in viewed and last[v] == step[op]
+                                 and not shares_kernel(v, op))
             if k is not None:
                 in_place[op], over = k, op.operands[k]
+                dying[step[op]].remove((offsets[over], nbytes(shape_of(over))))  # the result's bytes now
         for r in op.results:
             if root.get(r) is r:
                 offsets[r] = offsets[over] if over is not None else arena.alloc(nbytes(shape_of(r)))
-        if SCRATCH_BYTES.on(op):  # held as long as the result: a fused reader's kernel runs the op
+                dying.setdefault(last.get(r, step[op]), []).append((offsets[r], nbytes(shape_of(r))))
+        if SCRATCH_BYTES.on(op):
             scratch[op] = arena.alloc(SCRATCH_BYTES.get(op))
-            if op.results[0] in root:
-                held[op.results[0]] = op
-        for r in {root[v] for v in op.operands if v in root}:
-            if last[r] == i and r is not over:
-                release(r)
-        for r in op.results:  # computed but never read
-            if root.get(r) is r and r not in last:
-                release(r)
-        if op in scratch and op.results[0] not in root:  # a returned result: the op alone uses it
-            arena.release(scratch[op], SCRATCH_BYTES.get(op))
+            dying.setdefault(step[op], []).append((scratch[op], SCRATCH_BYTES.get(op)))
+        for at, size in dying.pop(i, []):
+            arena.release(at, size)
     for v in views:
         offsets[v] = offsets[root[v]]
     return offsets, arena.peak, views, in_place, scratch
 
 
 class NestBufferizePass(ModulePass):
-    """Rewrite @main over memrefs: (inputs, outputs, weights, workspace) with a static memory plan;
-    an op that asks for scratch (`nasir.scratch_bytes`) gets arena bytes at `nasir.scratch_offset`."""
+    """Rewrite @main over memrefs: (inputs, outputs, weights, workspace) with a static memory plan
+    whose lifetimes follow the kernels (a nest whose rows its pool's kernel computes, `nasir.fuse_rows`,
+    runs there); an op that asks for scratch (`nasir.scratch_bytes`) gets arena bytes at
+    `nasir.scratch_offset`."""
 
     name = "nest-bufferize"
 

@@ -53,7 +53,7 @@ from nasir.dialects.module import main_func, sanitize
 from nasir.dialects.nest import macs
 from nasir.errors import LoweringError
 from nasir.lowering.nest_to_loops.kernels import (
-    aliased_arguments,
+    KernelArguments,
     concat_copies,
     emit_row_fused,
     erase_group,
@@ -70,7 +70,9 @@ class ConvertNestToLoopsPass(ModulePass):
     """Lower every bufferized nest.compute / nn op in @main to a kernel of scf loops and a call.
 
     Max combiners and clamps (ReLU, clip, ...) are compares and selects that keep NaN, as torch and
-    ONNX Runtime do (arith.maxnumf would drop it)."""
+    ONNX Runtime do (arith.maxnumf would drop it). Kernel arguments are `noalias` but the operand a
+    nest writes over (`nasir.in_place`) and its result; a kernel that would write workspace bytes
+    another of its arguments holds is refused (a memory plan out of step with the kernels)."""
 
     name = "convert-nest-to-loops"
 
@@ -87,37 +89,38 @@ class ConvertNestToLoopsPass(ModulePass):
         held: dict[SSAValue, tuple] = {}
         for mat in groups:
             compute = mat.source.owner
-            refs = _kernel_arguments(compute, mat, fn.body.block.args[-1])
-            copies = concat_copies(compute, refs)
+            args = _kernel_arguments(compute, mat, fn.body.block.args[-1])
+            copies = concat_copies(compute, args.refs)
             if copies is not None:
                 fn.body.block.insert_ops_before(copies, mat)
                 erase_group(mat, compute)
                 continue
             layer = getattr(compute, "layer_name", "") or compute.name.split(".")[1]
             if mat.dest in fused_inputs:
-                held[mat.dest] = (nest_spec(compute), refs, kernel_key(compute, [r.type for r in refs]), layer,
+                held[mat.dest] = (nest_spec(compute), args, kernel_key(compute, [r.type for r in args.refs]), layer,
                                   macs(compute))
                 erase_group(mat, compute)
                 continue
-            key = kernel_key(compute, [r.type for r in refs])
+            key = kernel_key(compute, [r.type for r in args.refs])
             count = macs(compute)
             if FUSE_ROWS.on(compute):
-                if refs[0] not in held:
+                if args.refs[0] not in held:
                     raise LoweringError(f"nest '{layer}': {FUSE_ROWS.name} needs its input written by a nest")
-                spec, producer_refs, producer_key, producer_layer, producer_macs = held.pop(refs[0])
-                refs = producer_refs + refs[1:]  # the pool's other operands (an epilogue's) and result
+                spec, producer_args, producer_key, producer_layer, producer_macs = held.pop(args.refs[0])
+                made = len(producer_args.refs)
+                args = producer_args.then(args)  # the pool's other operands (an epilogue's) and result
                 key, layer, count = (producer_key, key), f"{producer_layer}+{layer}", producer_macs + count
-                # the pool's operand k is argument len(producer_refs) + k - 1 (its input is not one)
-                aliased = aliased_arguments(compute, len(producer_refs) - 1, len(refs))
-                kernel = lambda name, types, c=compute, p=spec, n=len(producer_refs), a=aliased: make_kernel(  # noqa: E731
-                    name, types, lambda b, args: emit_row_fused(b, p, nest_spec(c), args[:n], args[n:], target), a)
+                kernel = lambda name, types, aliased, c=compute, p=spec, n=made: make_kernel(  # noqa: E731
+                    name, types, lambda b, a: emit_row_fused(b, p, nest_spec(c), a[:n], a[n:], target), aliased)
             else:
-                kernel = lambda name, types, c=compute: kernel_for(name, c, types, target)  # noqa: E731
+                kernel = lambda name, types, aliased, c=compute: kernel_for(  # noqa: E731
+                    name, c, types, aliased, target)
+            args.check_disjoint(layer)
             name = shared.get(key)
             if name is None:
                 name = shared[key] = _fresh_name(layer, taken)
-                kernels.append(kernel(name, [r.type for r in refs]))
-            call = func.CallOp(name, refs, [])
+                kernels.append(kernel(name, [r.type for r in args.refs], args.aliased))
+            call = func.CallOp(name, args.refs, [])
             LAYER.set(call, layer)
             MACS.set(call, count)
             fn.body.block.insert_op_before(call, mat)
@@ -138,7 +141,7 @@ def _fused_inputs(groups: list[bufferization.MaterializeInDestinationOp]) -> set
 
 
 def _kernel_arguments(compute: Operation, mat: bufferization.MaterializeInDestinationOp,
-                      workspace: SSAValue) -> list[SSAValue]:
+                      workspace: SSAValue) -> KernelArguments:
     """The memrefs a bufferized op's kernel takes: its operands', its result's, and its scratch."""
     refs = []
     for v in compute.operands:
@@ -147,7 +150,7 @@ def _kernel_arguments(compute: Operation, mat: bufferization.MaterializeInDestin
     refs.append(mat.dest)
     if SCRATCH_OFFSET.on(compute):
         refs.append(scratch_view(compute, workspace, mat))
-    return refs
+    return KernelArguments.of(compute, refs)
 
 
 def _fresh_name(layer: str, taken: set[str]) -> str:

@@ -1,10 +1,12 @@
-"""Kernel functions of convert-nest-to-loops: the emitter a spec takes, row fusion, softmax, and
-the kernel of each bufferized op (shared between ops that would give identical kernels).
+"""Kernel functions of convert-nest-to-loops: the emitter a spec takes, row fusion, softmax, the
+kernel of each bufferized op (shared between ops that would give identical kernels) and its
+arguments (`KernelArguments`: which it writes, which share bytes, checked against the memory plan).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from xdsl.dialects import arith, bufferization, func, memref
 from xdsl.dialects.builtin import (
@@ -144,7 +146,8 @@ def make_kernel(name: str, arg_types: list[MemRefType], emit, aliased: frozenset
                                             for k in range(len(arg_types))]))
 
 
-def kernel_for(name: str, op: Operation, arg_types: list[MemRefType], target: CPUTarget) -> func.FuncOp:
+def kernel_for(name: str, op: Operation, arg_types: list[MemRefType], aliased: frozenset[int],
+               target: CPUTarget) -> func.FuncOp:
     if isinstance(op, nn.SoftmaxOp):
         return make_kernel(name, arg_types, lambda b, a: softmax_kernel(
             b, shape_of(op.results[0]), op.axis.value.data % len(shape_of(op.results[0])), a[0], a[1]))
@@ -156,14 +159,59 @@ def kernel_for(name: str, op: Operation, arg_types: list[MemRefType], target: CP
             emitter.prepare()
             emitter.emit()
 
-    return make_kernel(name, arg_types, emit, aliased_arguments(op, 0, len(arg_types)))
+    return make_kernel(name, arg_types, emit, aliased)
 
 
-def aliased_arguments(op: Operation, first: int, count: int) -> frozenset[int]:
-    """The kernel arguments (of `count`; operand k of `op` is argument `first + k`) that share
-    bytes: the operand nest-bufferize let `op` write over (`IN_PLACE`) and the result, last."""
-    over = IN_PLACE.get(op, None)
-    return frozenset() if over is None else frozenset({first + over, count - 1})
+@dataclass(frozen=True)
+class KernelArguments:
+    """The memrefs a kernel takes: an op's operands', its result's and its scratch's (`refs`),
+    those it writes (`written`: result and scratch) and the pair that shares bytes (`aliased`:
+    the operand nest-bufferize let the op write over, `IN_PLACE`, and the result)."""
+
+    refs: list[SSAValue]
+    written: frozenset[int]
+    aliased: frozenset[int]
+
+    @staticmethod
+    def of(op: Operation, refs: list[SSAValue]) -> KernelArguments:
+        operands = len(op.operands)
+        over = IN_PLACE.get(op, None)
+        return KernelArguments(refs, frozenset(range(operands, len(refs))),
+                               frozenset() if over is None else frozenset({over, operands}))
+
+    def then(self, consumer: KernelArguments) -> KernelArguments:
+        """The arguments of one kernel that runs this op and `consumer`, whose operand 0 is this
+        op's result (not an argument of their kernel: `emit_row_fused`)."""
+        def shifted(ks: frozenset[int]) -> frozenset[int]:
+            return frozenset(len(self.refs) + k - 1 for k in ks)
+
+        return KernelArguments(self.refs + consumer.refs[1:], self.written | shifted(consumer.written),
+                               self.aliased | shifted(consumer.aliased))
+
+    def check_disjoint(self, layer: str) -> None:
+        """Raise if an argument the kernel writes shares workspace bytes with another argument
+        but the aliased pair: the memory plan (nest-bufferize) would let the kernel overwrite
+        what it still reads, and its noalias arguments would lie to LLVM."""
+        spans = [_workspace_span(r) for r in self.refs]
+        for w in sorted(self.written):
+            for k, span in enumerate(spans):
+                if k != w and {k, w} != self.aliased and _overlap(spans[w], span):
+                    raise LoweringError(f"kernel '{layer}': argument {w}, which it writes, shares workspace bytes "
+                                        f"with argument {k}: the memory plan does not match when the kernel runs")
+
+
+def _workspace_span(ref: SSAValue) -> tuple[SSAValue, int, int] | None:
+    """(buffer, first byte, end byte) of a `memref.view` at a constant offset, else None."""
+    view = ref.owner
+    if not isinstance(view, memref.ViewOp) or not isinstance(view.byte_shift.owner, arith.ConstantOp):
+        return None
+    start = view.byte_shift.owner.value.value.data
+    size = math.prod(view.result.type.get_shape()) * view.result.type.element_type.bitwidth // 8
+    return view.source, start, start + size
+
+
+def _overlap(a: tuple[SSAValue, int, int] | None, b: tuple[SSAValue, int, int] | None) -> bool:
+    return a is not None and b is not None and a[0] is b[0] and a[1] < b[2] and b[1] < a[2]
 
 
 def concat_copies(op: Operation, refs: list[SSAValue]) -> list[Operation] | None:
