@@ -64,7 +64,8 @@ def compile(model: Model, target: str = "llvm", threads: int = 1, tune: bool = F
                                           model's alone; default: the user's, see `tune`)
 
         compile(model, target="cuda", arch="sm_80")   GPU code for an A100 (default: this machine's
-                                          GPU, else sm_90); compiles without a GPU, runs on one
+                                          GPU, else sm_90; "sm_80,sm_90": one library for both);
+                                          compiles without a GPU, runs on one
         compile(model, target="tvm", profile=True)    TVM's CPU code, one kernel call per layer,
                                           for exe.profile(x)
 

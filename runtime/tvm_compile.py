@@ -19,7 +19,7 @@ from nasir.dialects import nest, nn
 from nasir.dialects.module import io_names, io_shapes, main_func, weights_of
 from nasir.dialects.nest import macs
 from nasir.errors import NasirError
-from nasir.lowering.nest_to_tvm.build import build, target_of
+from nasir.lowering.nest_to_tvm.build import build, cuda_archs, target_of
 from nasir.lowering.nest_to_tvm.program import lower_to_nest, symbol, to_relax, tunable_funcs, unfused, weight_keys
 from nasir.lowering.nest_to_tvm.tuning import NO_TUNING, TVMTuning, records_folder
 from nasir.runtime.tvm_executable import TVMExecutable
@@ -66,7 +66,7 @@ def _compile(module: ModuleOp, target: str, arch: str | None = None, profile: bo
     library = build(mod, target, arch)
     store, keys = weights_of(nests), weight_keys(nests)
     meta = {"backend": "tvm", "target": target, "tvm_target": str(tvm_target),
-            "arch": str(tvm_target.attrs["arch"]) if target == "cuda" else None,
+            "arch": ",".join(cuda_archs(arch)) if target == "cuda" else None,
             "input_names": input_names, "output_names": output_names,
             "input_shapes": [list(s) for s in input_shapes], "output_shapes": [list(s) for s in output_shapes],
             "weights": [{"name": key, "shape": list(store[key].shape)} for key in keys],
@@ -90,7 +90,7 @@ def compile_tvm(module: ModuleOp, profile: bool = False, tune_trials: int = 0, t
 
 def compile_cuda(module: ModuleOp, arch: str | None = None, tune_trials: int = 0, tuning_dir: str | None = None,
                  transfer: bool = True) -> TVMExecutable:
-    """Compile `module` with TVM for a CUDA GPU of `arch` (sm_XY; default: this machine's GPU, else
-    sm_90); needs TVM with CUDA and nvcc, not a GPU (running it does, and so does `tune_trials`;
+    """Compile `module` with TVM for a CUDA GPU of `arch` (sm_XY, or several: "sm_80,sm_90", one
+    library for both; default: this machine's GPU, else sm_90); needs TVM with CUDA and nvcc, not a GPU (running it does, and so does `tune_trials`;
     records in `tuning_dir` transfer without one)."""
     return _compile(module, "cuda", arch, tune_trials=tune_trials, tuning_dir=tuning_dir, transfer=transfer)

@@ -3,7 +3,7 @@ library), weights apart from the code, and each library loaded by TVM's runtime 
 library, nvcc or NVRTC) in a process of its own, up to the missing GPU; the GPU check's folder.
 
 Every zoo model at both datasets and every variant of `nasir.variants` (ResNet-34) is built for
-sm_80 and sm_90.
+sm_80 and sm_90 (one library whose fatbin holds both).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import nasir
 import nasir.zoo as zoo
 from nasir import gpu_check
 from nasir.dialects.module import WeightStore
-from nasir.errors import LoweringError
+from nasir.errors import LoweringError, NasirError
 from nasir.gpu_check import runner
 from nasir.lowering.nest_to_tvm import build as tvm_build
 from nasir.lowering.nest_to_tvm.cuda import _stand_in_driver, compile_kernels
@@ -30,10 +30,10 @@ from nasir.lowering.nest_to_tvm.program import lower_to_nest, weight_keys
 from nasir.model import Model
 from nasir.variants import ALL_VARIANTS, VARIANTS
 
-ARCHS = ("sm_80", "sm_90")
+ARCHS = "sm_80,sm_90"
 ZOO = [(name, dataset, "base") for name in zoo.names() for dataset in zoo.datasets(name)]
 VARIANT_CASES = [("resnet34", "imagenet", v) for v in VARIANTS if v != "base"]
-CASES = [(*case, arch) for case in ZOO + VARIANT_CASES for arch in ARCHS]
+CASES = ZOO + VARIANT_CASES
 
 
 def runtime_only_load(folder: Path) -> subprocess.CompletedProcess:
@@ -44,12 +44,13 @@ def runtime_only_load(folder: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, env=env, timeout=300)
 
 
-@pytest.mark.parametrize("name,dataset,variant,arch", CASES, ids=["-".join(c) for c in CASES])
-def test_library_holds_compiled_kernels_and_loads_with_the_runtime_alone(name, dataset, variant, arch, tmp_path):
+@pytest.mark.parametrize("name,dataset,variant", CASES, ids=["-".join(c) for c in CASES])
+def test_library_holds_compiled_kernels_and_loads_with_the_runtime_alone(name, dataset, variant, tmp_path):
     model = zoo.load(name, dataset)
     if variant != "base":
         model = model.transform(ALL_VARIANTS[variant])
-    exe = nasir.compile(model, target="cuda", arch=arch, tuning_dir="none")
+    exe = nasir.compile(model, target="cuda", arch=ARCHS, tuning_dir="none")
+    assert exe.meta["arch"] == ARCHS
     saved = exe.save(tmp_path / "exe")
     assert sorted(os.listdir(saved)) == ["meta.json", "model.so", "weights.params"]
     library = (saved / "model.so").read_bytes()
@@ -66,7 +67,16 @@ def test_rejected_kernel_is_a_build_error_naming_it(tmp_path):
               "  __shared__ float s[60000];\n"
               "  s[threadIdx.x] = a[threadIdx.x]; __syncthreads(); a[threadIdx.x] = s[threadIdx.x + 7];\n}\n")
     with pytest.raises(LoweringError, match=r"kernel layer1_conv_kernel for sm_90: .*too much shared data"):
-        compile_kernels(source, "sm_90", tvm_build.nvcc_path())
+        compile_kernels(source, ["sm_90"], tvm_build.nvcc_path())
+
+
+def test_one_fatbin_holds_a_cubin_per_architecture():
+    source = 'extern "C" __global__ void scale(float* a) { a[threadIdx.x] *= 2.0f; }\n'
+    for archs in (["sm_90"], ["sm_80", "sm_90"]):
+        assert compile_kernels(source, archs, tvm_build.nvcc_path()).count(b"\x7fELF") == len(archs)
+    assert tvm_build.cuda_archs("sm_90,sm_80") == ["sm_80", "sm_90"]
+    with pytest.raises(NasirError, match="expected a GPU architecture sm_XY"):
+        tvm_build.cuda_archs("ampere")
 
 
 def test_dlight_schedule_over_the_shared_memory_is_declined():

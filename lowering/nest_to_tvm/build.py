@@ -17,14 +17,16 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import shutil
 
 import tvm
 from tvm import relax
+from tvm.ir.base import from_json_graph_str
 from tvm.relax.backend.cuda import pipeline as cuda
 from tvm.s_tir import dlight as dl
 
-from nasir.errors import BackendUnavailableError
+from nasir.errors import BackendUnavailableError, NasirError
 from nasir.lowering.nest_to_tvm.cuda import building_kernels, load_cuda_runtime
 
 CUDA_ARCH = "sm_90"
@@ -65,11 +67,21 @@ def host_cpu() -> dict:
     return {"kind": "llvm", "num-cores": os.cpu_count() or 1}
 
 
+def cuda_archs(arch: str | None) -> list[str]:
+    """The GPU architectures `arch` names, lowest first: one ("sm_90") or several ("sm_80,sm_90":
+    one library whose fatbin runs on both); default: this machine's GPU, else CUDA_ARCH."""
+    names = {a.strip() for a in (arch or gpu_arch() or CUDA_ARCH).split(",") if a.strip()}
+    if not names or any(not re.fullmatch(r"sm_\d+a?", a) for a in names):
+        raise NasirError(f"arch {arch!r}: expected a GPU architecture sm_XY, or several separated by commas "
+                         f"(sm_80,sm_90)")
+    return sorted(names, key=lambda a: int(re.sub(r"\D", "", a)))
+
+
 def target_of(name: str, arch: str | None = None) -> tvm.target.Target:
-    """TVM's target for nasir's target `name` ("tvm": this CPU, or "cuda"; `arch`: cuda's sm_XY)."""
+    """TVM's target for nasir's target `name` ("tvm": this CPU, or "cuda"; `arch`: cuda's sm_XY, or
+    several: the schedules are made for the lowest)."""
     if name == "cuda":
-        arch = arch or gpu_arch() or CUDA_ARCH
-        return tvm.target.Target({"kind": "cuda", "arch": arch, "max_shared_memory_per_block": 49152},
+        return tvm.target.Target({"kind": "cuda", "arch": cuda_archs(arch)[0], "max_shared_memory_per_block": 49152},
                                  host=host_cpu())
     return tvm.target.Target(host_cpu())
 
@@ -98,7 +110,8 @@ class DeclineOnError(dl.ScheduleRule):
 
     def apply(self, func, target, tunable):
         try:  # on a copy: a failed schedule may have changed the function it was given
-            scheduled = self.rule.apply(tvm.ir.load_json(tvm.ir.save_json(func)), target, tunable)
+            copy = from_json_graph_str(tvm.ir.save_json(func))  # TVM's own format: no upgrade pass
+            scheduled = self.rule.apply(copy, target, tunable)
         except Exception:  # noqa: BLE001 - dlight's assertions and TVM's schedule errors
             return None
         limit = int(target.attrs["max_shared_memory_per_block"])
@@ -130,5 +143,5 @@ def build(mod: tvm.IRModule, name: str, arch: str | None = None) -> tvm.runtime.
     if name != "cuda":
         return tvm.compile(mod, target=target)
     require_cuda_compiler()
-    with building_kernels(str(target.attrs["arch"]), nvcc_path()):
+    with building_kernels(cuda_archs(arch), nvcc_path()):
         return tvm.compile(mod, target=target, relax_pipeline=cuda_pipeline(target))

@@ -4,12 +4,12 @@ TVM's CUDA codegen hands the kernels' CUDA source to the CUDA runtime's module f
 compiles it through the `tvm_callback_cuda_compile` hook; where TVM's CUDA runtime library is not
 loaded (any machine without a GPU), it keeps the *source* instead, and the saved library then
 compiles it at load time, which needs TVM's 250 MB compiler library and nvcc or NVRTC on the GPU
-machine. `building_kernels(arch)` makes the build compile: it loads TVM's CUDA runtime library
-(`libtvm_runtime_cuda.so`; where no CUDA driver is installed, after a stand-in `libcuda.so.1` whose
-every call fails, made once with the C compiler nvcc uses) and routes the hook to `compile_kernels`,
-nvcc for one architecture. The library then holds a fatbin:
+machine. `building_kernels(archs, nvcc)` makes the build compile: it loads TVM's CUDA runtime
+library (`libtvm_runtime_cuda.so`; where no CUDA driver is installed, after a stand-in
+`libcuda.so.1` whose every call fails, made once with the C compiler nvcc uses) and routes the hook
+to `compile_kernels`, nvcc for the named architectures. The library then holds a fatbin:
 
-    with building_kernels("sm_90"):
+    with building_kernels(["sm_90"], nvcc):
         library = tvm.compile(mod, target=cuda_target)     # nvcc runs here, once
     library.export_library("model.so")                     # host code + fatbin; loads with TVM's runtime alone
 
@@ -91,33 +91,33 @@ def _rejected_kernels(message: str) -> list[str]:
     return sorted(set(re.findall(r"[Ee]ntry function '(\w+)'", message)))
 
 
-def compile_kernels(source: str, arch: str, nvcc: str) -> bytes:
-    """`source` (a module's kernels) compiled by `nvcc` into a fatbin for `arch` (sm_XY)."""
-    number = arch.removeprefix("sm_")
+def compile_kernels(source: str, archs: list[str], nvcc: str) -> bytes:
+    """`source` (a module's kernels) compiled by `nvcc` into one fatbin for each of `archs` (sm_XY)."""
+    gencode = [flag for arch in archs for flag in ("-gencode", f"arch=compute_{arch[3:]},code={arch}")]
     with tempfile.TemporaryDirectory(prefix="nasir-cuda-") as folder:
         cu, fatbin = Path(folder) / "kernels.cu", Path(folder) / "kernels.fatbin"
         cu.write_text(source)
-        command = [nvcc, "--fatbin", "-O3", "-gencode", f"arch=compute_{number},code=sm_{number}",
-                   "-o", str(fatbin), str(cu)]
+        command = [nvcc, "--fatbin", "-O3", *gencode, "-o", str(fatbin), str(cu)]
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
             kernels = _rejected_kernels(done.stderr)
             named = f"kernel {', '.join(kernels)}" if kernels else "the model's kernels"
             errors = [line.strip() for line in done.stderr.splitlines() if "error" in line] or [done.stderr.strip()]
-            raise LoweringError(f"nvcc could not compile {named} for {arch}: {'; '.join(errors)[:2000]}")
+            raise LoweringError(f"nvcc could not compile {named} for {', '.join(archs)}: "
+                                f"{'; '.join(errors)[:2000]}")
         return fatbin.read_bytes()
 
 
 @contextmanager
-def building_kernels(arch: str, nvcc: str):
-    """While inside, TVM's CUDA builds compile their kernels with `compile_kernels` for `arch`."""
+def building_kernels(archs: list[str], nvcc: str):
+    """While inside, TVM's CUDA builds compile their kernels with `compile_kernels` for `archs`."""
     load_cuda_runtime()
     before = tvm_ffi.get_global_func(COMPILE_HOOK, allow_missing=True)
     failure: list[BaseException] = []
 
     def hook(source: str) -> bytes:
         try:
-            return compile_kernels(source, arch, nvcc)
+            return compile_kernels(source, archs, nvcc)
         except LoweringError as e:  # TVM turns the hook's exception into its own: keep ours
             failure.append(e)
             raise
