@@ -17,6 +17,8 @@ live in the arena. Each model runs at both vector widths (conftest's `cpu`), on 
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -64,7 +66,9 @@ def vgg_block(tmp_path_factory):
     net = torch.nn.Sequential(conv(3, 64, 3, padding=1), relu(), conv(64, 64, 3, padding=1), relu(),
                               torch.nn.MaxPool2d(2, 2), conv(64, 128, 3, padding=1)).eval()
     path = tmp_path_factory.mktemp("vgg") / "vgg_block.onnx"
-    torch.onnx.export(net, (torch.randn(1, 3, SIZE, SIZE),), str(path), opset_version=13, dynamo=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice, as in nasir.zoo
+        torch.onnx.export(net, (torch.randn(1, 3, SIZE, SIZE),), str(path), opset_version=13, dynamo=False)
     return path
 
 
