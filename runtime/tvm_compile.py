@@ -91,6 +91,6 @@ def compile_tvm(module: ModuleOp, profile: bool = False, tune_trials: int = 0, t
 def compile_cuda(module: ModuleOp, arch: str | None = None, tune_trials: int = 0, tuning_dir: str | None = None,
                  transfer: bool = True) -> TVMExecutable:
     """Compile `module` with TVM for a CUDA GPU of `arch` (sm_XY, or several: "sm_80,sm_90", one
-    library for both; default: this machine's GPU, else sm_90); needs TVM with CUDA and nvcc, not a GPU (running it does, and so does `tune_trials`;
-    records in `tuning_dir` transfer without one)."""
+    library for both; default: this machine's GPU, else sm_90); needs TVM with CUDA and nvcc, not a
+    GPU (running it does, and so does `tune_trials`; records in `tuning_dir` transfer without one)."""
     return _compile(module, "cuda", arch, tune_trials=tune_trials, tuning_dir=tuning_dir, transfer=transfer)

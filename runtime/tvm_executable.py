@@ -57,21 +57,37 @@ class TVMExecutable(Executable):
         self.target = meta["target"]
         self.meta = meta
         self.library = library
-        self.weights = [np.ascontiguousarray(w, np.float32) for w in weights]
+        self.weights = weights
         self.compile_seconds = meta.get("compile_seconds", 0.0)
         self._vm = None
         self._dev = None
+
+    @property
+    def weights(self) -> list[np.ndarray]:
+        """The arrays `main` takes after the inputs (meta.json's "weights", in order)."""
+        return self._weights
+
+    @weights.setter
+    def weights(self, arrays: list[np.ndarray]) -> None:
+        """Other weights of the same shapes: the next call copies them to the device and uses them."""
+        self._weights = [np.ascontiguousarray(w, np.float32) for w in arrays]
         self._device_weights = None
 
     @property
     def vm(self):
-        """The Relax VM running the library, made on the first call (the weights then go to the device)."""
+        """The Relax VM running the library, made on the first call."""
         if self._vm is None:
-            tvm, relax = _tvm()
+            _, relax = _tvm()
             self._dev = device_of(self.meta)
             self._vm = relax.VirtualMachine(self.library, self._dev)
-            self._device_weights = [tvm.runtime.tensor(w, self._dev) for w in self.weights]
         return self._vm
+
+    def _weights_on_device(self) -> list:
+        """The weights as tensors on the VM's device, copied there once per `weights`."""
+        if self._device_weights is None:
+            tvm, _ = _tvm()
+            self._device_weights = [tvm.runtime.tensor(w, self._dev) for w in self._weights]
+        return self._device_weights
 
     def device_ms(self, *inputs, repeat: int = 20) -> float:
         """Median milliseconds of one call timed on the device (TVM's time_evaluator; inputs and
@@ -80,12 +96,12 @@ class TVMExecutable(Executable):
         vm = self.vm
         args = [tvm.runtime.tensor(np.ascontiguousarray(a, np.float32), self._dev) for a in inputs]
         timer = vm.time_evaluator("main", self._dev, number=1, repeat=repeat, min_repeat_ms=1)
-        return float(np.median(timer(*args, *self._device_weights).results)) * 1e3
+        return float(np.median(timer(*args, *self._weights_on_device()).results)) * 1e3
 
     def _run(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         tvm, _ = _tvm()
         vm = self.vm
-        out = vm["main"](*(tvm.runtime.tensor(a, self._dev) for a in arrays), *self._device_weights)
+        out = vm["main"](*(tvm.runtime.tensor(a, self._dev) for a in arrays), *self._weights_on_device())
         outs = [out] if hasattr(out, "numpy") else list(out)  # one tensor, or a tuple of them
         return [o.numpy() for o in outs]
 
@@ -95,10 +111,9 @@ class TVMExecutable(Executable):
         info = self.meta.get("profile")
         if info is None:
             raise NasirError("this executable was compiled without profiling: compile it with profile=True")
-        tvm, relax = _tvm()
+        _, relax = _tvm()
         device = device_of(self.meta)
         vm = relax.VirtualMachine(self.library, device)
-        device_weights = [tvm.runtime.tensor(w, device) for w in self.weights]
         calls: list[float] = []
         kernels: list[str] = []
         started: list[float] = []
@@ -113,7 +128,7 @@ class TVMExecutable(Executable):
             return 0
 
         vm.set_instrument(instrument)
-        self._vm, self._dev, self._device_weights = vm, device, device_weights
+        self._vm, self._dev = vm, device
         runs, times = [], []
         try:
             for ms in self.timed_runs(inputs, repeat, warmup, before_each=lambda: (calls.clear(), kernels.clear())):

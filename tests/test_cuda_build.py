@@ -107,7 +107,8 @@ def test_weights_travel_apart_and_can_be_swapped(tmp_path):
     exe_a, exe_b = nasir.compile(a, target="tvm"), nasir.compile(b, target="tvm")
     assert exe_a.meta["weights"] == exe_b.meta["weights"]
     loaded = nasir.runtime.load(exe_a.save(tmp_path / "a"))
-    loaded.weights = exe_b.weights
+    np.testing.assert_array_equal(loaded(x), exe_a(x))
+    loaded.weights = exe_b.weights  # after a call: the device copy of the first weights is replaced
     np.testing.assert_allclose(loaded(x), nasir.compile(b, target="torch")(x), rtol=1e-4, atol=1e-4)
     assert (tmp_path / "a" / "model.so").stat().st_size * 20 < (tmp_path / "a" / "weights.params").stat().st_size
 

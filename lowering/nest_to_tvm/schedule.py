@@ -16,9 +16,9 @@ On a GPU ("cuda") the parallel dims run on the grid instead: the spatial loops o
 reduction loop are fused and split over blockIdx.x / threadIdx.x; the PrimFunc's other blocks
 (epilogue, layout, avg's count) are bound the same way. Unscheduled contractions on a GPU get
 `default_gpu`: each thread accumulates a register tile of output channels x positions, the
-epilogue applied as the tile is written; other unscheduled nests are left to TVM's default pipeline
-(dlight's default rules). Packed operand layouts (`pack`) are the llvm
-backend's and are not mapped. `program` marks a scheduled PrimFunc `tirx.is_scheduled` and opaque,
+epilogue applied as the tile is written; other unscheduled nests are left to TVM's default
+pipeline (dlight's default rules). Packed operand layouts (`pack`) are the llvm backend's and are
+not mapped. `program` marks a scheduled PrimFunc `tirx.is_scheduled` and opaque,
 so TVM neither reschedules it nor fuses it into a neighbour.
 
 A primitive TVM refuses (a fusion of loops that are not adjacent, say) is a LoweringError naming
@@ -88,6 +88,12 @@ def _primitive(op: nest.ComputeOp, what: str) -> Iterator[None]:
         raise _error(op, what, e) from None
 
 
+def _output_channels(op: nest.ComputeOp) -> list[int]:
+    """The parallel dims the weight reads and the data does not (a conv's `co`, a gemm's `n`)."""
+    data, weight = (affine.map_dims(m) for m in op.access_maps[:2])
+    return [d for d in range(op.domain.num_parallel.data) if d in weight and d not in data]
+
+
 def default_cpu(op: nest.ComputeOp, lanes: int) -> Schedule | None:
     """The CPU schedule of an unscheduled contraction: its output-channel dim (a parallel dim the
     weight reads and the data does not: a conv's `co`, a gemm's `n`) split by the target's `lanes`,
@@ -97,22 +103,14 @@ def default_cpu(op: nest.ComputeOp, lanes: int) -> Schedule | None:
     """
     if op.kind != "mac" or not op.domain.reduction:
         return None
-    names, npar = op.domain.dim_names, op.domain.num_parallel.data
-    data, weight = (affine.map_dims(m) for m in op.access_maps[:2])
-    channels = [d for d in range(npar) if d in weight and d not in data and op.domain.dims[d][1] % lanes == 0]
+    names = op.domain.dim_names
+    channels = [d for d in _output_channels(op) if op.domain.dims[d][1] % lanes == 0]
     if not channels:
         return None
     dim = names[channels[-1]]
     outer = [Loop.outer(n) if n == dim else n for n, _ in op.domain.parallel]
     return Schedule(splits=[(dim, lanes)], order=[*outer, *(n for n, _ in op.domain.reduction), Loop.inner(dim)],
                     vector=Loop.inner(dim))
-
-
-def _output_channel(op: nest.ComputeOp) -> int | None:
-    """The parallel dim the weight reads and the data does not (a conv's `co`, a gemm's `n`)."""
-    data, weight = (affine.map_dims(m) for m in op.access_maps[:2])
-    channels = [d for d in range(op.domain.num_parallel.data) if d in weight and d not in data]
-    return channels[-1] if channels else None
 
 
 def _divisor(extent: int, wanted: int) -> int:
@@ -142,7 +140,7 @@ def default_gpu(func: tirx.PrimFunc, op: nest.ComputeOp, bind: bool = True) -> t
     if op.kind != "mac" or not op.domain.reduction:
         return None
     npar = op.domain.num_parallel.data
-    channel = _output_channel(op)
+    channel = next(reversed(_output_channels(op)), None)
     sch = s_tir.Schedule(func)
     try:
         block = _combiner_block(sch, op)
