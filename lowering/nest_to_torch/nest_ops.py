@@ -372,7 +372,10 @@ def _conv(op: nest.ComputeOp, inputs: list[torch.Tensor], extents: list[int], ge
     if x is None or _shape(x)[1] != groups * _shape(w)[1]:
         return None
     pw0, pw1, ph0, ph1 = _pads(x, out_hw, tuple(_shape(w)[2:]), geo)
-    if pw0 == pw1 >= 0 and ph0 == ph1 >= 0:  # symmetric: let the conv pad (exports as one Conv)
+    # The conv pads both ends by the begin amount (exports as one Conv) when that adds at most
+    # stride - 1 rows at the end (or cuts some off), which no window reaches: e.g. a stride-2 3x3 or
+    # 1x1 conv of an even size.
+    if all(0 <= p0 - p1 < s and p0 >= 0 for p0, p1, s in ((ph0, ph1, geo.strides[0]), (pw0, pw1, geo.strides[1]))):
         y = F.conv2d(x, w, stride=geo.strides, padding=(ph0, pw0), dilation=geo.dilations, groups=groups)
     else:
         y = F.conv2d(F.pad(x, [pw0, pw1, ph0, ph1]), w, stride=geo.strides, dilation=geo.dilations, groups=groups)
