@@ -122,7 +122,7 @@ def test_onnx_export_of_a_grouped_model_matches_a_plain_grouped_module(net_and_m
 
 
 def test_generic_nest_path_exports(net_and_model, tmp_path):
-    """A shifted conv is not a torch conv pattern: it runs (and exports) as gather + einsum."""
+    """A shifted conv reads an asymmetric window: it exports as Pad then Conv."""
     _, model = net_and_model
     shifted = model.transform("convert-nn-to-nest,shift{dim=ow offset=1 layers=\"conv3.*\"}")
     path = shifted.to_onnx(tmp_path / "s.onnx")

@@ -17,6 +17,7 @@ import zlib
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 import optuna
 import pytest
 from search_fixtures import dense_only_onnx, tiny_resnet_onnx
@@ -200,6 +201,18 @@ def test_search_writes_its_results(first):
         assert (out / "best.pipeline").read_text().strip() == first.best.pipeline
         assert (out / "best.onnx").stat().st_size > 0
         assert first.best in first.pareto and all(c.measured_ms > 0 for c in first.pareto)
+
+
+def test_best_onnx_reloads(first):
+    """nasir re-imports the network a search writes (issue 38): best.onnx loads, and its torch
+    backend computes what ONNX Runtime computes on the file."""
+    assert first.best is not None
+    path = first.out / "best.onnx"
+    best = nasir.load(str(path))
+    x = np.random.default_rng(0).standard_normal(best.input_shapes[0]).astype(np.float32)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (expected,) = session.run(None, {session.get_inputs()[0].name: x})
+    np.testing.assert_allclose(nasir.compile(best, target="torch")(x), expected, rtol=1e-4, atol=1e-4)
 
 
 def test_kernel_times_go_to_the_users_cache(first, user_cache):

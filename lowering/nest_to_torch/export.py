@@ -8,10 +8,14 @@ for anything else), so what is exported computes what nasir's backends compute.
     program = to_torch(module, training=True)   # nn.Module, any batch size: parameters = the weight store
     ...train program...
     trained = from_torch(module, program)    # a copy of the IR with the trained weights
-    to_onnx(module, "net.onnx")           # Conv/Einsum/Gather/... nodes; ONNX Runtime runs it
+    to_onnx(module, "net.onnx")           # Conv/MatMul/Pad/Concat/... nodes; ONNX Runtime runs it,
+                                          # nasir.load imports it again
 
 ONNX export uses torch's TorchScript exporter (`dynamo=False`): it works offline and traces the
-interpreter loop into a flat graph (index tensors of the generic path become constants).
+interpreter loop into a flat graph (index tensors of the generic path become constants). Every
+architecture transform's nests take the fast path (nest_ops.py), whose ops nasir imports again:
+a file nasir writes (`Model.to_onnx`, a search's best.onnx) is a file `nasir.load` reads
+(tests/test_export_round_trip.py).
 """
 
 from __future__ import annotations

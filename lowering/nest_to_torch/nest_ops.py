@@ -8,7 +8,8 @@ Generic path, correct for any nest (arbitrary affine maps, split parts, shifted 
    where the map does not use the dim), indices computed by evaluating the map on index grids;
    out-of-bounds reads are masked to the combiner's identity (0 for mac/copy, -inf for max,
    left out of the count for avg);
-2. the combiner reduces over the reduction dims (einsum for mac, amax, masked mean);
+2. the combiner reduces over the reduction dims (for mac `contract`, a batched matrix product;
+   amax, masked mean);
 3. the epilogue steps run on the result, still laid out as the parallel dims;
 4. the result is scattered into the output through out_map.
 
@@ -21,6 +22,12 @@ pools built by convert-nn-to-nest (recognised by rebuilding their maps) go to
 torch.nn.functional; so do the convs the architecture transforms make of them (grouped, depthwise,
 index-split parts, shifted or unshared windows, and a conv reading the first channels of each
 group, bottleneck{dim=ci}, as a conv of that channel slice). Both paths compute the same numbers; `fast=False` forces the generic one.
+
+What the fast path emits is also what `to_onnx` traces, so it sticks to ops nasir's own frontend
+imports (and ONNX Runtime runs well): a channel slice is a Pad with negative pads (`_narrow`), a
+contraction Transpose/Reshape/MatMul (`contract`), a broadcast of a copy nest (the spatial
+bottleneck's repeated rows) a Concat of copies (`_repeat`), and reshapes that change nothing are
+left out: no Einsum, Expand, Where or Slice on activations.
 """
 
 from __future__ import annotations
@@ -92,6 +99,34 @@ def _sizes(extents: list[int], batched: bool) -> list[int]:
     return [-1, *extents[1:]] if batched else list(extents)
 
 
+def _reshape(x: torch.Tensor, sizes: list[int]) -> torch.Tensor:
+    """`x.reshape(sizes)`, or `x` itself when it already has that shape (-1: any size), so an
+    exported graph holds no Reshape that changes nothing."""
+    shape = _shape(x)
+    if len(shape) == len(sizes) and all(s in (-1, d) for s, d in zip(sizes, shape)):
+        return x
+    return x.reshape(sizes)
+
+
+def _permute(x: torch.Tensor, order: list[int]) -> torch.Tensor:
+    """`x.permute(order)`, or `x` when the order keeps every axis in place (no Transpose exported)."""
+    return x if list(order) == sorted(order) else x.permute(order)
+
+
+def _repeat(x: torch.Tensor, sizes: list[int]) -> torch.Tensor:
+    """`x.expand(sizes)` as copies concatenated along each axis of size 1 that grows (-1: keep):
+    exports as Concat, which every importer runs, where expand exports as Expand (and Where/Equal
+    for the -1).
+
+        >>> _repeat(torch.tensor([[1.0], [2.0]]), [-1, 3]).tolist()
+        [[1.0, 1.0, 1.0], [2.0, 2.0, 2.0]]
+    """
+    for axis, (have, want) in enumerate(zip(_shape(x), sizes)):
+        if want not in (-1, have):
+            x = torch.cat([x] * want, axis)
+    return x
+
+
 # --- gathering ---------------------------------------------------------------------------------
 
 def _shape(x: torch.Tensor) -> tuple[int, ...]:
@@ -122,7 +157,7 @@ def _view(x: torch.Tensor, sizes: tuple[int, ...], amap: AffineMap, extents: lis
         x = x.select(axis, value)
     order = sorted(range(len(positions)), key=lambda a: positions[a])
     aligned = [extents[d] if d in positions else 1 for d in range(len(extents))]
-    return x.permute(order).reshape(_sizes(aligned, per_sample))
+    return _reshape(_permute(x, order), _sizes(aligned, per_sample))
 
 
 def gather(x: torch.Tensor, amap: AffineMap, extents: list[int], fast: bool = True, batched: bool = False
@@ -149,7 +184,7 @@ def gather(x: torch.Tensor, amap: AffineMap, extents: list[int], fast: bool = Tr
         flat = flat + idx.clamp(0, size - 1) * stride
         stride *= size
     if per_sample:
-        values = x.reshape(x.shape[0], -1)[:, flat.reshape(-1)].reshape(_sizes(aligned, True))
+        values = _reshape(x.reshape(x.shape[0], -1)[:, flat.reshape(-1)], _sizes(aligned, True))
     else:
         values = x.reshape(-1)[flat]
     return values, (None if bool(mask.all()) else mask)
@@ -160,23 +195,59 @@ def gather(x: torch.Tensor, amap: AffineMap, extents: list[int], fast: bool = Tr
 def _mac(op: nest.ComputeOp, inputs: list[torch.Tensor], extents: list[int], fast: bool,
          batched: bool) -> torch.Tensor:
     npar = op.domain.num_parallel.data
-    letters = string.ascii_letters
-    operands, specs, used_any = [], [], set()
+    sizes = _sizes(extents, batched)
+    operands, used_any = [], set()
     for x, amap in zip(inputs[:2], op.access_maps[:2]):
         values, mask = gather(x, amap, extents, fast, batched)
         if mask is not None:
             values = torch.where(mask, values, torch.zeros((), dtype=values.dtype))
         used = sorted(affine.map_dims(amap))
-        operands.append(values.reshape([-1 if batched and d == 0 else extents[d] for d in used]))
-        specs.append("".join(letters[d] for d in used))
+        operands.append((_reshape(values, [sizes[d] for d in used]), used))
         used_any |= set(used)
     kept = [d for d in range(npar) if d in used_any]
-    core = torch.einsum(f"{specs[0]},{specs[1]}->{''.join(letters[d] for d in kept)}", *operands)
+    core = contract(*operands[0], *operands[1], kept, sizes)
     unread = math.prod(extents[d] for d in range(npar, len(extents)) if d not in used_any)
     if unread != 1:
         core = core * unread
     aligned = [extents[d] if d in used_any else 1 for d in range(npar)]
-    return core.reshape(_sizes(aligned, batched and 0 in used_any))
+    return _reshape(core, _sizes(aligned, batched and 0 in used_any))
+
+
+def _sum_alone(x: torch.Tensor, dims: list[int], other: list[int], out_dims: list[int]
+               ) -> tuple[torch.Tensor, list[int]]:
+    """`x` summed over the dims no other operand and not the output has, and its remaining dims."""
+    alone = [i for i, d in enumerate(dims) if d not in other and d not in out_dims]
+    return (x.sum(alone), [d for i, d in enumerate(dims) if i not in alone]) if alone else (x, dims)
+
+
+def contract(a: torch.Tensor, a_dims: list[int], b: torch.Tensor, b_dims: list[int], out_dims: list[int],
+             sizes: list[int]) -> torch.Tensor:
+    """`einsum(a_dims, b_dims -> out_dims)` as one batched matrix product (sizes[d]: extent of dim d,
+    -1 for the batch): dims of both operands and the output are its batch, of one operand and the
+    output its rows (a) or columns (b), of both operands only its reduction; a dim of one operand
+    only is summed first. Exports as Transpose/Reshape/MatMul, which ONNX importers run, where
+    einsum exports as Einsum.
+
+        >>> a, b = torch.ones(2, 3), torch.ones(4, 3)        # gemm with a transposed weight
+        >>> contract(a, [0, 2], b, [1, 2], [0, 1], [2, 4, 3]).shape
+        torch.Size([2, 4])
+    """
+    a, a_dims = _sum_alone(a, a_dims, b_dims, out_dims)
+    b, b_dims = _sum_alone(b, b_dims, a_dims, out_dims)
+    both = [d for d in out_dims if d in a_dims and d in b_dims]
+    rows = [d for d in out_dims if d in a_dims and d not in b_dims]
+    cols = [d for d in out_dims if d in b_dims and d not in a_dims]
+    red = [d for d in a_dims if d in b_dims and d not in out_dims]
+
+    def size(dims: list[int]) -> int:
+        return -1 if any(sizes[d] == -1 for d in dims) else math.prod(sizes[d] for d in dims)
+
+    lead = [size(both)] if both else []
+    a = _reshape(_permute(a, [a_dims.index(d) for d in both + rows + red]), lead + [size(rows), size(red)])
+    b = _reshape(_permute(b, [b_dims.index(d) for d in both + red + cols]), lead + [size(red), size(cols)])
+    y = _reshape(torch.matmul(a, b), [sizes[d] for d in both + rows + cols])
+    order = both + rows + cols
+    return _permute(y, [order.index(d) for d in out_dims])
 
 
 def _window_op(op: nest.ComputeOp, inputs: list[torch.Tensor], extents: list[int], fast: bool,
@@ -257,11 +328,26 @@ def _read_channels(op: nest.ComputeOp, x: torch.Tensor, groups: int, ci: int) ->
     if coeffs != {names.index("ci"): 1} or offset < 0 or (groups - 1) * stride + offset + ci > channels:
         return None
     if groups == 1:
-        return x if (offset, ci) == (0, channels) else x.narrow(1, offset, ci)
+        return x if (offset, ci) == (0, channels) else _narrow(x, 1, offset, ci)
     if (stride, offset, groups * ci) == (ci, 0, channels):
         return x
+    if groups * stride == channels:  # channels [g*S + offset, g*S + offset + ci) of each group g
+        n, _, *spatial = _shape(x)
+        per_group = _narrow(x.reshape([-1, groups, stride, *spatial]), 2, offset, ci)
+        return per_group.reshape([-1, groups * ci, *spatial])
     index = (torch.arange(groups).view(-1, 1) * stride + offset + torch.arange(ci)).reshape(-1)
     return x.index_select(1, index)
+
+
+def _narrow(x: torch.Tensor, axis: int, start: int, length: int) -> torch.Tensor:
+    """`x.narrow(axis, start, length)` as a constant pad by minus the cut-off amounts: exports as
+    Pad (with negative pads), which nasir's ONNX frontend imports, where narrow exports as Slice.
+
+        >>> _narrow(torch.arange(6.0).view(1, 6), 1, 2, 3).tolist()
+        [[2.0, 3.0, 4.0]]
+    """
+    spec = [0, 0] * (x.dim() - 1 - axis) + [-start, start + length - _shape(x)[axis]]
+    return F.pad(x, spec)
 
 
 def _same_but_channel(a, b) -> bool:
@@ -286,11 +372,14 @@ def _conv(op: nest.ComputeOp, inputs: list[torch.Tensor], extents: list[int], ge
     if x is None or _shape(x)[1] != groups * _shape(w)[1]:
         return None
     pw0, pw1, ph0, ph1 = _pads(x, out_hw, tuple(_shape(w)[2:]), geo)
-    if pw0 == pw1 >= 0 and ph0 == ph1 >= 0:  # symmetric: let the conv pad (exports as one Conv)
+    # The conv pads both ends by the begin amount (exports as one Conv) when that adds at most
+    # stride - 1 rows at the end (or cuts some off), which no window reaches: e.g. a stride-2 3x3 or
+    # 1x1 conv of an even size.
+    if all(0 <= p0 - p1 < s and p0 >= 0 for p0, p1, s in ((ph0, ph1, geo.strides[0]), (pw0, pw1, geo.strides[1]))):
         y = F.conv2d(x, w, stride=geo.strides, padding=(ph0, pw0), dilation=geo.dilations, groups=groups)
     else:
         y = F.conv2d(F.pad(x, [pw0, pw1, ph0, ph1]), w, stride=geo.strides, dilation=geo.dilations, groups=groups)
-    return y.reshape(_sizes(extents[:dom.num_parallel.data], batched))
+    return _reshape(y, _sizes(extents[:dom.num_parallel.data], batched))
 
 
 def _functional(op: nest.ComputeOp, inputs: list[torch.Tensor], extents: list[int],
@@ -324,8 +413,10 @@ def _epilogue(op: nest.ComputeOp, inputs: list[torch.Tensor], core: torch.Tensor
     npar = op.domain.num_parallel.data
     for kind, refs, params in op.steps:
         if refs:
-            other, _ = gather(inputs[refs[0]], op.access_maps[refs[0]], extents, fast, batched)
-            other = other.reshape(other.shape[:npar])  # the reduction axes, all of size 1
+            amap = op.access_maps[refs[0]]
+            other, _ = gather(inputs[refs[0]], amap, extents, fast, batched)
+            # without the reduction axes, all of size 1
+            other = _reshape(other, _sizes(list(_shape(other)[:npar]), batched and 0 in affine.map_dims(amap)))
             core = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div}[kind](core, other)
         elif kind == "relu":
             core = torch.relu(core)
@@ -370,9 +461,9 @@ def _scatter(op: nest.ComputeOp, core: torch.Tensor, extents: list[int], batched
         shape = (1, *shape[1:])  # a sample's
     grid = extents[:npar]
     if _shape(core)[batched:] != tuple(grid[batched:]):
-        core = core.expand(_sizes(grid, batched))
+        core = _repeat(core, _sizes(grid, batched))
     if _row_major(op, shape, extents):
-        return core.reshape(_sizes(list(shape), batched))
+        return _reshape(core, _sizes(list(shape), batched))
     omap = op.output_map
     dim = _grid(grid)
     flat = torch.zeros(grid, dtype=torch.long)
