@@ -151,7 +151,7 @@ def test_fuzz_cli_counts_choices_and_saves_mismatches(tmp_path, capsys, monkeypa
     outcome, monkeypatched) is saved as ONNX with its one-line reproduction."""
     assert fuzz.main(["--cases", "1", "--seed", "106", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "1 cases" in out and "1 agree" in out and "family:channel" in out and "spatial -[plain]->" in out
+    assert "1 cases" in out and "1 agree" in out and "family:channel" in out and "channel -[NCHWc]-> channel-pool" in out
 
     monkeypatch.setattr(fuzz, "check_case", lambda case, path: Outcome("mismatch", "max abs diff 1 at output 'y'"))
     assert fuzz.main(["--cases", "1", "--seed", "106", "--out", str(tmp_path)]) == 1
