@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 # pytest on every core (pytest-xdist); PYTEST_ARGS="-p no:xdist -x" runs in one process
 PYTEST_ARGS ?= -n auto --dist worksteal
 
-.PHONY: venv test demo bench lit pytest clean
+.PHONY: venv test demo bench lit pytest fuzz clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -32,6 +32,13 @@ lit: $(STAMP)
 DEMO_OUT ?= demo-search
 demo: $(STAMP)
 	$(BIN)/nasir search resnet18 --budget 100 --time-limit 150 --workers 2 --out $(DEMO_OUT)
+
+# random CNN graphs against ONNX Runtime with fresh seeds for MINUTES (nasir/fuzz): cases per second
+# and per lowering choice; each mismatch saved in FUZZ_OUT as ONNX with a one-line reproduction
+MINUTES ?= 30
+FUZZ_OUT ?= fuzz-out
+fuzz: $(STAMP)
+	$(BIN)/python -m nasir.fuzz --minutes $(MINUTES) --out $(FUZZ_OUT)
 
 bench: $(STAMP)
 	$(BIN)/python -m nasir.benchmarks $(ARGS)

@@ -28,7 +28,14 @@ CASES = "differential case"
 """user_properties key of each case a differential test (test_differential.py) ran; its value the op."""
 HOSTILE = "hostile file"
 """user_properties key of each mutated ONNX file test_hostile_files.py ran; its value the outcome."""
+CHOICE = "lowering choice"
+"""user_properties key of each lowering choice a whole-graph case exercised (test_graphs.py)."""
+TRANSITION = "lowering transition"
+"""user_properties key of each producer/consumer transition a whole-graph case exercised."""
 COUNTED = {CASES: "differential cases run against ONNX Runtime", HOSTILE: "hostile ONNX files by outcome"}
+TABLES = {CHOICE: "whole-graph cases per lowering choice",
+          TRANSITION: "whole-graph cases per transition (producer family, layout, consumer family)"}
+"""Counted like COUNTED, printed as a table: one line per value."""
 COMPILED_ONLY = "compiled only"
 """user_properties key of a test that compiled code this CPU cannot run (seen by xdist's controller)."""
 
@@ -73,10 +80,15 @@ def pytest_terminal_summary(terminalreporter):
     counts: dict[str, dict[str, int]] = {}
     for report in terminalreporter.stats.get("passed", []) + terminalreporter.stats.get("failed", []):
         for key, value in report.user_properties if report.when == "call" else []:
-            if key in COUNTED:
+            if key in COUNTED or key in TABLES:
                 counts.setdefault(key, {})[value] = counts.get(key, {}).get(value, 0) + 1
     for key, by_value in counts.items():
-        terminalreporter.write_line(f"{COUNTED[key]}: " + ", ".join(f"{v} {n}" for v, n in sorted(by_value.items())))
+        if key in TABLES:
+            terminalreporter.write_line(f"{TABLES[key]}:")
+            for value, n in sorted(by_value.items(), key=lambda item: (-item[1], item[0])):
+                terminalreporter.write_line(f"  {n:5d}  {value}")
+        else:
+            terminalreporter.write_line(f"{COUNTED[key]}: " + ", ".join(f"{v} {n}" for v, n in sorted(by_value.items())))
     compiled_only = [r for r in terminalreporter.stats.get("passed", [])
                      if r.when == "call" and any(k == COMPILED_ONLY for k, _ in r.user_properties)]
     if compiled_only:

@@ -50,6 +50,9 @@ EXEMPT = {
     "nasir search resnet34 --budget 1000 --strategy evolution --workers 2 --out runs/r34": "a search of hours (test_search)",
     "nasir search resnet34 --ray 127.0.0.1:6379 --workers 8": "needs a Ray cluster",
     "python -m nasir.demo --model resnet34": "compiles and times ResNet-34, minutes",
+    "nasir check model.onnx --bisect": "compiles ResNet-18 and, on a mismatch, each prefix of it (test_bisect: "
+                                       "a small model made wrong on purpose, and one that agrees)",
+    "make fuzz MINUTES=30": "fuzzes for 30 minutes (test_graphs runs its generator; test_fuzz_cli runs it for 2 cases)",
 }
 """README line -> why this test does not run it."""
 

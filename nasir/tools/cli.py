@@ -7,6 +7,7 @@
     nasir check r18.onnx                        # compare with ONNX Runtime: max |diff|, PASS/FAIL
     nasir check r18.onnx --cpu x86-64-v3        # the same with code for another CPU (AVX2 here)
     nasir check r18.onnx --checked              # ... with every load and store bounds-checked
+    nasir check r18.onnx --bisect               # on a mismatch: the first node whose output differs
     nasir profile resnet34 --dataset imagenet --variant group16   # time per layer vs its MACs
     nasir search resnet18 --budget 100 --out runs/r18              # faster networks, same capacity
     nasir tune resnet34 --dataset imagenet      # time the best schedules of its convs on this CPU
@@ -141,12 +142,31 @@ def cmd_check(args) -> int:
         model = load(path)
         inputs = seeded_inputs(model, args.seed)
         with step(progress, f"compiling for {args.target}"):
-            exe = nasir.compile(model, target=args.target, **llvm_options(args))
+            exe = nasir.compile(model, target=args.target, **llvm_options(args),
+                                **({"threads": args.threads} if args.threads else {}))
         with step(progress, f"running {args.target} and ONNX Runtime"):
             result = compare(exe(*inputs), onnxruntime_outputs(path, inputs))
-    style = "green" if result.ok else "red"
-    out.print(f"max abs diff {result.max_abs_diff:.3e}  [{style}]{result.verdict}[/{style}]")
+        style = "green" if result.ok else "red"
+        out.print(f"max abs diff {result.max_abs_diff:.3e}  [{style}]{result.verdict}[/{style}]")
+        if args.bisect and not result.ok:
+            bisect(args, path, inputs)
     return 0 if result.ok else 1
+
+
+def bisect(args, path: Path, inputs: list[np.ndarray]) -> None:
+    """`check --bisect`: name the first node whose output differs (nasir.tools.bisect)."""
+    from nasir.tools.bisect import first_difference
+
+    if args.target != "llvm":
+        raise NasirError(f"--bisect compares nasir's llvm code node by node (got --target {args.target})")
+    options = {**({"checked": True} if args.checked else {}), **({"threads": args.threads} if args.threads else {})}
+    with step(progress, "comparing prefix graphs node by node"):
+        first = first_difference(path, inputs, args.cpu, options,
+                                 on_node=lambda k, n, name: progress.print(f"  node {k + 1}/{n}: {name}"))
+    if first is None:
+        out.print("every node's output agrees alone: the difference needs the whole graph")
+    else:
+        out.print(f"first differing {first.describe()}")
 
 
 def cmd_profile(args) -> int:
@@ -279,6 +299,10 @@ def parser() -> argparse.ArgumentParser:
     c = command("check", cmd_check, "compare a model's outputs with ONNX Runtime (exit 1 on mismatch)")
     model_args(c)
     run_args(c)
+    c.add_argument("--threads", type=int, help="llvm: threads of the code (default 1)")
+    c.add_argument("--bisect", action="store_true",
+                   help="on a mismatch, compare the prefix graph of each node in order and name the first node "
+                        "whose output differs, with its shapes and lowering choices")
     c = command("profile", cmd_profile, "compile with per-call timers, run, print each layer's time next to its MACs")
     model_args(c)
     transform = c.add_mutually_exclusive_group()
