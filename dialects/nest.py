@@ -72,11 +72,16 @@ COMBINERS = {"mac": 2, "max": 1, "avg": 1, "copy": 1}
 EPILOGUE_STEPS = {
     # step: (operand references, float parameters)
     "add": (1, 0), "sub": (1, 0), "mul": (1, 0), "div": (1, 0),
-    "relu": (0, 0), "sigmoid": (0, 0), "hard_swish": (0, 0),
-    "leaky_relu": (0, 1), "clip": (0, 2), "hard_sigmoid": (0, 2), "scale": (0, 1),
+    "pow": (1, 0), "min": (1, 0), "max": (1, 0), "prelu": (1, 0),
+    "relu": (0, 0), "sigmoid": (0, 0), "hard_swish": (0, 0), "tanh": (0, 0), "exp": (0, 0), "log": (0, 0),
+    "sqrt": (0, 0), "abs": (0, 0), "neg": (0, 0), "sign": (0, 0), "softplus": (0, 0),
+    "leaky_relu": (0, 1), "clip": (0, 2), "hard_sigmoid": (0, 2), "scale": (0, 1), "elu": (0, 1),
+    "selu": (0, 2), "shrink": (0, 2),
 }
-"""Epilogue steps: `add K`/`sub K`/`mul K`/`div K` combine with input K; `scale C` multiplies by
-C; `clip LO HI`, `leaky_relu ALPHA`, `hard_sigmoid ALPHA BETA` as in ONNX."""
+"""Epilogue steps: `add K`/`sub K`/`mul K`/`div K`/`pow K`/`min K`/`max K` combine with input K
+(value op input); `prelu K` scales negative values by input K; `scale C` multiplies by C; `clip LO
+HI`, `leaky_relu ALPHA`, `hard_sigmoid ALPHA BETA`, `elu ALPHA`, `selu ALPHA GAMMA`, `shrink LAMBD
+BIAS` and the rest (`tanh`, `exp`, `log`, `sqrt`, `abs`, `neg`, `sign`, `softplus`) as in ONNX."""
 
 
 # --- domain ------------------------------------------------------------------------------------

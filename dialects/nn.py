@@ -241,6 +241,16 @@ class MatMulOp(NNOp):
 # --- element-wise ------------------------------------------------------------------------------
 
 class UnaryOp(NNOp):
+    """An op of one tensor. Element-wise ones name the nest epilogue step they are (`STEP`, with the
+    float properties `PARAMS` as its parameters): convert-nn-to-nest turns each into a copy nest
+    with that one step, and the backends run nn and nest level alike with one definition per step.
+
+        %y = nn.elu %x {alpha = 1.0 : f32}  ->  nest.compute %x {combiner = "copy", epilogue = ["elu 1.0"]}
+    """
+
+    STEP: ClassVar[str] = ""
+    PARAMS: ClassVar[tuple[str, ...]] = ()
+
     @classmethod
     def infer_shape(cls, shapes, props):
         return shapes[0]
@@ -254,24 +264,29 @@ class UnaryOp(NNOp):
 class ReluOp(UnaryOp):
     """max(x, 0)"""
     name = "nn.relu"
+    STEP: ClassVar[str] = "relu"
 
 
 @irdl_op_definition
 class SigmoidOp(UnaryOp):
     """1 / (1 + exp(-x))"""
     name = "nn.sigmoid"
+    STEP: ClassVar[str] = "sigmoid"
 
 
 @irdl_op_definition
 class HardSwishOp(UnaryOp):
     """x * clip(x / 6 + 1/2, 0, 1)"""
     name = "nn.hard_swish"
+    STEP: ClassVar[str] = "hard_swish"
 
 
 @irdl_op_definition
 class LeakyReluOp(UnaryOp):
     """x if x >= 0 else alpha * x"""
     name = "nn.leaky_relu"
+    STEP: ClassVar[str] = "leaky_relu"
+    PARAMS: ClassVar[tuple[str, ...]] = ("alpha",)
     alpha = prop_def(FloatAttr)
 
 
@@ -279,6 +294,8 @@ class LeakyReluOp(UnaryOp):
 class HardSigmoidOp(UnaryOp):
     """clip(alpha * x + beta, 0, 1)"""
     name = "nn.hard_sigmoid"
+    STEP: ClassVar[str] = "hard_sigmoid"
+    PARAMS: ClassVar[tuple[str, ...]] = ("alpha", "beta")
     alpha = prop_def(FloatAttr)
     beta = prop_def(FloatAttr)
 
@@ -287,15 +304,113 @@ class HardSigmoidOp(UnaryOp):
 class ClipOp(UnaryOp):
     """clip(x, min, max); ONNX's input-form bounds are folded into these properties."""
     name = "nn.clip"
+    STEP: ClassVar[str] = "clip"
+    PARAMS: ClassVar[tuple[str, ...]] = ("min", "max")
     min = prop_def(FloatAttr)
     max = prop_def(FloatAttr)
 
 
 @irdl_op_definition
-class SoftmaxOp(UnaryOp):
+class TanhOp(UnaryOp):
+    """tanh(x)"""
+    name = "nn.tanh"
+    STEP: ClassVar[str] = "tanh"
+
+
+@irdl_op_definition
+class ExpOp(UnaryOp):
+    """exp(x)"""
+    name = "nn.exp"
+    STEP: ClassVar[str] = "exp"
+
+
+@irdl_op_definition
+class LogOp(UnaryOp):
+    """log(x) (natural)"""
+    name = "nn.log"
+    STEP: ClassVar[str] = "log"
+
+
+@irdl_op_definition
+class SqrtOp(UnaryOp):
+    """sqrt(x)"""
+    name = "nn.sqrt"
+    STEP: ClassVar[str] = "sqrt"
+
+
+@irdl_op_definition
+class AbsOp(UnaryOp):
+    """|x|"""
+    name = "nn.abs"
+    STEP: ClassVar[str] = "abs"
+
+
+@irdl_op_definition
+class NegOp(UnaryOp):
+    """-x"""
+    name = "nn.neg"
+    STEP: ClassVar[str] = "neg"
+
+
+@irdl_op_definition
+class SignOp(UnaryOp):
+    """1 if x > 0, -1 if x < 0, else x (0, or NaN)"""
+    name = "nn.sign"
+    STEP: ClassVar[str] = "sign"
+
+
+@irdl_op_definition
+class SoftplusOp(UnaryOp):
+    """log(1 + exp(x))"""
+    name = "nn.softplus"
+    STEP: ClassVar[str] = "softplus"
+
+
+@irdl_op_definition
+class EluOp(UnaryOp):
+    """x if x > 0 else alpha * (exp(x) - 1)"""
+    name = "nn.elu"
+    STEP: ClassVar[str] = "elu"
+    PARAMS: ClassVar[tuple[str, ...]] = ("alpha",)
+    alpha = prop_def(FloatAttr)
+
+
+@irdl_op_definition
+class SeluOp(UnaryOp):
+    """gamma * (x if x > 0 else alpha * (exp(x) - 1))"""
+    name = "nn.selu"
+    STEP: ClassVar[str] = "selu"
+    PARAMS: ClassVar[tuple[str, ...]] = ("alpha", "gamma")
+    alpha = prop_def(FloatAttr)
+    gamma = prop_def(FloatAttr)
+
+
+@irdl_op_definition
+class ShrinkOp(UnaryOp):
+    """x + bias if x < -lambd, x - bias if x > lambd, else 0 (ONNX Shrink)"""
+    name = "nn.shrink"
+    STEP: ClassVar[str] = "shrink"
+    PARAMS: ClassVar[tuple[str, ...]] = ("lambd", "bias")
+    lambd = prop_def(FloatAttr)
+    bias = prop_def(FloatAttr)
+
+
+class SoftmaxBase(UnaryOp):
+    """Softmax or log-softmax over `axis`: ops the nest level keeps (each backend has a kernel)."""
+
+    axis = prop_def(IntegerAttr)
+
+
+@irdl_op_definition
+class SoftmaxOp(SoftmaxBase):
     """softmax over `axis` (opset >= 13 semantics; older exports are rewritten by the frontend)."""
     name = "nn.softmax"
-    axis = prop_def(IntegerAttr)
+
+
+@irdl_op_definition
+class LogSoftmaxOp(SoftmaxBase):
+    """log(softmax(x)) over `axis`, computed as x - max - log(sum(exp(x - max)))."""
+    name = "nn.log_softmax"
 
 
 @irdl_op_definition
@@ -309,7 +424,10 @@ class LRNOp(UnaryOp):
 
 
 class BinaryOp(NNOp):
+    """An element-wise op of two broadcasting tensors; `STEP` is its nest epilogue step (`add 1`)."""
+
     ARITY: ClassVar[tuple[int, int]] = (2, 2)
+    STEP: ClassVar[str] = ""
 
     @classmethod
     def infer_shape(cls, shapes, props):
@@ -324,24 +442,62 @@ class BinaryOp(NNOp):
 class AddOp(BinaryOp):
     """a + b with broadcasting"""
     name = "nn.add"
+    STEP: ClassVar[str] = "add"
 
 
 @irdl_op_definition
 class SubOp(BinaryOp):
     """a - b with broadcasting"""
     name = "nn.sub"
+    STEP: ClassVar[str] = "sub"
 
 
 @irdl_op_definition
 class MulOp(BinaryOp):
     """a * b with broadcasting"""
     name = "nn.mul"
+    STEP: ClassVar[str] = "mul"
 
 
 @irdl_op_definition
 class DivOp(BinaryOp):
     """a / b with broadcasting"""
     name = "nn.div"
+    STEP: ClassVar[str] = "div"
+
+
+@irdl_op_definition
+class PowOp(BinaryOp):
+    """a ** b with broadcasting"""
+    name = "nn.pow"
+    STEP: ClassVar[str] = "pow"
+
+
+@irdl_op_definition
+class MinOp(BinaryOp):
+    """min(a, b) with broadcasting (NaN where either is)"""
+    name = "nn.min"
+    STEP: ClassVar[str] = "min"
+
+
+@irdl_op_definition
+class MaxOp(BinaryOp):
+    """max(a, b) with broadcasting (NaN where either is)"""
+    name = "nn.max"
+    STEP: ClassVar[str] = "max"
+
+
+@irdl_op_definition
+class PReluOp(BinaryOp):
+    """x if x >= 0 else slope * x; the slope broadcasts to x (ONNX's one-way broadcasting)."""
+    name = "nn.prelu"
+    STEP: ClassVar[str] = "prelu"
+
+    @classmethod
+    def infer_shape(cls, shapes, props):
+        if broadcast_shapes(*shapes) != shapes[0]:
+            raise VerifyException(f"prelu: slope {list(shapes[1])} does not broadcast to x {list(shapes[0])}")
+        return shapes[0]
 
 
 @irdl_op_definition
@@ -519,14 +675,96 @@ class PadOp(NNOp):
         return cls.make([x], pads=ints(pads), value=FloatAttr(value, f32))
 
 
+@irdl_op_definition
+class SliceOp(NNOp):
+    """x[starts[0]:ends[0]:steps[0], ...]: one slice per axis, non-negative in-bounds starts and
+    ends, positive steps (the frontend normalises ONNX's). Split and the edges of reflect and edge
+    padding are slices too.
+
+        %y = nn.slice %x {starts = array<i64: 0, 2>, ends = array<i64: 4, 6>, steps = array<i64: 1, 2>}
+             : (tensor<4x8xf32>) -> tensor<4x2xf32>
+    """
+
+    name = "nn.slice"
+    starts = prop_def(DenseArrayBase)
+    ends = prop_def(DenseArrayBase)
+    steps = prop_def(DenseArrayBase)
+
+    @classmethod
+    def infer_shape(cls, shapes, props):
+        s = shapes[0]
+        starts, ends, steps = (_ints(props, k, ()) for k in ("starts", "ends", "steps"))
+        if not len(starts) == len(ends) == len(steps) == len(s):
+            raise VerifyException(f"slice: starts, ends and steps need {len(s)} values each")
+        if any(not 0 <= b < e <= d or st < 1 for b, e, st, d in zip(starts, ends, steps, s)):
+            raise VerifyException(f"slice: [{list(starts)}, {list(ends)}) by {list(steps)} of {list(s)} is "
+                                  f"empty or out of bounds")
+        return tuple(-(-(e - b) // st) for b, e, st in zip(starts, ends, steps))
+
+    @classmethod
+    def new(cls, x, starts, ends, steps=None):
+        return cls.make([x], starts=ints(starts), ends=ints(ends), steps=ints(steps or [1] * len(starts)))
+
+
+@irdl_op_definition
+class ExpandOp(NNOp):
+    """Broadcast x to `shape` (numpy rules; `shape` is the result's, ONNX Expand's target already
+    broadcast with x's shape by the frontend)."""
+
+    name = "nn.expand"
+    shape = prop_def(DenseArrayBase)
+
+    @classmethod
+    def infer_shape(cls, shapes, props):
+        target = _ints(props, "shape", ())
+        if broadcast_shapes(shapes[0], target) != target:
+            raise VerifyException(f"expand: {list(shapes[0])} does not broadcast to {list(target)}")
+        return target
+
+    @classmethod
+    def new(cls, x, shape):
+        return cls.make([x], shape=ints(shape))
+
+
+class ReduceOp(NNOp):
+    """A reduction over `axes` (non-negative, sorted) that keeps them as size-1 dims."""
+
+    axes = prop_def(DenseArrayBase)
+
+    @classmethod
+    def infer_shape(cls, shapes, props):
+        s, axes = shapes[0], _ints(props, "axes", ())
+        if not axes or any(not 0 <= a < len(s) for a in axes) or list(axes) != sorted(set(axes)):
+            raise VerifyException(f"{cls.name}: axes {list(axes)} of a rank-{len(s)} tensor")
+        return tuple(1 if a in axes else d for a, d in enumerate(s))
+
+    @classmethod
+    def new(cls, x, axes):
+        return cls.make([x], axes=ints(sorted(axes)))
+
+
+@irdl_op_definition
+class ReduceMeanOp(ReduceOp):
+    """Mean over `axes`: `nn.reduce_mean %x {axes = array<i64: 1>} : (tensor<2x3x4xf32>) -> tensor<2x1x4xf32>`."""
+    name = "nn.reduce_mean"
+
+
+@irdl_op_definition
+class ReduceSumOp(ReduceOp):
+    """Sum over `axes`, kept as size-1 dims."""
+    name = "nn.reduce_sum"
+
+
 NN = Dialect(
     "nn",
     [
         WeightOp, Conv2DOp, GemmOp, MatMulOp,
-        ReluOp, SigmoidOp, HardSwishOp, LeakyReluOp, HardSigmoidOp, ClipOp, SoftmaxOp, LRNOp,
-        AddOp, SubOp, MulOp, DivOp, BatchNormOp,
-        MaxPoolOp, AvgPoolOp, GlobalAvgPoolOp, GlobalMaxPoolOp,
-        ReshapeOp, TransposeOp, ConcatOp, PadOp,
+        ReluOp, SigmoidOp, HardSwishOp, LeakyReluOp, HardSigmoidOp, ClipOp,
+        TanhOp, ExpOp, LogOp, SqrtOp, AbsOp, NegOp, SignOp, SoftplusOp, EluOp, SeluOp, ShrinkOp,
+        SoftmaxOp, LogSoftmaxOp, LRNOp,
+        AddOp, SubOp, MulOp, DivOp, PowOp, MinOp, MaxOp, PReluOp, BatchNormOp,
+        MaxPoolOp, AvgPoolOp, GlobalAvgPoolOp, GlobalMaxPoolOp, ReduceMeanOp, ReduceSumOp,
+        ReshapeOp, TransposeOp, ConcatOp, PadOp, SliceOp, ExpandOp,
     ],
     [],
 )

@@ -77,7 +77,7 @@ ALIGN = 64
 """Byte alignment of every buffer in the weights and the arena (one AVX-512 cache line), and of
 the weights and workspace the runtime allocates."""
 
-COMPUTE_OPS = (nest.ComputeOp, nn.ConcatOp, nn.ReshapeOp, nn.SoftmaxOp, nn.LRNOp, nn.PadOp, nn.BatchNormOp)
+COMPUTE_OPS = (nest.ComputeOp, nn.ConcatOp, nn.ReshapeOp, nn.SoftmaxBase, nn.LRNOp, nn.PadOp, nn.BatchNormOp)
 """Ops that do work at the nest level: wrapped by this pass, lowered by convert-nest-to-loops."""
 
 

@@ -14,6 +14,21 @@ import numpy as np
 from nasir.errors import RuntimeInputError
 
 
+F32_MAX = float(np.finfo(np.float32).max)
+
+
+def _as_float32(name: str, x: np.ndarray) -> np.ndarray:
+    """`x` as float32. A float64 input computes in float32 (agreeing with a float64 reference to
+    float32's precision, about 1e-7 relative); finite values past float32's range would become
+    infinities, a wrong answer, so they are refused."""
+    if x.dtype.itemsize > 4 and x.dtype.kind == "f":
+        finite = x[np.isfinite(x)]
+        if finite.size and float(np.abs(finite).max()) > F32_MAX:
+            raise RuntimeInputError(f"input '{name}' ({x.dtype}) holds {float(np.abs(finite).max()):.3g}, beyond "
+                                    f"float32's range (nasir computes in float32)")
+    return np.ascontiguousarray(x, dtype=np.float32)
+
+
 class Executable:
     """Call with one array per model input; returns one numpy array, or a list for several outputs."""
 
@@ -47,7 +62,7 @@ class Executable:
             if tuple(x.shape) != shape and not (self.any_batch and x.shape[1:] == shape[1:] and x.ndim > 0):
                 raise RuntimeInputError(f"input '{name}' has shape {list(x.shape)}; the model was compiled for {list(shape)}"
                                         + (" (any batch size)" if self.any_batch else ""))
-            arrays.append(np.ascontiguousarray(x, dtype=np.float32))
+            arrays.append(_as_float32(name, x))
         return arrays
 
     def __call__(self, *inputs):

@@ -86,7 +86,7 @@ def nests(module: ModuleOp) -> list[nest.ComputeOp]:
 def check_both_paths(module: ModuleOp, inputs, expected: torch.Tensor) -> None:
     for fast in (True, False):
         got = execute(module, inputs, fast=fast)
-        torch.testing.assert_close(got, expected, **TOL, msg=f"fast={fast}")
+        torch.testing.assert_close(got, expected, **TOL, equal_nan=True, msg=f"fast={fast}")
 
 
 # --- conv --------------------------------------------------------------------------------------
@@ -308,6 +308,18 @@ UNARY = [
     (lambda x: nn.LeakyReluOp.new(x, alpha=_f(0.1)), lambda t: F.leaky_relu(t, 0.1)),
     (lambda x: nn.ClipOp.new(x, min=_f(-0.5), max=_f(0.75)), lambda t: t.clamp(-0.5, 0.75)),
     (lambda x: nn.HardSigmoidOp.new(x, alpha=_f(0.2), beta=_f(0.5)), lambda t: (0.2 * t + 0.5).clamp(0, 1)),
+    (lambda x: nn.TanhOp.new(x), torch.tanh),
+    (lambda x: nn.ExpOp.new(x), torch.exp),
+    (lambda x: nn.LogOp.new(x), torch.log),
+    (lambda x: nn.SqrtOp.new(x), torch.sqrt),
+    (lambda x: nn.AbsOp.new(x), torch.abs),
+    (lambda x: nn.NegOp.new(x), torch.neg),
+    (lambda x: nn.SignOp.new(x), torch.sign),
+    (lambda x: nn.SoftplusOp.new(x), F.softplus),
+    (lambda x: nn.EluOp.new(x, alpha=_f(0.7)), lambda t: F.elu(t, 0.7)),
+    (lambda x: nn.SeluOp.new(x, alpha=_f(1.6732632), gamma=_f(1.050701)), torch.selu),
+    (lambda x: nn.ShrinkOp.new(x, lambd=_f(0.5), bias=_f(0.25)),
+     lambda t: torch.where(t < -0.5, t + 0.25, torch.where(t > 0.5, t - 0.25, torch.zeros_like(t)))),
 ]
 
 
@@ -322,7 +334,8 @@ def test_unary(build, ref):
 
 
 @pytest.mark.parametrize("cls,ref", [(nn.AddOp, torch.add), (nn.SubOp, torch.sub), (nn.MulOp, torch.mul),
-                                     (nn.DivOp, torch.div)])
+                                     (nn.DivOp, torch.div), (nn.PowOp, torch.pow), (nn.MinOp, torch.minimum),
+                                     (nn.MaxOp, torch.maximum)])
 @pytest.mark.parametrize("a,b", [((2, 4, 3, 3), (1, 4, 1, 1)), ((4, 1, 1), (2, 4, 3, 3)), ((5,), (2, 3, 5)),
                                  ((2, 3), (2, 3))])
 def test_binary_broadcast(cls, ref, a, b):
@@ -330,6 +343,22 @@ def test_binary_broadcast(cls, ref, a, b):
     module = gr.module(gr.add(cls.new(*gr.args)))
     run_pipeline(module, "convert-nn-to-nest")
     check_both_paths(module, gr.inputs, ref(*gr.inputs))
+
+
+def test_prelu_slice_expand_reduce():
+    """PRelu with a per-channel slope, a strided slice, an expand and both reductions, each one nest."""
+    gr = Graph((2, 4, 6, 5), (4, 1, 1))
+    x, slope = gr.args
+    p = gr.add(nn.PReluOp.new(x, slope))
+    s = gr.add(nn.SliceOp.new(p, (0, 1, 0, 1), (2, 4, 6, 5), (1, 2, 3, 1)))
+    e = gr.add(nn.ExpandOp.new(gr.add(nn.ReduceMeanOp.new(s, (1, 3))), (2, 2, 2, 4)))
+    module = gr.module(gr.add(nn.ReduceSumOp.new(gr.add(nn.MulOp.new(s, e)), (0, 2))))
+    run_pipeline(module, "convert-nn-to-nest")
+    assert [o.kind for o in nests(module)] == ["copy", "copy", "avg", "copy", "copy", "avg"]
+    xt, st = gr.inputs
+    pt = torch.where(xt < 0, xt * st, xt)[:, 1:4:2, 0:6:3, 1:5]
+    expected = (pt * pt.mean(dim=(1, 3), keepdim=True).expand(2, 2, 2, 4)).sum(dim=(0, 2), keepdim=True)
+    check_both_paths(module, gr.inputs, expected)
 
 
 def test_transpose_and_pad():

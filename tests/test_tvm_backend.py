@@ -26,8 +26,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from onnx import helper
 from tvm import relax
-from test_llvm_onnx_nodes import CASES as NODE_CASES
 from test_onnx_node_tests import DATA, _load_set
+from test_onnx_node_tests import PASSING as NODE_CASES
 from test_schedule_transforms import IR as SCHEDULE_IR
 from test_schedule_transforms import conv_of, conv_oracle
 from test_tools import opt_in_process, run_main

@@ -181,7 +181,7 @@ class Edit:
                 self._into_nest(user, k, value, kept, old, why)
             elif isinstance(user, nn.BatchNormOp) and k == 0:
                 self._into_batch_norm(user, value, kept, old, why)
-            elif isinstance(user, nn.UnaryOp) and not isinstance(user, nn.SoftmaxOp):
+            elif isinstance(user, nn.UnaryOp) and not isinstance(user, nn.SoftmaxBase):
                 new = type(user).create(operands=[value], properties=dict(user.properties),
                                         result_types=[tensor(shape_of(value))])
                 self.propagate_channels(self.replace(user, new).results[0], kept, old, why)

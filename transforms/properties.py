@@ -111,7 +111,7 @@ def op_mixing(op: Operation, operand: int) -> Matrix:
         return _reshape_mixing(src, dst)
     if isinstance(op, (nn.BatchNormOp, nn.ConcatOp, nn.UnaryOp, nn.BinaryOp)) and len(src) == len(dst):
         matrix = identity(len(src))
-        if isinstance(op, nn.SoftmaxOp):
+        if isinstance(op, nn.SoftmaxBase):
             axis = op.properties["axis"].value.data % len(src) if "axis" in op.properties else len(src) - 1
             matrix[axis][axis] = "a"
         return matrix
@@ -119,7 +119,7 @@ def op_mixing(op: Operation, operand: int) -> Matrix:
 
 
 LINEAR_STEPS = {"add", "sub", "scale"}
-KEPT_NN = (nn.BatchNormOp, nn.ReshapeOp, nn.ConcatOp, nn.SoftmaxOp, nn.LRNOp, nn.PadOp)
+KEPT_NN = (nn.BatchNormOp, nn.ReshapeOp, nn.ConcatOp, nn.SoftmaxBase, nn.LRNOp, nn.PadOp)
 """nn ops that stay nn ops after convert-nn-to-nest (analysed here directly)."""
 
 
@@ -131,9 +131,9 @@ def op_kinds(op: Operation) -> list[str]:
             weight = bool(refs) and isinstance(op.inputs[refs[0]].owner, nn.WeightOp)
             kinds.append("L" if kind in LINEAR_STEPS or (kind in ("mul", "div") and weight) else "N")
         return kinds
-    if isinstance(op, (nn.BatchNormOp, nn.AddOp, nn.SubOp)):
+    if isinstance(op, (nn.BatchNormOp, nn.AddOp, nn.SubOp, nn.ReduceOp)):
         return ["L"]
-    if isinstance(op, (nn.ReshapeOp, nn.ConcatOp, nn.TransposeOp, nn.PadOp)):
+    if isinstance(op, (nn.ReshapeOp, nn.ConcatOp, nn.TransposeOp, nn.PadOp, nn.SliceOp, nn.ExpandOp)):
         return []
     return ["N"]
 

@@ -22,7 +22,8 @@ INT_BINARY = {arith.AddiOp: llvm.AddOp, arith.SubiOp: llvm.SubOp, arith.MuliOp: 
               arith.OrIOp: llvm.OrOp}
 """floordiv/mod of nest index maps only ever see non-negative operands, where they equal sdiv/srem."""
 INTRINSICS = {arith.MaxnumfOp: "llvm.maxnum", arith.MinnumfOp: "llvm.minnum", mathd.ExpOp: "llvm.exp",
-              mathd.SqrtOp: "llvm.sqrt", mathd.PowFOp: "llvm.pow", mathd.FmaOp: "llvm.fma"}
+              mathd.LogOp: "llvm.log", mathd.SqrtOp: "llvm.sqrt", mathd.AbsFOp: "llvm.fabs",
+              mathd.PowFOp: "llvm.pow", mathd.FmaOp: "llvm.fma"}
 """Called with type-mangled names (`llvm.maxnum.v16f32`): xDSL's converter declares these
 intrinsics unmangled, so two vector widths in one module would clash."""
 
@@ -51,7 +52,8 @@ def binary(f: FuncLowering, op: arith.FloatingPointLikeBinaryOperation | arith.S
 
 
 def intrinsic(f: FuncLowering,
-              op: arith.MaxnumfOp | arith.MinnumfOp | mathd.ExpOp | mathd.SqrtOp | mathd.PowFOp | mathd.FmaOp) -> None:
+              op: arith.MaxnumfOp | arith.MinnumfOp | mathd.ExpOp | mathd.LogOp | mathd.SqrtOp | mathd.AbsFOp
+              | mathd.PowFOp | mathd.FmaOp) -> None:
     """`math.exp %x : f32` -> `llvm.call_intrinsic "llvm.exp.f32"(%x)` (`INTRINSICS`)."""
     ty = op.results[0].type
     name = f"{INTRINSICS[type(op)]}.{vector_suffix(ty) if isinstance(ty, VectorType) else 'f32'}"

@@ -251,6 +251,11 @@ class LoopBuilder:
         keep = self.add(arith.OrIOp(self.add(arith.CmpfOp(x, acc, "ogt")), self.add(arith.CmpfOp(x, x, "uno"))))
         return self.select(keep, x, acc)
 
+    def minimum(self, x: SSAValue, acc: SSAValue) -> SSAValue:
+        """`x < acc or x is NaN ? x : acc`: the smaller, NaN where either is (as `maximum`)."""
+        keep = self.add(arith.OrIOp(self.add(arith.CmpfOp(x, acc, "olt")), self.add(arith.CmpfOp(x, x, "uno"))))
+        return self.select(keep, x, acc)
+
     def at_least(self, v: SSAValue, bound: float) -> SSAValue:
         """max(v, bound) for a bound that is a number: `v < bound ? bound : v` (NaN v stays), one vmaxps."""
         c = self.f(bound, v)
@@ -265,7 +270,7 @@ class LoopBuilder:
         return self.add(math.FmaOp.create(operands=[a, b, c], result_types=[a.type]))
 
     def unary(self, kind: str, a: SSAValue) -> SSAValue:
-        ops = {"exp": math.ExpOp, "sqrt": math.SqrtOp}
+        ops = {"exp": math.ExpOp, "log": math.LogOp, "sqrt": math.SqrtOp, "abs": math.AbsFOp}
         return self.add(ops[kind].create(operands=[a], result_types=[a.type]))
 
     def pow(self, a: SSAValue, b: SSAValue) -> SSAValue:

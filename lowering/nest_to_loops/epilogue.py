@@ -5,6 +5,7 @@ builder and the loops these methods read."""
 
 from __future__ import annotations
 
+from xdsl.dialects import arith
 from xdsl.ir import SSAValue
 
 from nasir.errors import LoweringError
@@ -37,6 +38,36 @@ def epilogue(b: LoopBuilder, kind: str, v: SSAValue, operands: list[SSAValue], p
     f = lambda x: b.f(x, v)  # noqa: E731
     if kind in ("add", "sub", "mul", "div"):
         return b.binary(kind, v, operands[0])
+    if kind == "pow":
+        return b.pow(v, operands[0])
+    if kind in ("min", "max"):
+        return (b.minimum if kind == "min" else b.maximum)(v, operands[0])
+    if kind == "prelu":
+        return b.select(b.add(arith.CmpfOp(v, f(0.0), "olt")), b.binary("mul", v, operands[0]), v)
+    if kind in ("exp", "log", "sqrt", "abs"):
+        return b.unary(kind, v)
+    if kind == "neg":
+        return b.binary("mul", v, f(-1.0))
+    if kind == "sign":
+        below = b.select(b.add(arith.CmpfOp(v, f(0.0), "olt")), f(-1.0), v)
+        return b.select(b.add(arith.CmpfOp(v, f(0.0), "ogt")), f(1.0), below)
+    if kind == "tanh":
+        # sign(x) * (1 - e) / (1 + e), e = exp(-2|x|): no overflow, NaN stays NaN
+        e = b.unary("exp", b.binary("mul", b.unary("abs", v), f(-2.0)))
+        t = b.binary("div", b.binary("sub", f(1.0), e), b.binary("add", f(1.0), e))
+        return b.select(b.add(arith.CmpfOp(v, f(0.0), "olt")), b.binary("mul", t, f(-1.0)), t)
+    if kind == "softplus":
+        # max(x, 0) + log(1 + exp(-|x|)): exp never overflows
+        e = b.unary("exp", b.binary("mul", b.unary("abs", v), f(-1.0)))
+        return b.binary("add", b.at_least(v, 0.0), b.unary("log", b.binary("add", f(1.0), e)))
+    if kind in ("elu", "selu"):
+        neg = b.binary("mul", f(params[0]), b.binary("sub", b.unary("exp", v), f(1.0)))
+        y = b.select(b.add(arith.CmpfOp(v, f(0.0), "ogt")), v, neg)
+        return b.binary("mul", y, f(params[1])) if kind == "selu" else y
+    if kind == "shrink":
+        lambd, bias = params
+        inner = b.select(b.add(arith.CmpfOp(v, f(lambd), "ogt")), b.binary("sub", v, f(bias)), f(0.0))
+        return b.select(b.add(arith.CmpfOp(v, f(-lambd), "olt")), b.binary("add", v, f(bias)), inner)
     if kind == "relu":
         return b.at_least(v, 0.0)
     if kind == "clip":

@@ -105,8 +105,9 @@ def emit_row_fused(b: LoopBuilder, producer: Spec, consumer: Spec, made_args: li
         block_rows(b.idx(0))
 
 
-def softmax_kernel(b: LoopBuilder, shape: Shape, axis: int, x: SSAValue, y: SSAValue) -> None:
-    """y = exp(x - max) / sum(exp(x - max)) along `axis`, scalar loops (LLVM vectorises them)."""
+def softmax_kernel(b: LoopBuilder, shape: Shape, axis: int, x: SSAValue, y: SSAValue, log: bool = False) -> None:
+    """y = exp(x - max) / sum(exp(x - max)) along `axis` (`log`: y = x - max - log(sum(exp(x - max)))),
+    scalar loops (LLVM vectorises them)."""
     others = [a for a in range(len(shape)) if a != axis]
 
     def outer(i, at):
@@ -122,10 +123,15 @@ def softmax_kernel(b: LoopBuilder, shape: Shape, axis: int, x: SSAValue, y: SSAV
 
         def expsum(iv, c):
             e = b.unary("exp", b.binary("sub", b.load(x, index(iv)), mx))
-            b.store(e, y, index(iv))
+            if not log:
+                b.store(e, y, index(iv))
             return [b.binary("add", c[0], e)]
 
         total = b.loop(n, 1, [b.const(0.0, f32)], expsum)[0]
+        if log:
+            shift = b.binary("add", mx, b.unary("log", total))
+            b.loop(n, 1, [], lambda iv, c: (b.store(b.binary("sub", b.load(x, index(iv)), shift), y, index(iv)), c)[1])
+            return
         inv = b.binary("div", b.const(1.0, f32), total)
         b.loop(n, 1, [], lambda iv, c: (b.store(b.binary("mul", b.load(y, index(iv)), inv), y, index(iv)), c)[1])
 
@@ -148,9 +154,10 @@ def make_kernel(name: str, arg_types: list[MemRefType], emit, aliased: frozenset
 
 def kernel_for(name: str, op: Operation, arg_types: list[MemRefType], aliased: frozenset[int],
                target: CPUTarget) -> func.FuncOp:
-    if isinstance(op, nn.SoftmaxOp):
+    if isinstance(op, nn.SoftmaxBase):
         return make_kernel(name, arg_types, lambda b, a: softmax_kernel(
-            b, shape_of(op.results[0]), op.axis.value.data % len(shape_of(op.results[0])), a[0], a[1]))
+            b, shape_of(op.results[0]), op.axis.value.data % len(shape_of(op.results[0])), a[0], a[1],
+            log=isinstance(op, nn.LogSoftmaxOp)))
     specs = [nest_spec(op)] if isinstance(op, nest.ComputeOp) else nn_specs(op, target)
 
     def emit(b, args):

@@ -51,6 +51,7 @@ from nasir.dialects import affine, nest
 from nasir.dialects.shapes import shape_of
 from nasir.errors import LoweringError
 from nasir.lowering.nn_to_nest.convert import Window, conv_nest, pool_nest
+from nasir.lowering.nest_to_torch.steps import apply_step
 
 Index = torch.Tensor | int
 
@@ -412,28 +413,13 @@ def _epilogue(op: nest.ComputeOp, inputs: list[torch.Tensor], core: torch.Tensor
               fast: bool, batched: bool) -> torch.Tensor:
     npar = op.domain.num_parallel.data
     for kind, refs, params in op.steps:
+        other = None
         if refs:
             amap = op.access_maps[refs[0]]
             other, _ = gather(inputs[refs[0]], amap, extents, fast, batched)
             # without the reduction axes, all of size 1
             other = _reshape(other, _sizes(list(_shape(other)[:npar]), batched and 0 in affine.map_dims(amap)))
-            core = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div}[kind](core, other)
-        elif kind == "relu":
-            core = torch.relu(core)
-        elif kind == "sigmoid":
-            core = torch.sigmoid(core)
-        elif kind == "hard_swish":
-            core = F.hardswish(core)
-        elif kind == "leaky_relu":
-            core = F.leaky_relu(core, params[0])
-        elif kind == "clip":
-            core = core.clamp(params[0], params[1])
-        elif kind == "hard_sigmoid":
-            core = (core * params[0] + params[1]).clamp(0.0, 1.0)
-        elif kind == "scale":
-            core = core * params[0]
-        else:
-            raise LoweringError(f"torch backend: epilogue step '{kind}' is not implemented")
+        core = apply_step(kind, core, other, params)
     return core
 
 

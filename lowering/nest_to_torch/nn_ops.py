@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from nasir.dialects import nn
 from nasir.dialects.shapes import shape_of
+from nasir.lowering.nest_to_torch.steps import apply_step
 
 Tensor = torch.Tensor
 
@@ -113,6 +114,21 @@ def pad(op: nn.PadOp, inputs: list[Tensor]) -> Tensor:
     return F.pad(x, spec, value=prop_float(op, "value"))
 
 
+def slice_(op: nn.SliceOp, inputs: list[Tensor]) -> Tensor:
+    bounds = zip(prop_ints(op, "starts"), prop_ints(op, "ends"), prop_ints(op, "steps"))
+    return inputs[0][tuple(slice(b, e, s) for b, e, s in bounds)]
+
+
+def elementwise(op: nn.UnaryOp | nn.BinaryOp, inputs: list[Tensor]) -> Tensor:
+    """An element-wise op is its nest epilogue step (`STEP`), run by `steps.apply_step`."""
+    params = [prop_float(op, p) for p in getattr(op, "PARAMS", ())]
+    return apply_step(op.STEP, inputs[0], inputs[1] if len(inputs) > 1 else None, params)
+
+
+ELEMENTWISE = [cls for cls in nn.NN.operations if issubclass(cls, (nn.UnaryOp, nn.BinaryOp)) and cls.STEP]
+"""The nn ops that are one epilogue step."""
+
+
 def reshape(op: nn.ReshapeOp, inputs: list[Tensor]) -> Tensor:
     """A reshape that keeps axis 0 and reshapes each sample (a flatten) takes any batch size."""
     shape, before = shape_of(op.result), shape_of(op.operands[0])
@@ -128,26 +144,22 @@ LOWERINGS: dict[type, Callable[..., Tensor]] = {
     nn.Conv2DOp: conv2d,
     nn.GemmOp: gemm,
     nn.MatMulOp: lambda op, xs: torch.matmul(xs[0], xs[1]),
-    nn.ReluOp: lambda op, xs: F.relu(xs[0]),
-    nn.SigmoidOp: lambda op, xs: torch.sigmoid(xs[0]),
-    nn.HardSwishOp: lambda op, xs: F.hardswish(xs[0]),
-    nn.LeakyReluOp: lambda op, xs: F.leaky_relu(xs[0], prop_float(op, "alpha")),
-    nn.HardSigmoidOp: lambda op, xs: torch.clamp(prop_float(op, "alpha") * xs[0] + prop_float(op, "beta"), 0.0, 1.0),
-    nn.ClipOp: lambda op, xs: torch.clamp(xs[0], prop_float(op, "min"), prop_float(op, "max")),
+    **{cls: elementwise for cls in ELEMENTWISE},
     nn.SoftmaxOp: lambda op, xs: torch.softmax(xs[0], prop_int(op, "axis")),
+    nn.LogSoftmaxOp: lambda op, xs: torch.log_softmax(xs[0], prop_int(op, "axis")),
     nn.LRNOp: lrn,
-    nn.AddOp: lambda op, xs: xs[0] + xs[1],
-    nn.SubOp: lambda op, xs: xs[0] - xs[1],
-    nn.MulOp: lambda op, xs: xs[0] * xs[1],
-    nn.DivOp: lambda op, xs: xs[0] / xs[1],
     nn.BatchNormOp: batch_norm,
     nn.MaxPoolOp: max_pool,
     nn.AvgPoolOp: avg_pool,
     nn.GlobalAvgPoolOp: lambda op, xs: xs[0].mean(dim=_spatial(xs[0]), keepdim=True),
     nn.GlobalMaxPoolOp: lambda op, xs: xs[0].amax(dim=_spatial(xs[0]), keepdim=True),
+    nn.ReduceMeanOp: lambda op, xs: xs[0].mean(dim=prop_ints(op, "axes"), keepdim=True),
+    nn.ReduceSumOp: lambda op, xs: xs[0].sum(dim=prop_ints(op, "axes"), keepdim=True),
     nn.ReshapeOp: reshape,
     nn.TransposeOp: lambda op, xs: xs[0].permute(prop_ints(op, "perm")),
     nn.ConcatOp: lambda op, xs: torch.cat(xs, prop_int(op, "axis")),
     nn.PadOp: pad,
+    nn.SliceOp: slice_,
+    nn.ExpandOp: lambda op, xs: xs[0].expand(prop_ints(op, "shape")),
 }
 """nn op class -> `fn(op, inputs) -> tensor` (inference semantics; batch-norm in eval mode)."""

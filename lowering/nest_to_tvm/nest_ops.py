@@ -139,7 +139,26 @@ def _step(op: nest.ComputeOp, reader: Reader, kind: str, refs: list[int], params
     f32 = lambda v: tirx.const(v, F32)  # noqa: E731
     if refs:
         other = reader.read(refs[0], list(par))
-        return {"add": x + other, "sub": x - other, "mul": x * other, "div": x / other}[kind]
+        if kind == "prelu":
+            return tirx.Select(x < f32(0.0), x * other, x)
+        return {"add": lambda: x + other, "sub": lambda: x - other, "mul": lambda: x * other,
+                "div": lambda: x / other, "pow": lambda: tirx.power(x, other),
+                "min": lambda: tirx.min(x, other), "max": lambda: tirx.max(x, other)}[kind]()
+    simple = {"tanh": tirx.tanh, "exp": tirx.exp, "log": tirx.log, "sqrt": tirx.sqrt, "abs": tirx.abs}
+    if kind in simple:
+        return simple[kind](x)
+    if kind == "neg":
+        return f32(0.0) - x
+    if kind == "sign":
+        return tirx.Select(x > f32(0.0), f32(1.0), tirx.Select(x < f32(0.0), f32(-1.0), x))
+    if kind == "softplus":
+        return tirx.max(x, f32(0.0)) + tirx.log(f32(1.0) + tirx.exp(f32(0.0) - tirx.abs(x)))
+    if kind in ("elu", "selu"):
+        y = tirx.Select(x > f32(0.0), x, f32(params[0]) * (tirx.exp(x) - f32(1.0)))
+        return y * f32(params[1]) if kind == "selu" else y
+    if kind == "shrink":
+        return tirx.Select(x < f32(-params[0]), x + f32(params[1]),
+                           tirx.Select(x > f32(params[0]), x - f32(params[1]), f32(0.0)))
     if kind == "relu":
         return tirx.max(x, f32(0.0))
     if kind == "sigmoid":

@@ -1,4 +1,4 @@
-"""The nn ops convert-nn-to-nest leaves (concat, reshape, softmax, lrn, pad with a value) in Relax.
+"""The nn ops convert-nn-to-nest leaves (concat, reshape, softmax, log-softmax, lrn, pad with a value) in Relax.
 
 `LOWERINGS[type(op)](bb, op, args) -> relax.Var` emits one op into the Relax function being built,
 with ONNX's semantics as in `nest_to_torch.nn_ops`: Relax ops where Relax has them, a TE compute
@@ -54,6 +54,7 @@ LOWERINGS: dict[type, Callable[..., relax.Var]] = {
     nn.ConcatOp: lambda bb, op, xs: bb.emit(relax.op.concat(xs, prop_int(op, "axis"))),
     nn.ReshapeOp: lambda bb, op, xs: bb.emit(relax.op.reshape(xs[0], shape_of(op.result))),
     nn.SoftmaxOp: lambda bb, op, xs: bb.emit(relax.op.nn.softmax(xs[0], prop_int(op, "axis"))),
+    nn.LogSoftmaxOp: lambda bb, op, xs: bb.emit(relax.op.nn.log_softmax(xs[0], prop_int(op, "axis"))),
     nn.LRNOp: lrn,
     nn.PadOp: pad,
 }

@@ -17,8 +17,10 @@ Domain conventions (architecture transforms rely on these dim names):
   The bias is epilogue `add 2` read at the output channel.
 - gemm: [m, n], [k]; matmul: [b0, b1, ..., m, n], [k] (m / n absent for 1-D operands).
 - pools: [n, c, oh, ow], [kh, kw] with the conv window map; global pools: [n, c], [kh, kw].
-- element-wise, transpose, pad (combiner copy): the output's dims, named [n, c, h, w] for 4-D
-  outputs and [i0, i1, ...] otherwise; broadcast operands read size-1 axes at index 0.
+- element-wise, expand, transpose, pad, slice (combiner copy): the output's dims, named [n, c, h, w]
+  for 4-D outputs and [i0, i1, ...] otherwise; broadcast operands read size-1 axes at index 0.
+- reduce_mean / reduce_sum (combiner avg): the output's dims (reduced axes of extent 1), then
+  [r<axis>, ...] over the reduced axes.
 
 A 3x3 conv, stride 2, pads [1, 1, 0, 0] with bias:
 
@@ -287,32 +289,22 @@ class GlobalPoolToNest(NestPattern):
             amap(4, [d["n"], d["c"], 0, 0]), shape_of(op.result), kind))
 
 
-def _unary_step(op: Operation) -> str | None:
-    if isinstance(op, nn.ReluOp):
-        return "relu"
-    if isinstance(op, nn.SigmoidOp):
-        return "sigmoid"
-    if isinstance(op, nn.HardSwishOp):
-        return "hard_swish"
-    if isinstance(op, nn.LeakyReluOp):
-        return nest.format_step("leaky_relu", params=[op.alpha.value.data])
-    if isinstance(op, nn.ClipOp):
-        return nest.format_step("clip", params=[op.min.value.data, op.max.value.data])
-    if isinstance(op, nn.HardSigmoidOp):
-        return nest.format_step("hard_sigmoid", params=[op.alpha.value.data, op.beta.value.data])
-    return None
-
-
-BINARY_STEPS = {nn.AddOp: "add", nn.SubOp: "sub", nn.MulOp: "mul", nn.DivOp: "div"}
+def elementwise_step(op: Operation) -> str | None:
+    """The epilogue step of an element-wise nn op (`nn.UnaryOp.STEP` with its `PARAMS`, `BinaryOp.STEP`
+    on input 1), "" for nn.expand (a plain broadcasting copy), None for any other op."""
+    if isinstance(op, nn.UnaryOp) and op.STEP:
+        return nest.format_step(op.STEP, params=[op.properties[p].value.data for p in op.PARAMS])
+    if isinstance(op, nn.BinaryOp) and op.STEP:
+        return nest.format_step(op.STEP, operands=[1])
+    return "" if isinstance(op, nn.ExpandOp) else None
 
 
 class ElementwiseToNest(NestPattern):
-    """Unary activations and broadcasting binary ops: a copy nest of operand 0 plus one epilogue step."""
+    """Element-wise nn ops and nn.expand: a copy nest of operand 0 (broadcast operands read size-1
+    axes at index 0) plus the op's one epilogue step."""
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter):
-        step = _unary_step(op)
-        if step is None and type(op) in BINARY_STEPS:
-            step = f"{BINARY_STEPS[type(op)]} 1"
+        step = elementwise_step(op)
         if step is None:
             return
         out = shape_of(op.result)
@@ -320,7 +312,45 @@ class ElementwiseToNest(NestPattern):
         d = [AffineExpr.dimension(i) for i in range(len(out))]
         maps = [broadcast_map(shape_of(v), d, out, len(out)) for v in op.operands]
         rewriter.replace(op, nest.ComputeOp.make(self.names(op), list(op.operands), domain, maps,
-                                                    identity(len(out)), out, "copy", [step]))
+                                                    identity(len(out)), out, "copy", [step] if step else []))
+
+
+class SliceToNest(NestPattern):
+    """A slice: a copy nest reading input index `start + step * i` (Split, runtime Slice, and the
+    edges of reflect and edge padding come here)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: nn.SliceOp, rewriter: PatternRewriter):
+        out = shape_of(op.result)
+        reads = [AffineExpr.dimension(i) * st + b for i, (b, st) in enumerate(zip(_ints(op.starts), _ints(op.steps)))]
+        rewriter.replace(op, nest.ComputeOp.make(self.names(op), [op.operands[0]], elementwise_domain(out),
+                                                    [amap(len(out), reads)], identity(len(out)), out, "copy"))
+
+
+class ReduceToNest(NestPattern):
+    """ReduceMean / ReduceSum: an `avg` nest whose reduction dims `r<axis>` walk the reduced axes
+    (the output keeps them as size-1 parallel dims, as a global pool does); a sum is the mean
+    times the count (`scale N`).
+
+        nn.reduce_sum %x {axes = [1]} : 2x3x4 -> 2x1x4  ->
+          domain [i0 = 2, i1 = 1, i2 = 4], [r1 = 3]; map (d0, d1, d2, d3) -> (d0, d3, d2); "avg", ["scale 3.0"]
+    """
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter):
+        if not isinstance(op, nn.ReduceOp):
+            return
+        src, out = shape_of(op.operands[0]), shape_of(op.result)
+        axes = _ints(op.axes)
+        par = elementwise_domain(out).parallel
+        domain = nest.DomainAttr.make(par, [(f"r{a}", src[a]) for a in axes])
+        nd = len(domain.dim_names)
+        reduced = {a: AffineExpr.dimension(len(out) + k) for k, a in enumerate(axes)}
+        read = amap(nd, [reduced.get(a, AffineExpr.dimension(a)) for a in range(len(src))])
+        count = int(np.prod([src[a] for a in axes]))
+        steps = [nest.format_step("scale", params=[count])] if isinstance(op, nn.ReduceSumOp) else []
+        rewriter.replace(op, nest.ComputeOp.make(self.names(op), [op.operands[0]], domain, [read],
+                                                    amap(nd, [AffineExpr.dimension(a) for a in range(len(out))]),
+                                                    out, "avg", steps))
 
 
 class TransposeToNest(NestPattern):
@@ -350,12 +380,13 @@ class PadToNest(NestPattern):
 
 
 class ConvertNnToNestPass(ModulePass):
-    """Lower conv/gemm/matmul/pools/element-wise/transpose/pad nn ops to nest.compute."""
+    """Lower conv/gemm/matmul/pools/reductions/element-wise/expand/transpose/pad/slice nn ops to nest.compute."""
 
     name = "convert-nn-to-nest"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         names = LayerNames(op)
         patterns = [cls(op, names) for cls in (ConvToNest, GemmToNest, MatMulToNest, PoolToNest,
-                                               GlobalPoolToNest, ElementwiseToNest, TransposeToNest, PadToNest)]
+                                               GlobalPoolToNest, ElementwiseToNest, TransposeToNest, PadToNest,
+                                               SliceToNest, ReduceToNest)]
         PatternRewriteWalker(GreedyRewritePatternApplier(patterns), apply_recursively=False).rewrite_module(op)

@@ -153,8 +153,9 @@ def _cast(node, attrs, inputs, opset):
     return [np.asarray(inputs[0]).astype(helper.tensor_dtype_to_np_dtype(int(attrs["to"])))]
 
 
-def _slice(node, attrs, inputs, opset):
-    x = np.asarray(inputs[0])
+def slice_bounds(attrs, inputs, opset: int, shape: Sequence[int]) -> list[slice]:
+    """One Python slice per axis of an ONNX Slice of a tensor of `shape` (`inputs[1:]`: the constant
+    starts, ends, axes and steps of opset >= 10; attributes before)."""
     if opset < 10:
         starts, ends = attrs["starts"], attrs["ends"]
         axes, steps = attrs.get("axes"), None
@@ -166,10 +167,15 @@ def _slice(node, attrs, inputs, opset):
     ends = [int(e) for e in np.asarray(ends).reshape(-1)]
     axes = list(range(len(starts))) if axes is None else [int(a) for a in np.asarray(axes).reshape(-1)]
     steps = [1] * len(starts) if steps is None else [int(s) for s in np.asarray(steps).reshape(-1)]
-    index = [slice(None)] * x.ndim
+    index = [slice(None)] * len(shape)
     for s, e, a, st in zip(starts, ends, axes, steps):
-        index[normalize_axis(a, x.ndim)] = slice(s, e, st)
-    return [x[tuple(index)]]
+        index[normalize_axis(a, len(shape))] = slice(s, e, st)
+    return index
+
+
+def _slice(node, attrs, inputs, opset):
+    x = np.asarray(inputs[0])
+    return [x[tuple(slice_bounds(attrs, inputs, opset, x.shape))]]
 
 
 def constant_of_shape(attrs, shape) -> np.ndarray:

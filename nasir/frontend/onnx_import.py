@@ -139,9 +139,10 @@ class Importer:
             ttype = info.type.tensor_type
             if not info.type.HasField("tensor_type"):
                 raise FrontendError(f"input '{info.name}' is not a tensor")
-            if ttype.elem_type != TensorProto.FLOAT:
+            if ttype.elem_type not in (TensorProto.FLOAT, TensorProto.DOUBLE):
                 raise FrontendError(f"input '{info.name}' has element type "
-                                    f"{TensorProto.DataType.Name(ttype.elem_type)}; nasir computes in float32: export the model with float32 inputs")
+                                    f"{TensorProto.DataType.Name(ttype.elem_type)}; nasir computes in float32 "
+                                    f"(float64 inputs are read as float32): export the model with float inputs")
             shape = _static_shape(info, shapes.get(info.name))
             check_size(shape, f"input '{info.name}'")
             self.env[info.name] = block.insert_arg(tensor(shape), len(block.args))

@@ -19,7 +19,7 @@ from xdsl.dialects.builtin import FloatAttr, IntegerAttr, f32, i64
 from xdsl.ir import SSAValue
 
 from nasir.dialects import nn
-from nasir.dialects.shapes import shape_of
+from nasir.dialects.shapes import broadcast_shapes, shape_of
 from nasir.errors import FrontendError, UnsupportedOpError
 from nasir.frontend.folding import (
     axes_arg,
@@ -27,6 +27,7 @@ from nasir.frontend.folding import (
     legacy_broadcast,
     normalize_axis,
     reshape_target,
+    slice_bounds,
     squeeze_shape,
     unsqueeze_shape,
 )
@@ -123,6 +124,55 @@ def conv(imp, node, attrs, inputs):
     return [_from_2d(imp, node, imp.emit(op, node), rank)]
 
 
+def conv_transpose(imp, node, attrs, inputs):
+    """ConvTranspose as the convolution it is the gradient of: the input zero-dilated by the
+    strides (a reshape to [N, C, H, 1, W, 1], zero padding of the size-1 axes to the strides, a
+    reshape back), padded by (k - 1) * dilation - pads (a crop where that is negative), and
+    convolved at stride 1 with the weight flipped and its in/out channels swapped per group:
+
+        ConvTranspose(x: 1x3x7x6, W: 3x4x3x3, strides [3, 2], pads 1, output_padding 1)
+          ->  reshape 1x3x7x1x6x1, nn.pad to 1x3x7x3x6x2, reshape 1x3x21x12,
+              nn.conv2d (W flipped as 4x3x3x3, pads [1, 1, 0, 0]) -> 1x4x21x12
+    """
+    x = imp.value(node.input[0])
+    rank = _spatial_rank(node, x)
+    w = imp.require_const(node, node.input[1], "the weight")
+    if "output_shape" in attrs or attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+        raise _unsupported(node, "ConvTranspose with output_shape or auto_pad SAME_*")
+    lift = (lambda v, one: [one] + [int(a) for a in v]) if rank == 1 else (lambda v, one: [int(a) for a in v])
+    n = rank
+    strides = lift(attrs.get("strides", [1] * n), 1)
+    dilations = lift(attrs.get("dilations", [1] * n), 1)
+    extra = lift(attrs.get("output_padding", [0] * n), 0)
+    pads = [int(p) for p in attrs.get("pads", [0] * 2 * n)] if attrs.get("auto_pad", "NOTSET") == "NOTSET" else [0] * 2 * n
+    begins, ends = lift(pads[:n], 0), lift(pads[n:], 0)
+    groups = int(attrs.get("group", 1))
+    w = w.reshape(w.shape[:2] + (1,) + w.shape[2:]) if rank == 1 else w
+    c, m, kh, kw = w.shape
+    if groups < 1 or c % groups or c != shape_of(x)[1]:
+        raise FrontendError(f"weight {list(w.shape)} in {groups} group(s) does not fit an input of "
+                            f"{shape_of(x)[1]} channels")
+    flipped = (w.reshape(groups, c // groups, m, kh, kw).transpose(0, 2, 1, 3, 4)[..., ::-1, ::-1]
+               .reshape(groups * m, c // groups, kh, kw))
+    y = _as_2d(imp, node, x, rank)
+    bn, bc, h, wd = shape_of(y)
+    if strides != [1, 1]:
+        y = _reshape(imp, node, y, (bn, bc, h, 1, wd, 1), "dilate")
+        y = imp.emit(nn.PadOp.new(y, [0] * 9 + [strides[0] - 1, 0, strides[1] - 1]), node, "zeros")
+        y = _reshape(imp, node, y, (bn, bc, h * strides[0], wd * strides[1]), "dilated")
+    size = shape_of(y)[2:]
+    before = [(k - 1) * d - p for k, d, p in zip((kh, kw), dilations, begins)]
+    after = [(k - 1) * d - p + o - (s - 1) for k, d, p, o, s in zip((kh, kw), dilations, ends, extra, strides)]
+    if min(before + after) < 0:
+        lo = [max(0, -b) for b in before]
+        hi = [z - max(0, -a) for z, a in zip(size, after)]
+        y = imp.emit(nn.SliceOp.new(y, [0, 0, *lo], [bn, bc, *hi]), node, "crop")
+    b = imp.value(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+    op = nn.Conv2DOp.new(y, imp.weight(np.ascontiguousarray(flipped), node.input[1]), b,
+                         pads=[max(0, v) for v in before + after], dilations=dilations, groups=groups)
+    return [_from_2d(imp, node, imp.emit(op, node), rank)]
+
+
 def _pool(imp, node, attrs, build: Callable):
     x = imp.value(node.input[0])
     rank = _spatial_rank(node, x)
@@ -195,11 +245,24 @@ def _binary(cls):
     return convert
 
 
-def sum_(imp, node, attrs, inputs):
-    acc = imp.value(node.input[0])
-    for name in node.input[1:]:
-        acc = imp.emit(nn.AddOp.new(acc, imp.value(name)), node)
-    return [acc]
+def _variadic(cls):
+    """Sum, Min, Max of any number of inputs: a chain of the binary op."""
+    def convert(imp, node, attrs, inputs):
+        acc = imp.value(node.input[0])
+        for name in node.input[1:]:
+            acc = imp.emit(cls.new(acc, imp.value(name)), node)
+        return [acc]
+    return convert
+
+
+def prelu(imp, node, attrs, inputs):
+    """Before opset 7 a slope of [C] is per channel (axis 1); from 7 on it broadcasts numpy-style."""
+    x = imp.value(node.input[0])
+    slope = tuple(np.shape(inputs[1])) if isinstance(inputs[1], np.ndarray) else shape_of(inputs[1])
+    rank = len(shape_of(x))
+    per_channel = imp.opset < 7 and len(slope) == 1 and rank > 2
+    shape = slope + (1,) * (rank - 2) if per_channel else None
+    return [imp.emit(nn.PReluOp.new(x, _operand(imp, node, 1, shape)), node)]
 
 
 def batch_norm(imp, node, attrs, inputs):
@@ -216,16 +279,35 @@ def batch_norm(imp, node, attrs, inputs):
     return [imp.emit(op, node)]
 
 
-def softmax(imp, node, attrs, inputs):
+def instance_norm(imp, node, attrs, inputs):
+    """InstanceNormalization from reductions and element-wise ops, per sample and channel:
+    d = x - reduce_mean(x); y = d / sqrt(reduce_mean(d * d) + epsilon) * scale + bias."""
     x = imp.value(node.input[0])
     shape = shape_of(x)
-    axis = normalize_axis(int(attrs.get("axis", 1 if imp.opset < 13 else -1)), len(shape))
-    if imp.opset >= 13 or axis == len(shape) - 1:
-        return [imp.emit(nn.SoftmaxOp.new(x, axis=IntegerAttr(axis, i64)), node)]
-    # Opset < 13: softmax over all dims from `axis` on, as one flattened row.
-    flat = _reshape(imp, node, x, flatten_shape(shape, axis), "coerce2d")
-    y = imp.emit(nn.SoftmaxOp.new(flat, axis=IntegerAttr(1, i64)), node)
-    return [_reshape(imp, node, y, shape, "restore")]
+    axes, per_channel = list(range(2, len(shape))), (shape[1],) + (1,) * (len(shape) - 2)
+    if not axes:
+        raise FrontendError(f"InstanceNormalization of a rank-{len(shape)} input (needs N, C and spatial axes)")
+    emit = lambda op, suffix: imp.emit(op, node, suffix)  # noqa: E731
+    d = emit(nn.SubOp.new(x, emit(nn.ReduceMeanOp.new(x, axes), "mean")), "centred")
+    var = emit(nn.ReduceMeanOp.new(emit(nn.MulOp.new(d, d), "square"), axes), "var")
+    eps = imp.weight(np.full((1,), float(attrs.get("epsilon", 1e-5)), np.float32), f"{node.input[0]}.epsilon")
+    std = emit(nn.SqrtOp.new(emit(nn.AddOp.new(var, eps), "var_eps")), "std")
+    y = emit(nn.MulOp.new(emit(nn.DivOp.new(d, std), "normed"), _operand(imp, node, 1, per_channel)), "scaled")
+    return [imp.emit(nn.AddOp.new(y, _operand(imp, node, 2, per_channel)), node)]
+
+
+def _softmax(cls):
+    """Softmax / LogSoftmax; before opset 13 over all dims from `axis` on, as one flattened row."""
+    def convert(imp, node, attrs, inputs):
+        x = imp.value(node.input[0])
+        shape = shape_of(x)
+        axis = normalize_axis(int(attrs.get("axis", 1 if imp.opset < 13 else -1)), len(shape))
+        if imp.opset >= 13 or axis == len(shape) - 1:
+            return [imp.emit(cls.new(x, axis=IntegerAttr(axis, i64)), node)]
+        flat = _reshape(imp, node, x, flatten_shape(shape, axis), "coerce2d")
+        y = imp.emit(cls.new(flat, axis=IntegerAttr(1, i64)), node)
+        return [_reshape(imp, node, y, shape, "restore")]
+    return convert
 
 
 def lrn(imp, node, attrs, inputs):
@@ -244,21 +326,30 @@ def forward(imp, node, attrs, inputs):
     return [inputs[0]]
 
 
-def reduce_mean(imp, node, attrs, inputs):
-    """ReduceMean over the spatial axes of an NCHW tensor, as exporters write a global average
-    pool (nasir's own `Model.to_onnx` too): nn.global_avg_pool, reshaped to [N, C] for keepdims=0.
-    `axes` is an attribute before opset 18, a constant input from it on; other axes are not
-    supported."""
-    x = imp.value(node.input[0])
-    shape = shape_of(x)
-    axes = axes_arg(attrs, [imp.const(n) for n in node.input], 1, imp.opset, 18)
-    if imp.opset >= 18 and len(node.input) > 1 and node.input[1] and axes is None:
-        imp.require_const(node, node.input[1], "axes")
-    if len(shape) != 4 or axes is None or sorted(normalize_axis(a, 4) for a in axes) != [2, 3]:
-        raise _unsupported(node, f"ReduceMean over axes {axes if axes is not None else 'all'} of a "
-                                 f"rank-{len(shape)} tensor (only over axes 2 and 3 of NCHW)")
-    y = imp.emit(nn.GlobalAvgPoolOp.new(x), node)
-    return [y if int(attrs.get("keepdims", 1)) else _reshape(imp, node, y, shape[:2], "squeeze")]
+def _reduce(cls, axes_input_since: int):
+    """ReduceMean / ReduceSum over any axes (all when none are given, unless noop_with_empty_axes):
+    nn.reduce_mean / nn.reduce_sum, reshaped for keepdims=0. A ReduceMean over axes 2 and 3 of an
+    NCHW tensor, as exporters write a global average pool (nasir's own `Model.to_onnx` too), is
+    nn.global_avg_pool. `axes` is an attribute before `axes_input_since`, a constant input from it on."""
+    def convert(imp, node, attrs, inputs):
+        x = imp.value(node.input[0])
+        shape = shape_of(x)
+        axes = axes_arg(attrs, [imp.const(n) for n in node.input], 1, imp.opset, axes_input_since)
+        if imp.opset >= axes_input_since and len(node.input) > 1 and node.input[1] and axes is None:
+            imp.require_const(node, node.input[1], "axes")
+        if not axes and int(attrs.get("noop_with_empty_axes", 0)):
+            return [x]
+        axes = sorted({normalize_axis(int(a), len(shape)) for a in axes}) if axes else list(range(len(shape)))
+        if cls is nn.ReduceMeanOp and len(shape) == 4 and axes == [2, 3]:
+            y = imp.emit(nn.GlobalAvgPoolOp.new(x), node)
+        else:
+            y = imp.emit(cls.new(x, axes), node)
+        if int(attrs.get("keepdims", 1)):
+            return [y]
+        if len(axes) == len(shape):
+            raise _unsupported(node, "a reduction to a rank-0 tensor (keepdims=0 over every axis)")
+        return [_reshape(imp, node, y, tuple(d for a, d in enumerate(shape) if a not in axes), "squeeze")]
+    return convert
 
 
 def cast(imp, node, attrs, inputs):
@@ -313,8 +404,8 @@ def concat(imp, node, attrs, inputs):
 
 def pad(imp, node, attrs, inputs):
     mode = attrs.get("mode", "constant")
-    if mode != "constant":
-        raise _unsupported(node, f"Pad mode '{mode}' (only 'constant')")
+    if mode not in ("constant", "reflect", "edge"):
+        raise _unsupported(node, f"Pad mode '{mode}' (only 'constant', 'reflect' and 'edge')")
     x = imp.value(node.input[0])
     rank = len(shape_of(x))
     if imp.opset < 11:
@@ -332,7 +423,95 @@ def pad(imp, node, attrs, inputs):
             pads = full
     if len(pads) != 2 * rank:
         raise FrontendError(f"Pad: {len(pads)} pads for a rank-{rank} input")
+    if mode != "constant":
+        return [_edge_pad(imp, node, x, pads, mode)]
     return [imp.emit(nn.PadOp.new(x, pads, value), node)]
+
+
+def slice_(imp, node, attrs, inputs):
+    """Slice of a runtime tensor with constant bounds and positive steps: nn.slice."""
+    x = imp.value(node.input[0])
+    shape = shape_of(x)
+    if imp.opset >= 10:
+        inputs = [x] + [imp.require_const(node, n, "the slice bounds") if n else None for n in node.input[1:]]
+    bounds = [b.indices(d) for b, d in zip(slice_bounds(attrs, inputs, imp.opset, shape), shape)]
+    if any(step < 1 for _, _, step in bounds):
+        raise _unsupported(node, "a Slice with a negative step")
+    if any(start >= stop for start, stop, _ in bounds):
+        raise _unsupported(node, "an empty Slice")
+    if all((b, e, st) == (0, d, 1) for (b, e, st), d in zip(bounds, shape)):
+        return [x]
+    starts, ends, steps = zip(*bounds)
+    return [imp.emit(nn.SliceOp.new(x, starts, ends, steps), node)]
+
+
+def _pieces(imp, node, x: SSAValue, axis: int, edges: list[tuple[int, int]], suffix: str) -> list[SSAValue]:
+    """Slices [begin, end) of `x` along `axis`."""
+    shape = shape_of(x)
+    return [imp.emit(nn.SliceOp.new(x, [b if a == axis else 0 for a in range(len(shape))],
+                                    [e if a == axis else d for a, d in enumerate(shape)]), node, f"{suffix}{k}")
+            for k, (b, e) in enumerate(edges)]
+
+
+def split(imp, node, attrs, inputs):
+    x = imp.value(node.input[0])
+    shape = shape_of(x)
+    axis = normalize_axis(int(attrs.get("axis", 0)), len(shape))
+    sizes = attrs.get("split")
+    if imp.opset >= 13 and len(node.input) > 1 and node.input[1]:
+        sizes = imp.require_const(node, node.input[1], "the split sizes").reshape(-1)
+    if sizes is None:
+        parts = int(attrs.get("num_outputs", len(node.output)))
+        chunk = -(-shape[axis] // parts)
+        sizes = [min(chunk, shape[axis] - k * chunk) for k in range(parts)]
+    sizes = [int(v) for v in sizes]
+    if sum(sizes) != shape[axis] or min(sizes) < 1:
+        raise FrontendError(f"Split sizes {sizes} do not partition axis {axis} of {list(shape)}")
+    offsets = np.cumsum([0] + sizes)
+    return _pieces(imp, node, x, axis, list(zip(offsets[:-1], offsets[1:])), "part")
+
+
+def expand(imp, node, attrs, inputs):
+    x = imp.value(node.input[0])
+    target = [int(v) for v in imp.require_const(node, node.input[1], "the target shape").reshape(-1)]
+    shape = broadcast_shapes(shape_of(x), tuple(target))
+    return [x if shape == shape_of(x) else imp.emit(nn.ExpandOp.new(x, shape), node)]
+
+
+def tile(imp, node, attrs, inputs):
+    """Tile: per repeated axis, nn.concat of the copies."""
+    y = imp.value(node.input[0])
+    repeats = [int(v) for v in imp.require_const(node, node.input[1], "the repeats").reshape(-1)]
+    if len(repeats) != len(shape_of(y)) or min(repeats) < 1:
+        raise FrontendError(f"Tile repeats {repeats} for a rank-{len(shape_of(y))} input")
+    for axis, r in enumerate(repeats):
+        if r > 1:
+            y = imp.emit(nn.ConcatOp.new([y] * r, axis), node, f"axis{axis}")
+    return [y]
+
+
+def _edge_pad(imp, node, x: SSAValue, pads: list[int], mode: str) -> SSAValue:
+    """Reflect or edge padding, axis by axis: nn.concat of width-1 slices of the border (reflect:
+    x[p], ..., x[1] before and x[-2], ..., x[-1-p] after; edge: the first and last slice expanded)
+    around x."""
+    rank = len(shape_of(x))
+    for axis in range(rank):
+        size, before, after = shape_of(x)[axis], pads[axis], pads[axis + rank]
+        if not before and not after:
+            continue
+        if min(before, after) < 0 or (mode == "reflect" and max(before, after) >= size):
+            raise FrontendError(f"Pad: {mode} pads {before}, {after} of an axis of {size}")
+        if mode == "reflect":
+            head = _pieces(imp, node, x, axis, [(k, k + 1) for k in range(before, 0, -1)], f"a{axis}b")
+            tail = _pieces(imp, node, x, axis, [(size - 1 - k, size - k) for k in range(1, after + 1)], f"a{axis}e")
+        else:
+            head, tail = (_pieces(imp, node, x, axis, [(b, b + 1)], f"a{axis}{tag}") if n else []
+                          for b, n, tag in ((0, before, "b"), (size - 1, after, "e")))
+            head, tail = ([imp.emit(nn.ExpandOp.new(v, [n if a == axis else d for a, d in enumerate(shape_of(v))]),
+                                    node, f"a{axis}x") if n > 1 else v for v in part]
+                          for part, n in ((head, before), (tail, after)))
+        x = imp.emit(nn.ConcatOp.new(head + [x] + tail, axis), node, f"a{axis}")
+    return x
 
 
 def constant(imp, node, attrs, inputs):
@@ -345,6 +524,7 @@ def constant(imp, node, attrs, inputs):
 
 CONVERTERS: dict[str, Callable] = {
     "Conv": conv,
+    "ConvTranspose": conv_transpose,
     "Gemm": gemm,
     "MatMul": matmul,
     "Relu": _unary(nn.ReluOp),
@@ -352,23 +532,41 @@ CONVERTERS: dict[str, Callable] = {
     "HardSwish": _unary(nn.HardSwishOp),
     "LeakyRelu": _unary(nn.LeakyReluOp, alpha=0.01),
     "HardSigmoid": _unary(nn.HardSigmoidOp, alpha=0.2, beta=0.5),
+    "Tanh": _unary(nn.TanhOp),
+    "Exp": _unary(nn.ExpOp),
+    "Log": _unary(nn.LogOp),
+    "Sqrt": _unary(nn.SqrtOp),
+    "Abs": _unary(nn.AbsOp),
+    "Neg": _unary(nn.NegOp),
+    "Sign": _unary(nn.SignOp),
+    "Softplus": _unary(nn.SoftplusOp),
+    "Elu": _unary(nn.EluOp, alpha=1.0),
+    "Selu": _unary(nn.SeluOp, alpha=1.67326319217681884765625, gamma=1.05070102214813232421875),
+    "Shrink": _unary(nn.ShrinkOp, lambd=0.5, bias=0.0),
     "Clip": clip,
     "Add": _binary(nn.AddOp),
     "Sub": _binary(nn.SubOp),
     "Mul": _binary(nn.MulOp),
     "Div": _binary(nn.DivOp),
-    "Sum": sum_,
+    "Pow": _binary(nn.PowOp),
+    "PRelu": prelu,
+    "Sum": _variadic(nn.AddOp),
+    "Min": _variadic(nn.MinOp),
+    "Max": _variadic(nn.MaxOp),
     "BatchNormalization": batch_norm,
+    "InstanceNormalization": instance_norm,
     "MaxPool": max_pool,
     "AveragePool": average_pool,
     "GlobalAveragePool": _unary(nn.GlobalAvgPoolOp),
-    "ReduceMean": reduce_mean,
+    "ReduceMean": _reduce(nn.ReduceMeanOp, 18),
+    "ReduceSum": _reduce(nn.ReduceSumOp, 13),
     "GlobalMaxPool": _unary(nn.GlobalMaxPoolOp),
     "Flatten": flatten,
     "Reshape": reshape,
     "Transpose": transpose,
     "Concat": concat,
-    "Softmax": softmax,
+    "Softmax": _softmax(nn.SoftmaxOp),
+    "LogSoftmax": _softmax(nn.LogSoftmaxOp),
     "LRN": lrn,
     "Dropout": forward,
     "Identity": forward,
@@ -376,6 +574,10 @@ CONVERTERS: dict[str, Callable] = {
     "Unsqueeze": unsqueeze,
     "Constant": constant,
     "Pad": pad,
+    "Slice": slice_,
+    "Split": split,
+    "Expand": expand,
+    "Tile": tile,
     "Cast": cast,
 }
 """ONNX op type -> converter; `folding.FOLDERS` adds the shape-arithmetic ops on constants."""
