@@ -75,6 +75,10 @@ def convs(draw):
 @cases(120)
 @example(case=dict(c=6, o=10, groups=1, k=2, stride=3, dilation=2, h=12, w=31, pads=[3, 3, 3, 3],  # issue 24
                    cpu="x86-64-v3", threads=1))
+# a weight packed by blocks of lanes that straddled the groups (2 output channels a group): refused
+@example(case=dict(c=4, o=8, groups=4, k=3, stride=1, dilation=1, h=1, w=1, pads=[1, 1, 1, 1], cpu="x86-64-v3", threads=1))
+@example(case=dict(c=32, o=64, groups=32, k=3, stride=1, dilation=1, h=1, w=1, pads=[1, 1, 1, 1], cpu="x86-64-v4",
+                   threads=2))
 def test_conv(tmp_path, record_property, case):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, case["c"], case["h"], case["w"])).astype(np.float32)

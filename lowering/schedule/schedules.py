@@ -150,13 +150,19 @@ def lane_packs(n: NestView, pos: int, width: int) -> tuple[int | None, dict[int,
     8 for 1000 classes) for the vector loop to split by. (None, {}) when there is none:
 
         W[n, k] : 1000 x 512, lanes over n  ->  pack = {1 = "OI8o"}, vector loop n split by 8
-    """
+
+    A block never straddles a group: a grouped conv's W[g * 2 + co, ...] (2 output channels a
+    group, lanes over co) gets none."""
     for k, axes in n.weight_layouts.items():
         amap, shape = n.maps[k], n.in_shapes[k]
         coefs = [linear_coefficient(e, pos) for e in amap.results]
         if axes[0] != "O" or coefs[0] != 1 or any(coefs[1:]) or stride_of(amap, shape, pos) == 1:
             continue
-        block = next((b for b in (width, width // 2, width // 4) if b >= 4 and shape[0] % b == 0), None)
+        # a block must not straddle what the other dims add to the channel (a grouped conv's
+        # g * Co/G): the vector loop's extent and every other dim's coefficient are multiples of it
+        steps = [n.dims[pos][1]] + [linear_coefficient(amap.results[0], d) for d in range(len(n.dims)) if d != pos]
+        block = next((b for b in (width, width // 2, width // 4)
+                      if b >= 4 and shape[0] % b == 0 and all(s % b == 0 for s in steps)), None)
         if block is not None:
             return block, {k: f"{axes}{block}o"}
     return None, {}
