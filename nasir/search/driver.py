@@ -165,7 +165,8 @@ def resumed_from(storage: str, stored: optuna.Study, candidates: int) -> str | N
     if not candidates:
         return None
     measured = len(stored.user_attrs.get("measured", {}))
-    return f"{storage} ({candidates} candidates evaluated, {measured} front members measured)"
+    return (f"{storage} ({candidates} candidates evaluated, {measured} front member"
+            f"{'' if measured == 1 else 's'} measured)")
 
 
 def save(stored: optuna.Study, study: optuna.Study, numbers: list[int]) -> None:

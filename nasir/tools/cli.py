@@ -183,7 +183,7 @@ def cmd_search(args) -> int:
     out.print(front_table(result))
     if result.best is not None:
         best, speedup = result.best, result.best.speedup
-        ties = f"; ties with trial {', '.join(map(str, best.ties))} within the spread" if best.ties else ""
+        ties = f"; ties with trial(s) {', '.join(map(str, best.ties))} within the spread" if best.ties else ""
         out.print(f"best: trial {best.number}, {speedup.median:.2f}x faster than the original (IQR "
                   f"{speedup.q1:.2f}-{speedup.q3:.2f}x over {len(best.samples['candidate'])} rounds timed against "
                   f"it{ties}); pipeline in {args.out}/best.pipeline, network in {args.out}/best.onnx")
@@ -195,7 +195,7 @@ def cmd_search(args) -> int:
                   + ", ".join(f"trial {c.number} {c.accuracy:.2f}% ({c.speedup.median:.2f}x)"
                               for c in trained) + f"; runs in {args.out}/train/")
     if result.busy:
-        out.print(f"the machine was busy while the front was measured ({result.busy})")
+        out.print(f"the machine was busy while the front was measured: {result.busy}")
     out.print(f"results: {args.out}/results.jsonl, plot: {args.out}/pareto.png")
     return 0
 
