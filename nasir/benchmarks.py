@@ -42,39 +42,16 @@ from pathlib import Path
 import numpy as np
 
 from nasir.errors import BackendUnavailableError
+from nasir.timing import SETTLE_S, interleaved
 from nasir.variants import ALL_VARIANTS, MORE_VARIANTS, VARIANTS, realisation
 
 
 
-SETTLE_S = 0.03
-"""Seconds of idle before each candidate's calls: long enough for the previous candidate's worker
-threads to stop spinning (ONNX Runtime's intra-op pool spins 10-20 ms after a run)."""
-
-
 def median_ms(fns: dict[str, Callable[[], object]], repeat: int, warmup: int = 1,
               settle_s: float = SETTLE_S) -> dict[str, float]:
-    """Median wall time of each `fn()` in milliseconds, over `repeat` rounds that time every fn once.
-
-    Interleaving the candidates makes their ratios robust to load that changes during the run (the
-    machine is shared): each round sees about the same load for all of them. Each timed call
-    follows an untimed one of the same fn, so that it runs as a deployed model does, after its own
-    previous inference: timed right after another candidate, a small model found its weights and
-    buffers evicted by it (ResNet-34 group16: 6% slower). Each candidate starts after `settle_s`
-    of idle: with 2 threads, ResNet-18 cifar10 took 9.4 ms right after an ONNX Runtime run (whose
-    spinning worker held a core) against 5.3 ms after 20 ms of idle.
-    """
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(max(1, repeat)):
-        for name, fn in fns.items():
-            time.sleep(settle_s)
-            fn()
-            start = time.perf_counter()
-            fn()
-            times[name].append((time.perf_counter() - start) * 1e3)
-    return {name: float(np.median(ts)) for name, ts in times.items()}
+    """Median wall time of each `fn()` in milliseconds, over `repeat` rounds that time every fn
+    once (`nasir.timing.interleaved`: why interleaved, why after an untimed call and idle)."""
+    return {name: float(np.median(ts)) for name, ts in interleaved(fns, repeat, warmup, settle_s).items()}
 
 
 def gflops(macs: int, ms: float) -> float:

@@ -6,8 +6,11 @@ One search runs once per module (`first`) and the tests read it; the others star
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
+import re
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -29,12 +32,15 @@ from nasir.data import minibatch
 from nasir.fisher import fisher_potential
 from nasir.search import strategies
 from nasir.search.driver import Search, SearchOptions, measure_front
-from nasir.search.evaluate import Outcome
-from nasir.search.results import Candidate, pareto_front, passes
+from nasir.search.evaluate import ROUNDS, Outcome
+from nasir.search.progress import SearchProgress
+from nasir.search.results import Candidate, pareto_front, passes, ranked
+from nasir.tools.cli import parser
+from nasir.timing import Spread, busy, interleaved, ratios
 from nasir.kernels import KernelTimes, compiler_digest, nest_key, standalone
 from nasir.search.space import SearchSpace, conv_nests, layer_pattern
 from nasir.search.workers import MEASURE
-from nasir.search.sources import load_source
+from nasir.search.sources import from_nn, load_source
 
 TESTS = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
@@ -117,44 +123,108 @@ def test_pareto_front_by_hand():
     assert [c.number for c in pareto_front(pool)] == [3, 1]
 
 
-def test_front_measured_by_the_workers_and_a_failed_measurement_noted():
-    class Pool:  # evaluates nothing: answers measure jobs, one of them failing
-        idle, jobs = 2, []
+class FakePool:
+    """Answers measure jobs from a script: `times[number]` is the list of candidate ms per job
+    (against an original of 10 ms); a number missing from it fails."""
 
-        def submit(self, number, pipeline, kind):
-            assert kind == MEASURE
-            self.jobs.append(number)
+    def __init__(self, times: dict[int, list[float]]):
+        self.times, self.jobs, self.sent = times, [], []
+        self.idle = 2
 
-        def results(self, wait):
-            done = [(n, Outcome("failed", reason="boom") if n == 2 else Outcome("measured", measured_ms=n / 10))
-                    for n in self.jobs]
-            self.jobs = []
-            return done
+    def submit(self, number, pipeline, kind):
+        assert kind == MEASURE
+        self.jobs.append(number)
+        self.sent.append(number)
 
-    class Study:
-        user_attrs = {"measured_ms": {"1": 0.5}}  # measured before an interruption
+    def results(self, wait):
+        done = []
+        for n in self.jobs:
+            if n not in self.times:
+                done.append((n, Outcome("failed", reason="boom")))
+            else:
+                ms = self.times[n].pop(0)
+                done.append((n, Outcome("measured", measured_ms=ms, samples={"candidate": [ms, ms], "original": [10.0, 10.0]})))
+        self.jobs = []
+        return done
 
-        def set_user_attr(self, key, value):
-            self.user_attrs[key] = value
 
-    class Progress:
-        notes: list[str] = []
+class FakeStudy:
+    def __init__(self, attrs: dict):
+        self.user_attrs = attrs
 
-        def measuring(self, n):
-            assert n == 2
+    def set_user_attr(self, key, value):
+        self.user_attrs[key] = value
 
-        def measured(self):
-            pass
 
-        def note(self, text):
-            self.notes.append(text)
+class FakeProgress:
+    def __init__(self):
+        self.notes, self.passes = [], []
 
-    front = [Candidate(n, f"p{n}", Outcome("accepted", estimate_ms=n)) for n in (1, 2, 3)]
-    progress = Progress()
-    measure_front(front, Pool(), Study(), progress)
-    assert [c.measured_ms for c in front] == [0.5, None, 0.3]
-    assert "candidate 2" in progress.notes[0] and "boom" in progress.notes[0]
-    assert Study.user_attrs["measured_ms"] == {"1": 0.5, "3": 0.3}
+    def measuring(self, n, pass_number):
+        self.passes.append((pass_number, n))
+
+    def measured(self):
+        pass
+
+    def note(self, text):
+        self.notes.append(text)
+
+
+def front_of(*numbers):
+    return [Candidate(n, f"p{n}", Outcome("accepted", estimate_ms=n)) for n in numbers]
+
+
+def test_front_measured_again_until_its_ranking_holds_and_a_failed_measurement_noted():
+    """Member 1 was measured before an interruption; 2 fails; 3 is measured, then all again: the
+    second pass ranks them as the first did, so it stops there, the rounds of both pooled."""
+    study = FakeStudy({"measured": {"1": {"candidate": [5.0, 5.0], "original": [10.0, 10.0]}}})
+    pool, progress, front = FakePool({1: [5.0], 3: [2.0, 2.5]}), FakeProgress(), front_of(1, 2, 3)
+    measure_front(front, pool, study, progress)
+    assert progress.passes == [(1, 2), (2, 3)] and pool.sent == [2, 3, 1, 2, 3]
+    assert [c.measured_ms for c in front] == [5.0, None, 2.25]
+    assert front[2].samples == {"candidate": [2.0, 2.0, 2.5, 2.5], "original": [10.0] * 4}
+    assert front[2].speedup.median == 4.5 and front[0].speedup.median == 2.0
+    assert [c.number for c in ranked(front)] == [3, 1] and front[0].ties == front[2].ties == []
+    assert all("candidate 2" in note and "boom" in note for note in progress.notes) and len(progress.notes) == 2
+    assert study.user_attrs["measured"]["3"] == front[2].samples and study.user_attrs["settled"] == [1, 2, 3]
+    again = front_of(1, 2, 3)
+    measure_front(again, FakePool({}), study, FakeProgress())  # resumed after it settled: nothing timed again
+    assert [c.measured_ms for c in again] == [5.0, None, 2.25]
+
+
+def test_a_front_whose_ranking_keeps_changing_is_measured_passes_times_and_reported_as_ties():
+    pool, front = FakePool({1: [2.0, 4.0, 2.0], 2: [3.0, 2.0, 3.0], 4: [9.0, 9.0, 9.0]}), front_of(1, 2, 4)
+    progress = FakeProgress()
+    measure_front(front, pool, FakeStudy({}), progress, passes=3)
+    assert progress.passes == [(1, 3), (2, 3), (3, 3)]
+    assert [c.ties for c in front] == [[2], [1], []]
+    assert len(front[0].samples["candidate"]) == 6
+
+
+def test_interleaved_takes_turns_after_an_untimed_call_on_a_fake_clock():
+    """No timed assertion: each fn advances a fake clock by its own duration and logs its call."""
+    now, log = [0.0], []
+
+    def fn(name, seconds):
+        def call():
+            log.append(name)
+            now[0] += seconds
+        return call
+
+    samples = interleaved({"a": fn("a", 0.002), "b": fn("b", 0.005)}, rounds=3, warmup=1,
+                          clock=lambda: now[0], sleep=lambda s: log.append("sleep"))
+    assert log == ["a", "b"] + ["sleep", "a", "a", "sleep", "b", "b"] * 3
+    assert samples == {"a": [pytest.approx(2.0)] * 3, "b": [pytest.approx(5.0)] * 3}
+    assert ratios(samples["b"], samples["a"]) == [pytest.approx(2.5)] * 3
+
+
+def test_spread_and_busy():
+    s = Spread.of([4.0, 1.0, 3.0, 2.0, 100.0])
+    assert (s.median, s.q1, s.q3, s.iqr) == (3.0, 2.0, 4.0, 2.0)
+    assert s.overlaps(Spread.of([3.5, 3.9, 5.0])) and not s.overlaps(Spread.of([4.1, 4.2, 5.0]))
+    assert busy((50.0, 52.0), (49.0, 52.0)) is None
+    assert "40.0 after" in busy((50.0, 52.0), (40.0, 52.0))  # slower after
+    assert busy((30.0, 52.0), (30.0, 52.0)) is not None      # steady, but far below its best run
 
 
 # --- the strategies ----------------------------------------------------------------------------
@@ -198,9 +268,36 @@ def test_search_writes_its_results(first):
     assert all(r["stage"] in ("legality", "properties", "fisher") for r in rows if r["status"] == "rejected")
     assert (out / "pareto.png").stat().st_size > 0
     if first.best is not None:
-        assert (out / "best.pipeline").read_text().strip() == first.best.pipeline
+        assert (out / "best.pipeline").read_text().strip() == f"convert-nn-to-nest,{first.best.pipeline}"
         assert (out / "best.onnx").stat().st_size > 0
         assert first.best in first.pareto and all(c.measured_ms > 0 for c in first.pareto)
+        assert first.best.speedup.median == max(c.speedup.median for c in first.pareto)
+        best = next(r for r in rows if r["number"] == first.best.number)
+        assert best["rounds"] >= ROUNDS and best["measured_iqr_ms"] >= 0
+        assert best["speedup"] == pytest.approx(first.best.speedup.median)
+
+
+def test_best_pipeline_applies_as_written_to_the_original(first, tiny):
+    """best.pipeline is a whole pipeline: Model.transform and nasir-opt -p take it as written, and
+    give the search's best network (the candidate's nest-level pipeline on the nest-level original)."""
+    assert first.best is not None, "the search kept nothing; the round trip below would be vacuous"
+    text = (first.out / "best.pipeline").read_text().strip()
+    expected = load_source(str(tiny), "cifar10", 2)[0].transform(first.best.pipeline).text()
+    assert nasir.load(tiny).transform(text).text() == expected
+    opt = subprocess.run([str(BIN / "nasir-opt"), str(tiny), "-p", text], capture_output=True, text=True)
+    assert opt.returncode == 0, opt.stderr
+    assert opt.stdout.strip() == expected.strip()
+
+
+def test_a_layer_pass_on_an_nn_level_model_says_to_convert_first(tiny):
+    with pytest.raises(nasir.NasirError, match="run convert-nn-to-nest first"):
+        nasir.load(tiny).transform('group{factor=2 layers="layer1_conv1_Conv"}')
+
+
+def test_train_accepts_a_pipeline_with_or_without_the_conversion():
+    assert from_nn('fold{dim=kh layers="c"}') == from_nn('convert-nn-to-nest,fold{dim=kh layers="c"}') \
+        == 'convert-nn-to-nest,fold{dim=kh layers="c"}'
+    assert from_nn("") == "convert-nn-to-nest"
 
 
 def test_best_onnx_reloads(first):
@@ -309,6 +406,42 @@ def test_crash_hang_and_error_are_recorded_and_the_search_goes_on(tiny, tmp_path
     assert hung and all("timed out" in r for r in hung)
     assert raised and all("a deliberate failure" in r for r in raised)
     assert all(c.outcome.status != "failed" for c in result.candidates if c.pipeline not in reasons)
+
+
+def test_a_finished_search_run_again_says_it_resumed_and_reprints_its_front(first, tiny, tmp_path):
+    """The same command on the same folder: the stored study is resumed (said, with what it holds),
+    nothing is evaluated or measured again, and the table shows measured medians and IQRs."""
+    out = tmp_path / "again"
+    shutil.copytree(first.out, out)
+    command = [str(BIN / "nasir"), "search", str(tiny), "--budget", str(BUDGET), "--out", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "COLUMNS": "300"})
+    assert done.returncode == 0, done.stderr
+    said = " ".join((done.stdout + done.stderr).split())
+    measured = len(first.pareto)
+    assert f"resuming the search in sqlite:///{out / 'study.db'} ({BUDGET} candidates evaluated, {measured} front" \
+        in said
+    assert f"resumed from sqlite:///{out / 'study.db'}" in said
+    assert f"best: trial {first.best.number}, {first.best.speedup.median:.2f}x faster" in said
+    assert f"{first.best.spread.median:.2f} [{first.best.spread.iqr:.2f}]" in said
+    assert lines(out) == lines(first.out)
+
+
+def test_progress_in_a_log_is_not_cut_at_80_columns(capsys):
+    with SearchProgress(20, 5.0, []) as progress:  # stderr is captured: not a terminal
+        for k in range(3):
+            progress.add(Candidate(k, "p", Outcome("rejected", "properties")))
+        progress.add(Candidate(3, "p", Outcome("accepted", estimate_ms=1.0)))
+    assert "rejected: properties 3 | failed 0 | best speedup (est.) 5.00x" in capsys.readouterr().err
+
+
+def test_version_and_the_defaults_in_help():
+    version = subprocess.run([str(BIN / "nasir"), "--version"], capture_output=True, text=True)
+    assert version.stdout.strip() == f"nasir {importlib.metadata.version('nasir')}"
+    commands = parser()._subparsers._group_actions[0].choices
+    for command, option in (("search", "--strategy"), ("search", "--workers"), ("search", "--seed"),
+                            ("train", "--out"), ("train", "--seed")):
+        action = next(a for a in commands[command]._actions if option in a.option_strings)
+        assert f"(default {action.default})" in " ".join(action.help.split()), (command, option)
 
 
 # --- Ray ---------------------------------------------------------------------------------------

@@ -3,6 +3,8 @@ network, resume after a kill, and the trained weights back in the compiled model
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -12,6 +14,7 @@ from search_fixtures import tiny_resnet_onnx
 import nasir
 from nasir.data import CIFAR_MEAN, CIFAR_STD, DataError, load_dataset, minibatch
 from nasir.errors import NasirError
+from nasir.training import checkpoint
 from nasir.training.loop import augmented
 
 GROUPED = 'group{factor=2 layers="layer1_conv1_Conv"}'
@@ -110,12 +113,33 @@ def test_resume_after_a_kill_continues_at_the_saved_epoch_with_the_same_result(t
     resumed = nasir.train(model, task, out=tmp_path / "killed", on_epoch=lambda row: epochs.append(row["epoch"]),
                           **options)
     assert epochs == [2, 3]
+    assert whole.resumed is None and resumed.resumed == f"{tmp_path / 'killed' / 'checkpoint.pt'} after epoch 1 of 3"
     for a, b in zip(whole.history, resumed.history):
         assert {k: v for k, v in a.items() if k != "seconds"} == {k: v for k, v in b.items() if k != "seconds"}
     for key, value in whole.program.state_dict().items():
         torch.testing.assert_close(resumed.program.state_dict()[key], value, rtol=0, atol=0)
     with pytest.raises(NasirError, match="checkpoint of another run"):
         nasir.train(model, task, out=tmp_path / "killed", **{**options, "epochs": 4})
+
+
+class RunsCode:
+    """Pickled as a call of os.system: loading it with plain pickle would run the command."""
+
+    def __init__(self, command: str):
+        self.command = command
+
+    def __reduce__(self):
+        return os.system, (self.command,)
+
+
+def test_a_checkpoint_whose_pickle_would_run_code_is_refused(tmp_path):
+    marker = tmp_path / "ran"
+    torch.save({"history": [], "fingerprint": {}, "extra": RunsCode(f"touch {marker}")}, tmp_path / checkpoint.NAME)
+    with pytest.raises(NasirError, match="refused, it holds more than tensors and plain data"):
+        checkpoint.load(tmp_path, {})
+    assert not marker.exists()
+    checkpoint.save(tmp_path, {"program": {"w": torch.ones(2)}, "history": [{"epoch": 1}], "fingerprint": {"a": "b"}})
+    assert checkpoint.load(tmp_path, {"a": "b"})["history"] == [{"epoch": 1}]
 
 
 def test_compiled_model_predicts_what_the_trained_module_predicts(tiny, tmp_path):
@@ -173,6 +197,7 @@ def test_nasir_train_killed_then_run_again_resumes(tiny, tmp_path):
     assert 1 <= saved < 4
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
+    assert f"resumed from {tmp_path / 'run' / 'checkpoint.pt'} after epoch {saved} of 4" in " ".join(done.stdout.split())
     rows = (tmp_path / "run" / "metrics.csv").read_text().splitlines()[1:]
     assert [int(r.split(",")[0]) for r in rows] == list(range(1, 5))
     assert (tmp_path / "run" / "trained.npz").is_file()

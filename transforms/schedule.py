@@ -54,6 +54,9 @@ def select_nests(module: ModuleOp, layers: str | None, what: str) -> list[nest.C
     except re.error as e:
         raise PassError(f"{what}: layers='{layers}' is not a valid regular expression ({e})") from None
     chosen = [op for op in nests if op.layer_name == layers or pattern.fullmatch(op.layer_name)]
+    if not nests:
+        raise PassError(f"{what}: layers='{layers}' matches no nest: the model has none (it is at nn level); "
+                        "run convert-nn-to-nest first (e.g. -p 'convert-nn-to-nest,...')")
     if not chosen:
         names = ", ".join(op.layer_name for op in nests[:20]) + (", ..." if len(nests) > 20 else "")
         raise PassError(f"{what}: layers='{layers}' matches no nest (nests: {names})")

@@ -30,7 +30,7 @@ def search(model: str | Path, dataset: str = "cifar10", *, budget: int | None = 
     `.best`, `.pareto` and `.candidates`, and writes them to `out`.
 
         result = nasir.search("resnet18", budget=100, strategy="evolution", out="runs/r18")
-        print(result.best.pipeline, result.original_ms / result.best.measured_ms)
+        print(result.best.pipeline, result.best.speedup.median)   # timed against the original
 
     `train_top`: then train the original and the `train_top` fastest measured members of the
     front on `data` for `epochs` with the papers' recipe (`nasir.search.accuracy`), adding their

@@ -29,8 +29,7 @@ def train_front(result: SearchResult, original: Model, data: str | None, top: in
     """Train the original and the `top` fastest measured members of `result`'s front on `data`;
     sets `result.original_accuracy` and each trained member's `accuracy` (top-1 %, test split)."""
     check_training(top, data)
-    measured = sorted((c for c in result.pareto if c.measured_ms is not None), key=lambda c: c.measured_ms)
-    runs = [("original", "", None)] + [(f"trial-{c.number}", c.pipeline, c) for c in measured[:top]]
+    runs = [("original", "", None)] + [(f"trial-{c.number}", c.pipeline, c) for c in result.measured[:top]]
     for name, pipeline, candidate in runs:
         model = original.transform(pipeline) if pipeline else original
         trained = train(model, data, epochs=epochs, batch=batch, seed=seed, out=result.out / "train" / name,

@@ -48,7 +48,8 @@ def one_search(model: str, dataset: str, strategy: str, seed: int, args, out: Pa
         b = result.best
         row.update(best_pipeline=b.pipeline, best_ms=b.measured_ms, best_estimate=b.outcome.estimate_ms,
                    fisher_ratio=b.outcome.fisher_ratio, mac_ratio=b.outcome.mac_ratio,
-                   param_ratio=b.outcome.param_ratio, speedup=result.original_ms / b.measured_ms)
+                   param_ratio=b.outcome.param_ratio, speedup=b.speedup.median, speedup_iqr=b.speedup.iqr,
+                   ties=b.ties)
     return row
 
 

@@ -9,8 +9,10 @@ the workers waiting). Run the same command again after an interruption (even SIG
 goes on: trials that were in flight were never written and come back as interrupted (they do not
 count), finished ones are never evaluated again, and it stops at `budget` distinct finished
 candidates (or at `time_limit` seconds of this run). The workers then compile the front's
-members whole and time them (kept in the study too, so a resumed search does not measure them
-again). A storage that holds a search of another model, or with other options, is refused.
+members whole and time them against the original, interleaved, in passes until their ranking
+holds (`measure_front`; kept in the study too, so a resumed search does not measure them again);
+a reference kernel timed before and after says whether the machine was busy meanwhile. A storage
+that holds a search of another model, or with other options, is refused.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -29,22 +32,27 @@ from optuna.trial import TrialState
 from nasir.errors import NasirError
 from nasir.search import strategies
 from nasir.search.evaluate import DEFAULT_EVALUATOR, Evaluator, Outcome, Setup
-from nasir.kernels import default_kernel_cache
+from nasir.kernels import TIMING_LOCK, default_kernel_cache, timing_lock
 from nasir.search.progress import SearchProgress
 from nasir.search.results import (
     Candidate,
     SearchResult,
+    mark_ties,
     outcome_of,
     pareto_front,
     plot_front,
+    ranked,
     write_atomically,
     write_jsonl,
 )
-from nasir.search.sources import load_source
+from nasir.search.sources import from_nn, load_source
 from nasir.search.space import TEMPLATES, SearchSpace
 from nasir.search.workers import MEASURE, LocalPool
+from nasir.timing import busy, reference_rate
 
 STUDY = "nasir-search"
+PASSES = 3
+"""Most measurements of the front (the first, then again until two passes rank it alike)."""
 COUNTED = ("accepted", "rejected", "failed")
 """Outcomes that count towards the budget (not: interrupted, duplicate)."""
 
@@ -152,6 +160,15 @@ def tell(study: optuna.Study, trial: optuna.Trial, outcome: Outcome) -> None:
         study.tell(trial, state=TrialState.PRUNED if outcome.status == "rejected" else TrialState.FAIL)
 
 
+def resumed_from(storage: str, stored: optuna.Study, candidates: int) -> str | None:
+    """What a run goes on from: `storage`, its candidates and measured front members (None when new)."""
+    if not candidates:
+        return None
+    measured = len(stored.user_attrs.get("measured", {}))
+    return (f"{storage} ({candidates} candidates evaluated, {measured} front member"
+            f"{'' if measured == 1 else 's'} measured)")
+
+
 def save(stored: optuna.Study, study: optuna.Study, numbers: list[int]) -> None:
     """Write the trials `numbers` of the in-memory `study`, finished, to `stored` (one transaction
     each; about 30 ms for Optuna to store a candidate's 36 choices), and empty `numbers`."""
@@ -208,6 +225,9 @@ class Search:
         seen = {c.pipeline for c in done.values()}
         pool = (pool_factory or LocalPool)(self.setup, workers, timeout)
         progress = SearchProgress(budget, evaluator.latency.original_ms, list(done.values()), enabled=self.show_progress)
+        resumed = resumed_from(self.storage, stored, len(done))
+        if resumed:
+            progress.note(f"resuming the search in {resumed}")
         limit = budget if budget is not None else math.inf
         asked: dict[int, optuna.Trial] = {}
         unsaved: list[int] = []
@@ -245,21 +265,30 @@ class Search:
                         progress.add(done[number])
                 if duplicates >= 1000:
                     progress.note("the strategy keeps drawing candidates already evaluated: the space is exhausted")
-                result = SearchResult(evaluator.latency.original_ms, [done[k] for k in sorted(done)], out=self.out)
+                result = SearchResult(evaluator.latency.original_ms, [done[k] for k in sorted(done)], out=self.out,
+                                      resumed=resumed)
                 result.pareto = pareto_front(result.candidates)
                 result.seconds["search"] = time.perf_counter() - start
+                with timing_lock(TIMING_LOCK):
+                    before = reference_rate()
                 measure_front(result.pareto, pool, stored, progress)
+                with timing_lock(TIMING_LOCK):
+                    result.busy = busy(before, reference_rate())
+                if result.busy:
+                    progress.note(f"the machine was busy while the front was measured: {result.busy}; "
+                                  "speedups (each timed against the original in the same rounds) hold better "
+                                  "than times in ms")
                 result.seconds["front"] = time.perf_counter() - start - result.seconds["search"]
         finally:
             pool.close()
         return self.finish(evaluator, result)
 
     def finish(self, evaluator: Evaluator, result: SearchResult) -> SearchResult:
-        """Pick the best measured member of the front, write the output files."""
-        measured = [c for c in result.pareto if c.measured_ms is not None]
+        """Pick the fastest measured member of the front, write the output files."""
+        measured = result.measured
         if measured:
-            result.best = min(measured, key=lambda c: c.measured_ms)
-            write_atomically(self.out / "best.pipeline", result.best.pipeline + "\n")
+            result.best = measured[0]
+            write_atomically(self.out / "best.pipeline", from_nn(result.best.pipeline) + "\n")
             tmp = self.out / ".best.tmp.onnx"
             evaluator.model.transform(result.best.pipeline).to_onnx(tmp)
             os.replace(tmp, self.out / "best.onnx")
@@ -268,16 +297,39 @@ class Search:
         return result
 
 
-def measure_front(front: list[Candidate], pool, study: optuna.Study, progress: SearchProgress) -> None:
-    """Each member of `front` compiled whole and timed by the pool's workers (`measured_ms`; the
-    times are kept in the study's `measured_ms`). A member whose measurement fails stays unmeasured,
-    with a note saying why."""
-    measured = dict(study.user_attrs.get("measured_ms", {}))
+def measure_front(front: list[Candidate], pool, study: optuna.Study, progress: SearchProgress,
+                  passes: int = PASSES) -> None:
+    """Each member of `front` compiled whole and timed against the original by the pool's workers
+    (`Evaluator.measure`), then all of them again, their rounds pooled, until two passes in a row
+    rank them alike (`ranked`) or `passes` passes are done; members whose speedups cannot be told
+    apart are marked as ties (`mark_ties`). The samples are kept in the study (`measured`), with
+    the front they settled (`settled`), so a resumed search measures only what it lacks. A member
+    whose measurement fails stays unmeasured, with a note saying why."""
+    stored = dict(study.user_attrs.get("measured", {}))
     for c in front:
-        c.measured_ms = measured.get(str(c.number))
-    queue = [c for c in front if c.measured_ms is None]
-    by_number, pending = {c.number: c for c in queue}, 0
-    progress.measuring(len(queue))
+        if str(c.number) in stored:
+            c.add_samples(stored[str(c.number)])
+    numbers = sorted(c.number for c in front)
+    order = None
+    for k in range(0 if study.user_attrs.get("settled") == numbers else passes):
+        queue = [c for c in front if k > 0 or not c.samples]
+        progress.measuring(len(queue), k + 1)
+        for c, samples in measure_members(queue, pool, progress):
+            c.add_samples(samples)
+            stored[str(c.number)] = c.samples
+            study.set_user_attr("measured", stored)
+        now = [c.number for c in ranked(front)]
+        if now == order:
+            break
+        order = now
+    study.set_user_attr("settled", numbers)
+    mark_ties(front)
+
+
+def measure_members(members: list[Candidate], pool,
+                    progress: SearchProgress) -> Iterator[tuple[Candidate, dict[str, list[float]]]]:
+    """(member, samples) for each of `members` measured by the pool, as they finish."""
+    queue, by_number, pending = list(members), {c.number: c for c in members}, 0
     while queue or pending:
         while queue and pool.idle:
             c = queue.pop(0)
@@ -286,8 +338,7 @@ def measure_front(front: list[Candidate], pool, study: optuna.Study, progress: S
         for number, outcome in pool.results(wait=0.5):
             pending -= 1
             if outcome.status == "measured":
-                by_number[number].measured_ms = measured[str(number)] = outcome.measured_ms
-                study.set_user_attr("measured_ms", measured)
+                yield by_number[number], outcome.samples
             else:
                 progress.note(f"candidate {number} of the front could not be measured: {outcome.reason}")
             progress.measured()

@@ -13,7 +13,8 @@
 
 An outcome is `accepted`, `rejected` (with the stage and the reason) or, decided by the search
 driver, `failed` (the evaluation crashed, hung or raised something unexpected). The front's members
-are then compiled whole and timed by the same workers (`Evaluator.measure`, outcome `measured`).
+are then compiled whole and timed against the original, interleaved, by the same workers
+(`Evaluator.measure`, outcome `measured`, with the samples of both).
 """
 
 from __future__ import annotations
@@ -27,13 +28,18 @@ from nasir.data import minibatch
 from nasir.errors import NasirError
 from nasir.fisher import fisher_potential
 from nasir.model import Model, load_text
-from nasir.kernels import KernelTimes
+from nasir.kernels import KernelTimes, timing_lock
+from nasir.runtime.llvm_executable import compile_llvm
 from nasir.search.latency import LatencyModel
 from nasir.transforms.rebatch import NotBatched
 from nasir.summary import summarize
+from nasir.tools.reference import seeded_inputs
+from nasir.timing import Spread, interleaved
 from nasir.transforms.properties import analyse, properties_at_least
 
 DEFAULT_EVALUATOR = "nasir.search.evaluate:Evaluator"
+ROUNDS = 7
+"""Rounds of one measurement of a front member (each times it and the original once)."""
 
 
 @dataclass
@@ -49,9 +55,12 @@ class Outcome:
     estimate_ms: float | None = None
     seconds: float | None = None
     measured_ms: float | None = None
+    samples: dict[str, list[float]] | None = None
+    """A measurement's ms per round, interleaved: {"candidate": [...], "original": [...]}."""
 
     def to_json(self) -> dict:
-        return asdict(self)
+        """The outcome's figures (a measurement's samples go with the candidate: `Candidate`)."""
+        return {k: v for k, v in asdict(self).items() if k != "samples"}
 
 
 @dataclass(frozen=True)
@@ -97,6 +106,7 @@ class Evaluator:
         self.original_macs, self.original_params = summary.total_macs, summary.total_params
         kernels = KernelTimes(Path(setup.kernels), setup.cpu, setup.threads)
         self.latency = LatencyModel(self.model, kernels, setup.profile)
+        self.compiled: dict[str, object] = {}
 
     def fisher(self, model: Model) -> float:
         return fisher_potential(model, *self.batch, seed=self.setup.seed, threads=1).total
@@ -129,5 +139,15 @@ class Evaluator:
         return Outcome("accepted", None, "", ratio, **costs, estimate_ms=estimate)
 
     def measure(self, pipeline: str) -> Outcome:
-        """The candidate at batch 1 compiled whole and timed (median ms, under the timing lock)."""
-        return Outcome("measured", measured_ms=self.latency.kernels.measure(self.model.transform(pipeline)))
+        """The candidate at batch 1 compiled whole (once per evaluator) and timed against the
+        original in `ROUNDS` interleaved rounds under the timing lock (`nasir.timing.interleaved`)."""
+        for name, model in (("original", self.model), (pipeline, None)):
+            if name not in self.compiled:
+                self.compiled[name] = compile_llvm((model or self.model.transform(pipeline)).module,
+                                                   threads=self.setup.threads, cpu=self.setup.cpu)
+        candidate, original = self.compiled[pipeline], self.compiled["original"]
+        inputs = seeded_inputs(self.model)
+        with timing_lock(self.latency.kernels.lock):
+            samples = interleaved({"candidate": lambda: candidate(*inputs), "original": lambda: original(*inputs)},
+                                  ROUNDS)
+        return Outcome("measured", measured_ms=Spread.of(samples["candidate"]).median, samples=samples)

@@ -9,7 +9,9 @@ from typing import Self
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+
 from nasir.search.results import Candidate
+from nasir.tools.console import progress_console
 
 
 class SearchProgress:
@@ -20,7 +22,7 @@ class SearchProgress:
         self.original_ms = original_ms
         self.counts: dict[str, int] = {}
         self.best_ms: float | None = None
-        self.console = console or Console(stderr=True, highlight=False)
+        self.console = console or progress_console()
         self.progress = Progress(TextColumn("{task.fields[stage]}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
                                  TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
                                  console=self.console, disable=not enabled)
@@ -43,9 +45,9 @@ class SearchProgress:
         return (f"accepted {c.get('accepted', 0)} | rejected: {rejected or '0'} | failed {c.get('failed', 0)} "
                 f"| best speedup (est.) {best}")
 
-    def measuring(self, members: int) -> None:
-        """The front's `members` are now being compiled whole and timed."""
-        self.front = self.progress.add_task("", total=members, stage="front measured whole")
+    def measuring(self, members: int, pass_number: int = 1) -> None:
+        """The front's `members` are now being compiled whole and timed (pass `pass_number`)."""
+        self.front = self.progress.add_task("", total=members, stage=f"front measured whole (pass {pass_number})")
 
     def measured(self) -> None:
         self.progress.update(self.front, advance=1)

@@ -1,15 +1,19 @@
 """What a search found: every candidate with its outcome, the Pareto front, the best network.
 
 The front is over the accepted candidates: lower latency estimate and higher Fisher ratio, neither
-worse in both. Its members are compiled whole and measured (`measured_ms`, beside the estimate);
-`best` is the fastest measured member. Files written in the output folder (each whole or not at
+worse in both. Its members are compiled whole and timed against the original in interleaved
+rounds (`samples`; `measured_ms` their median, beside the estimate), ranked by speedup, and those
+whose interquartile ranges meet are ties; `best` is the fastest measured member. Files written in the output folder (each whole or not at
 all: written beside, then renamed):
 
-- `results.jsonl`: one line per candidate (trial number, pipeline, outcome, figures; `accuracy` of
+- `results.jsonl`: one line per candidate (trial number, pipeline, outcome, figures; the front's
+  `measured_ms`, `measured_iqr_ms`, `speedup`, `speedup_iqr`, `rounds`, `ties`; `accuracy` of
   the trained ones, after a line for the original, when the front was trained: `accuracy.py`);
-- `pareto.png`: latency vs Fisher ratio, the front highlighted, the original marked (trained
+- `pareto.png`: latency vs Fisher ratio, the front's estimates and measured times, the original's
+  measured time (trained
   networks labelled with their accuracy);
-- `best.pipeline`, `best.onnx`: the best network's pipeline and the network itself (batch 1).
+- `best.pipeline`, `best.onnx`: the best network's pipeline, whole (`convert-nn-to-nest` first: it
+  applies to the original as imported), and the network itself (batch 1).
 """
 
 from __future__ import annotations
@@ -25,29 +29,58 @@ from pathlib import Path
 from rich.table import Table
 
 from nasir.search.evaluate import Outcome
+from nasir.timing import Spread, ratios
 
 
 @dataclass
 class Candidate:
     """One evaluated candidate: its trial number, pipeline and outcome; front members also get
-    their measured whole-model time, and those trained (`--train-top`) their test accuracy (%)."""
+    their whole-model times against the original's, round by round (`samples`: ms, {"candidate":
+    [...], "original": [...]}; `measured_ms` is the median), the members they cannot be told apart
+    from (`ties`), and those trained (`--train-top`) their test accuracy (%)."""
 
     number: int
     pipeline: str
     outcome: Outcome
     measured_ms: float | None = None
     accuracy: float | None = None
+    samples: dict[str, list[float]] | None = None
+    ties: list[int] = field(default_factory=list)
+
+    def add_samples(self, samples: dict[str, list[float]]) -> None:
+        """One more measurement's rounds, after those already taken."""
+        old = self.samples or {"candidate": [], "original": []}
+        self.samples = {k: old[k] + list(samples[k]) for k in ("candidate", "original")}
+        self.measured_ms = Spread.of(self.samples["candidate"]).median
+
+    @property
+    def spread(self) -> Spread | None:
+        """The measured ms, median and quartiles."""
+        return Spread.of(self.samples["candidate"]) if self.samples else None
+
+    @property
+    def speedup(self) -> Spread | None:
+        """The original's time over this one's, each round's ratio (timed in the same round)."""
+        return Spread.of(ratios(self.samples["original"], self.samples["candidate"])) if self.samples else None
 
     def to_json(self) -> dict:
+        measured = {}
+        if self.samples:
+            ms, speedup = self.spread, self.speedup
+            measured = {"measured_iqr_ms": ms.iqr, "original_measured_ms": Spread.of(self.samples["original"]).median,
+                        "speedup": speedup.median, "speedup_iqr": speedup.iqr,
+                        "rounds": len(self.samples["candidate"]), "ties": self.ties}
         return {"number": self.number, "pipeline": self.pipeline, **self.outcome.to_json(),
-                "measured_ms": self.measured_ms, "accuracy": self.accuracy}
+                "measured_ms": self.measured_ms, **measured, "accuracy": self.accuracy}
 
 
 @dataclass
 class SearchResult:
     """`candidates` in trial order, `pareto` (the front, fastest first) and `best` (or None);
     `seconds`: this run's time evaluating candidates (`search`) and measuring the front (`front`);
-    `original_accuracy`: the original's test accuracy (%) when the front was trained."""
+    `original_accuracy`: the original's test accuracy (%) when the front was trained; `busy`: why
+    the machine looked busy while the front was measured (`nasir.timing.busy`), or None;
+    `resumed`: the stored search this run went on from, or None."""
 
     original_ms: float
     candidates: list[Candidate]
@@ -56,6 +89,20 @@ class SearchResult:
     out: Path | None = None
     seconds: dict[str, float] = field(default_factory=dict)
     original_accuracy: float | None = None
+    busy: str | None = None
+    resumed: str | None = None
+
+    @property
+    def measured(self) -> list[Candidate]:
+        """The measured members of the front, fastest first (by speedup: each timed against the
+        original in the same rounds, which a load that comes and goes does not skew)."""
+        return ranked(self.pareto)
+
+    @property
+    def original_measured(self) -> Spread | None:
+        """The original's ms over all the rounds it was timed in beside the front's members."""
+        samples = [ms for c in self.pareto if c.samples for ms in c.samples["original"]]
+        return Spread.of(samples) if samples else None
 
     @property
     def accepted(self) -> list[Candidate]:
@@ -83,6 +130,26 @@ def pareto_front(candidates: Iterable[Candidate]) -> list[Candidate]:
     return sorted((c for c in pool if not beaten(c)), key=lambda c: c.outcome.estimate_ms)
 
 
+def ranked(members: Iterable[Candidate]) -> list[Candidate]:
+    """The measured ones among `members`, fastest first (highest median speedup)."""
+    return sorted((c for c in members if c.samples), key=lambda c: -c.speedup.median)
+
+
+def mark_ties(members: Iterable[Candidate]) -> None:
+    """Set each measured member's `ties`: the members whose speedup's interquartile range meets
+    its own, directly or through a chain of neighbours in the ranking."""
+    order = ranked(members)
+    groups: list[list[Candidate]] = []
+    for c in order:
+        if groups and groups[-1][-1].speedup.overlaps(c.speedup):
+            groups[-1].append(c)
+        else:
+            groups.append([c])
+    for group in groups:
+        for c in group:
+            c.ties = [o.number for o in group if o is not c]
+
+
 def passes(pipeline: str) -> str:
     """The passes of a pipeline and how often each runs: `group{...},group{...},fold{...}` -> `group x2, fold`."""
     names = Counter(step.split("{")[0] for step in re.split(r"(?<=\}),", pipeline) if step)
@@ -90,20 +157,27 @@ def passes(pipeline: str) -> str:
 
 
 def front_table(result: SearchResult) -> Table:
+    """The front, measured members first, fastest first; ms and speedup as median and IQR of the
+    rounds; MACs and params as fractions of the original's."""
     trained = result.original_accuracy is not None
     accuracy = f", {result.original_accuracy:.2f}% accurate" if trained else ""
-    table = Table(title=f"Pareto front (original: {result.original_ms:.2f} ms{accuracy}; "
-                        "whole pipelines in results.jsonl)")
-    columns = ("trial", "est. ms", "ms", "speedup", "MACs", "params", "Fisher", *(("acc %",) if trained else ()),
-               "passes")
+    om = result.original_measured
+    original = (f"{om.median:.2f} ms [{om.iqr:.2f}] timed with the front, {result.original_ms:.2f} ms profiled"
+                if om else f"{result.original_ms:.2f} ms profiled")
+    table = Table(title=f"Pareto front, fastest measured first (original: {original}{accuracy}; "
+                        "median [IQR] of interleaved rounds; whole pipelines in results.jsonl)")
+    columns = ("trial", "est. ms", "measured ms", "speedup", "MACs / orig.", "params / orig.", "Fisher / orig.",
+               *(("acc %",) if trained else ()), "ties", "passes")
     for col in columns:
         table.add_column(col, justify="left" if col == "passes" else "right", overflow="fold")
-    for c in result.pareto:
-        o, ms = c.outcome, c.measured_ms
+    members = result.measured + [c for c in result.pareto if not c.samples]
+    for c in members:
+        o, ms, speedup = c.outcome, c.spread, c.speedup
         acc = (f"{c.accuracy:.2f}" if c.accuracy is not None else "-",) if trained else ()
-        table.add_row(str(c.number), f"{o.estimate_ms:.2f}", f"{ms:.2f}" if ms else "-",
-                      f"{result.original_ms / ms:.2f}x" if ms else "-", f"{o.mac_ratio:.2f}", f"{o.param_ratio:.2f}",
-                      f"{o.fisher_ratio:.3f}", *acc, passes(c.pipeline))
+        table.add_row(str(c.number), f"{o.estimate_ms:.2f}", f"{ms.median:.2f} [{ms.iqr:.2f}]" if ms else "-",
+                      f"{speedup.median:.2f}x [{speedup.iqr:.2f}]" if speedup else "-", f"{o.mac_ratio:.2f}",
+                      f"{o.param_ratio:.2f}", f"{o.fisher_ratio:.3f}", *acc, ", ".join(map(str, c.ties)),
+                      passes(c.pipeline))
     return table
 
 
@@ -122,7 +196,8 @@ def write_jsonl(result: SearchResult, path: Path) -> None:
 
 
 def plot_front(result: SearchResult, path: Path) -> None:
-    """Latency estimate vs Fisher ratio of the accepted candidates; the front joined; the original."""
+    """Latency vs Fisher ratio: the accepted candidates' estimates, the front's estimates joined,
+    its measured members' medians with their IQR, and the original's measured time."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -134,14 +209,23 @@ def plot_front(result: SearchResult, path: Path) -> None:
                color="#9bb7d4", label=f"accepted ({len(acc)})")
     front = result.pareto
     ax.plot([c.outcome.estimate_ms for c in front], [c.outcome.fisher_ratio for c in front], "o-",
-            color="#c0392b", label=f"Pareto front ({len(front)})")
-    ax.scatter([result.original_ms], [1.0], marker="*", s=160, color="black", label="original", zorder=3)
-    labels = [(result.original_ms, 1.0, result.original_accuracy)] + [
-        (c.outcome.estimate_ms, c.outcome.fisher_ratio, c.accuracy) for c in front]
+            color="#c0392b", label=f"Pareto front, estimated ({len(front)})")
+    measured = result.measured
+    if measured:
+        ms = [c.spread for c in measured]
+        ax.errorbar([s.median for s in ms], [c.outcome.fisher_ratio for c in measured],
+                    xerr=[[s.median - s.q1 for s in ms], [s.q3 - s.median for s in ms]], fmt="D", color="#1e8449",
+                    label=f"front measured ({len(measured)}), median and IQR", zorder=4)
+    om = result.original_measured
+    original_ms = om.median if om else result.original_ms
+    ax.scatter([original_ms], [1.0], marker="*", s=160, color="black", zorder=3,
+               label="original (measured with the front)" if om else "original (profiled)")
+    labels = [(original_ms, 1.0, result.original_accuracy)] + [
+        (c.measured_ms, c.outcome.fisher_ratio, c.accuracy) for c in measured]
     for x, y, accuracy in labels:  # test accuracy of the trained networks (--train-top)
         if accuracy is not None:
             ax.annotate(f"{accuracy:.1f}%", (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
-    ax.set_xlabel("latency estimate (ms)")
+    ax.set_xlabel("latency (ms, batch 1)")
     ax.set_ylabel("Fisher Potential / original's")
     ax.legend()
     ax.grid(alpha=0.3)

@@ -16,6 +16,20 @@ from nasir.model import Model
 TO_NEST = "convert-nn-to-nest"
 
 
+def from_nn(pipeline: str) -> str:
+    """`pipeline` as it applies to a model at nn level (an imported file, a zoo model): with
+    `convert-nn-to-nest` in front unless it is its first pass already.
+
+        >>> from_nn('group{factor=2 layers="c1"}')
+        'convert-nn-to-nest,group{factor=2 layers="c1"}'
+        >>> from_nn("convert-nn-to-nest,fold")
+        'convert-nn-to-nest,fold'
+    """
+    if pipeline.split(",", 1)[0].split("{", 1)[0].strip() == TO_NEST:
+        return pipeline
+    return ",".join(p for p in (TO_NEST, pipeline) if p)
+
+
 def rebatched(path: Path, out: Path) -> Path:
     """A copy of the ONNX file at `path` whose inputs' first dimension is symbolic (the Fisher
     batch is then given at import); inferred shapes are dropped, the importer infers them again."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from importlib.metadata import version
 import tempfile
 from pathlib import Path
 
@@ -196,19 +197,25 @@ def cmd_search(args) -> int:
                           timeout=args.timeout, kernel_cache=args.kernel_cache, train_top=args.train_top,
                           epochs=args.epochs)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.counts().items()))
+    if result.resumed:
+        out.print(f"resumed from {result.resumed}")
     out.print(f"{len(result.candidates)} candidates: {counts}")
     out.print(front_table(result))
     if result.best is not None:
-        out.print(f"best: {result.original_ms / result.best.measured_ms:.2f}x faster than the original "
-                  f"({result.best.measured_ms:.2f} ms vs {result.original_ms:.2f} ms); "
-                  f"pipeline in {args.out}/best.pipeline, network in {args.out}/best.onnx")
+        best, speedup = result.best, result.best.speedup
+        ties = f"; ties with trial(s) {', '.join(map(str, best.ties))} within the spread" if best.ties else ""
+        out.print(f"best: trial {best.number}, {speedup.median:.2f}x faster than the original (IQR "
+                  f"{speedup.q1:.2f}-{speedup.q3:.2f}x over {len(best.samples['candidate'])} rounds timed against "
+                  f"it{ties}); pipeline in {args.out}/best.pipeline, network in {args.out}/best.onnx")
     else:
         out.print("no candidate kept the original's capacity")
     if result.original_accuracy is not None:
         trained = [c for c in result.pareto if c.accuracy is not None]
         out.print(f"accuracy after {args.epochs} epochs: original {result.original_accuracy:.2f}%, "
-                  + ", ".join(f"trial {c.number} {c.accuracy:.2f}% ({result.original_ms / c.measured_ms:.2f}x)"
+                  + ", ".join(f"trial {c.number} {c.accuracy:.2f}% ({c.speedup.median:.2f}x)"
                               for c in trained) + f"; runs in {args.out}/train/")
+    if result.busy:
+        out.print(f"the machine was busy while the front was measured: {result.busy}")
     out.print(f"results: {args.out}/results.jsonl, plot: {args.out}/pareto.png")
     return 0
 
@@ -239,18 +246,20 @@ def tuning_table(report) -> Table:
 
 
 def cmd_train(args) -> int:
-    from nasir.search.sources import TO_NEST
+    from nasir.search.sources import from_nn
 
     if args.image_size and args.model not in zoo.names():
         raise FrontendError("--image-size rebuilds a zoo model for other inputs; a file keeps its own")
     with tempfile.TemporaryDirectory(prefix="nasir-") as tmp:
         model = load(model_file(args.model, args.dataset, tmp, args.image_size))
-    pipeline = ",".join([TO_NEST] + ([args.pipeline] if args.pipeline else []))
+    pipeline = from_nn(args.pipeline or "")
     with step(progress, f"transforming: {pipeline}"):
         model = model.transform(pipeline)
     result = nasir.train(model, args.data, epochs=args.epochs, batch=args.batch, lr=args.lr, seed=args.seed,
                          out=args.out, resume=not args.restart, threads=args.threads, title=Path(args.model).stem)
     saved = result.apply_to(model).save(Path(args.out) / "trained.mlir")
+    if result.resumed:
+        out.print(f"resumed from {result.resumed}")
     out.print(f"test accuracy {result.accuracy:.2f}% after {len(result.history)} epochs "
               f"({sum(r['seconds'] for r in result.history):.0f} s of training)")
     out.print(f"trained model: {saved} (+ .npz); metrics: {args.out}/metrics.csv, curves: {args.out}/curves.png")
@@ -261,6 +270,7 @@ def cmd_train(args) -> int:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="nasir", description="nasir: neural architecture search as program transformation")
+    p.add_argument("--version", action="version", version=f"nasir {version('nasir')}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, fn, help: str) -> argparse.ArgumentParser:
@@ -337,15 +347,16 @@ def train_args(c: argparse.ArgumentParser) -> None:
     c.add_argument("model", help="a .onnx or .mlir file, or a zoo model name")
     c.add_argument("--dataset", default="cifar10", help="dataset variant of a zoo model (default cifar10)")
     c.add_argument("--image-size", type=int, help="a zoo model for square inputs of this side (e.g. 16 for digits)")
-    c.add_argument("--pipeline", help="train the model transformed by this pipeline (a search's best.pipeline)")
+    c.add_argument("--pipeline", help="train the model transformed by this pipeline (a search's best.pipeline); "
+                   "convert-nn-to-nest is put in front when it is not its first pass")
     c.add_argument("--data", required=True,
                    help="a CIFAR-10/100 binary folder, an .npz (x, y[, x_test, y_test]) or 'digits'")
     c.add_argument("--epochs", type=int, default=200, help="epochs (default 200)")
     c.add_argument("--batch", type=int, default=128, help="batch size (default 128)")
     c.add_argument("--lr", type=float, default=0.1, help="initial learning rate, cosine-decayed (default 0.1)")
-    c.add_argument("--seed", type=int, default=0, help="seed of the order and augmentation of the examples")
+    c.add_argument("--seed", type=int, default=0, help="seed of the order and augmentation of the examples (default 0)")
     c.add_argument("--threads", type=int, help="torch threads (default: torch's)")
-    c.add_argument("--out", default="nasir-train", help="output folder: checkpoint, metrics, curves, trained model")
+    c.add_argument("--out", default="nasir-train", help="output folder: checkpoint, metrics, curves, trained model (default nasir-train)")
     c.add_argument("--restart", action="store_true", help="ignore a checkpoint in OUT and start over")
 
 
@@ -354,14 +365,14 @@ def search_args(c: argparse.ArgumentParser) -> None:
     c.add_argument("--dataset", default="cifar10", help="dataset variant of a zoo model (default cifar10)")
     c.add_argument("--budget", type=int, default=None, help="candidates to evaluate (default 100 without --time-limit)")
     c.add_argument("--time-limit", type=float, help="seconds of this run after which no candidate is started")
-    c.add_argument("--strategy", default="random", help="random (NAS-PTE), evolution (NSGA-II) or tpe")
+    c.add_argument("--strategy", default="random", help="random (NAS-PTE), evolution (NSGA-II) or tpe (default random)")
     c.add_argument("--threads", type=int, default=1, help="threads of the timed code (default 1)")
-    c.add_argument("--workers", type=int, default=1, help="evaluations at once (processes, or Ray tasks)")
+    c.add_argument("--workers", type=int, default=1, help="evaluations at once, processes or Ray tasks (default 1)")
     c.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS",
                    help="evaluate on a Ray cluster (default address: auto); needs nasir[distributed]")
     c.add_argument("--out", default="nasir-search", help="output folder (default nasir-search)")
     c.add_argument("--storage", help="Optuna storage URL (default sqlite:///OUT/study.db)")
-    c.add_argument("--seed", type=int, default=0, help="seed of the strategy, the minibatch and new weights")
+    c.add_argument("--seed", type=int, default=0, help="seed of the strategy, the minibatch and new weights (default 0)")
     c.add_argument("--batch", type=int, default=16, help="Fisher Potential minibatch size (default 16)")
     c.add_argument("--data", help="Fisher minibatch and training data: a CIFAR-10/100 folder, an .npz or 'digits' "
                                   "(default synthetic)")

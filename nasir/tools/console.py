@@ -8,6 +8,7 @@
     show(console, model.summary())      # rich table in a terminal, plain aligned text in a pipe
     fail("nasir", error)                # "nasir: error: <message on one line>" on stderr, exit 1
     end_on_closed_pipe()                # `nasir summary resnet18 | head`: no traceback, exit 141
+    progress_console()                  # stderr for a progress bar, not cut at 80 columns in a log
 """
 
 from __future__ import annotations
@@ -61,6 +62,17 @@ def end_on_closed_pipe() -> NoReturn:
     so that the flush at exit raises nothing either)."""
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     sys.exit(CLOSED_PIPE_STATUS)
+
+
+LOG_WIDTH = 400
+"""Columns of a progress line written to a log (not a terminal), where rich would cut it at 80."""
+
+
+def progress_console() -> Console:
+    """The console of a live progress bar, on stderr: a terminal's width, or in a log `LOG_WIDTH`
+    columns, so a frame's counts are not cut off (a frame takes the columns it needs only)."""
+    console = Console(stderr=True, highlight=False)
+    return console if console.is_terminal else Console(stderr=True, highlight=False, width=LOG_WIDTH)
 
 
 class ToolConsole(Console):

@@ -3,12 +3,16 @@ epoch (written beside, then renamed, so a kill leaves the previous epoch's intac
 
 It holds the network's parameters and batch-norm statistics, the optimizer's momentum, the
 metrics so far and the run's fingerprint (the network's IR, the data source and the recipe):
-a resumed run refuses a checkpoint of another run instead of silently mixing them.
+a resumed run refuses a checkpoint of another run instead of silently mixing them. It holds
+tensors and plain data only, and is read so (`torch.load(weights_only=True)`): a checkpoint whose
+pickle would construct anything else, or run code, is refused, so a run folder from someone else
+is data, not a program.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
 from pathlib import Path
 
 import torch
@@ -32,7 +36,11 @@ def load(folder: Path, fingerprint: dict) -> dict | None:
     if not path.is_file():
         return None
     try:
-        state = torch.load(path, weights_only=False)
+        state = torch.load(path, weights_only=True)
+    except pickle.UnpicklingError as e:  # weights_only refused something that is not plain data
+        reason = str(e).splitlines()[0]
+        raise NasirError(f"{path}: refused, it holds more than tensors and plain data ({reason}); "
+                         "delete it to start over") from None
     except Exception as e:  # a truncated or foreign file
         raise NasirError(f"{path}: cannot read the checkpoint ({e}); delete it to start over") from None
     if state.get("fingerprint") != fingerprint:

@@ -66,12 +66,13 @@ class Recipe:
 class TrainResult:
     """A finished (or resumed and finished) run: per-epoch `history` (report.COLUMNS), the final
     test `accuracy` (%), the torch module trained (`program`, at the training batch), the run's
-    folder and its wall time in this process."""
+    folder and its wall time in this process; `resumed`: what it went on from, or None."""
 
     program: torch.nn.Module
     history: list[dict] = field(default_factory=list)
     out: Path | None = None
     seconds: float = 0.0
+    resumed: str | None = None
 
     @property
     def accuracy(self) -> float:
@@ -110,6 +111,7 @@ def train(model: Model, data: str | Path | Dataset, *, epochs: int = 200, batch:
         program = net.to_torch().train()
         optimizer = torch.optim.SGD(program.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
         history: list[dict] = []
+        resumed = None
         if folder is not None:
             folder.mkdir(parents=True, exist_ok=True)
             state = checkpoint.load(folder, fingerprint) if resume else None
@@ -117,9 +119,12 @@ def train(model: Model, data: str | Path | Dataset, *, epochs: int = 200, batch:
                 program.load_state_dict(state["program"])
                 optimizer.load_state_dict(state["optimizer"])
                 history = state["history"]
+                resumed = f"{folder / checkpoint.NAME} after epoch {len(history)} of {epochs}"
         steps = len(dataset.train[0]) // batch
         augmenting = dataset.augment if augment is None else augment
         with TrainProgress(title, epochs, steps, len(history), progress) as bar:
+            if resumed:
+                bar.note(f"resuming training from {resumed}")
             for epoch in range(len(history), epochs):
                 began = time.perf_counter()
                 for group in optimizer.param_groups:
@@ -140,7 +145,7 @@ def train(model: Model, data: str | Path | Dataset, *, epochs: int = 200, batch:
                 if on_epoch is not None:
                     on_epoch(row)
     program.eval()
-    return TrainResult(program, history, folder, time.perf_counter() - start)
+    return TrainResult(program, history, folder, time.perf_counter() - start, resumed)
 
 
 def _train_epoch(program, optimizer, dataset: Dataset, batch: int, augmenting: bool, rng: np.random.Generator,

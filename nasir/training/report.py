@@ -9,8 +9,9 @@ import io
 import os
 from pathlib import Path
 
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from nasir.tools.console import progress_console
 
 COLUMNS = ("epoch", "lr", "train_loss", "train_accuracy", "test_loss", "test_accuracy", "seconds")
 """The metrics of one epoch (accuracies in percent; `seconds`: the epoch's wall time)."""
@@ -22,7 +23,7 @@ class TrainProgress:
     def __init__(self, title: str, epochs: int, steps: int, done_epochs: int, enabled: bool = True):
         self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TextColumn("{task.fields[metrics]}"), TimeElapsedColumn(), TextColumn("ETA"),
-                                 TimeRemainingColumn(), console=Console(stderr=True, highlight=False),
+                                 TimeRemainingColumn(), console=progress_console(),
                                  disable=not enabled)
         self.title, self.epochs = title, epochs
         self.task = self.progress.add_task(self._describe(done_epochs), total=epochs * steps,
@@ -40,6 +41,11 @@ class TrainProgress:
 
     def step(self) -> None:
         self.progress.advance(self.task)
+
+    def note(self, text: str) -> None:
+        """A line above the bar (when the bar is shown)."""
+        if not self.progress.disable:
+            self.progress.console.print(text)
 
     def epoch(self, row: dict) -> None:
         metrics = (f"loss {row['train_loss']:.3f}  train {row['train_accuracy']:.1f}%  "
