@@ -18,6 +18,7 @@ live in the arena. Each model runs at both vector widths (conftest's `cpu`), on 
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -184,3 +185,19 @@ def test_winograd_conv_writing_over_its_residual_keeps_noalias_on_its_scratch():
     t = {name: torch.from_numpy(a) for name, a in dict(ws=ws, w=w, v=v, x=x).items()}
     want = F.conv2d(F.conv2d(t["x"], t["w"], stride=2, padding=3) + F.conv2d(t["x"], t["ws"], stride=2).relu(), t["v"])
     np.testing.assert_allclose(run(model, x), want.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_pool_whose_input_a_fused_pool_makes_is_not_fused_in_turn():
+    """The fuzzer's conv -> max pool -> max pool (tests/regressions/fuzz-pool-after-fused-pool.onnx):
+    both pools were marked to compute their producer's rows; the second held the first, whose
+    producer conv no kernel then ran (0.74 off at both widths). The first pool keeps its conv, the
+    second reads the first's result; a plan that fuses both again is refused, not run."""
+    path = Path(__file__).parent / "regressions" / "fuzz-pool-after-fused-pool.onnx"
+    model = agrees_with_onnxruntime(path)
+    nests = scheduled_nests(model)
+    assert FUSE_ROWS.on(nests["maxpool8"]) and not FUSE_ROWS.on(nests["maxpool9"])
+    run_pipeline(model.module, LLVM_PIPELINE.split(",convert-nest-to-loops")[0])
+    second = next(op for op in model.module.walk() if isinstance(op, nest.ComputeOp) and op.layer_name == "maxpool9")
+    FUSE_ROWS.set(second, True)
+    with pytest.raises(LoweringError, match="no kernel computes the rows of 'conv7'"):
+        run_pipeline(model.module, "convert-nest-to-loops")

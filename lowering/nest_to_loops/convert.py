@@ -125,6 +125,9 @@ class ConvertNestToLoopsPass(ModulePass):
             MACS.set(call, count)
             fn.body.block.insert_op_before(call, mat)
             erase_group(mat, compute)
+        if held:  # a producer no kernel computed: its readers would read whatever the bytes hold
+            raise LoweringError(f"{FUSE_ROWS.name}: no kernel computes the rows of "
+                                f"{', '.join(repr(h[3]) for h in held.values())} (a fused pool's producer fused in turn)")
         for k in kernels:
             op.body.block.add_op(k)
 

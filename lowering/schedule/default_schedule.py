@@ -17,7 +17,7 @@ FMA, masked edge vectors, epilogue of transposed tiles):
   left NCHW, for those whose input `packed_tensors` does not block. Such a max pool whose
   producer it alone reads, with outer loops over that producer's channel blocks and rows (a
   stem), tiles a block of channel vectors and is marked FUSE_ROWS: its kernel computes the
-  producer's rows as it needs them;
+  producer's rows as it needs them (one level: a max pool after such a pool reads its result);
 - spatial (`spatial_vector_schedule`), everything else:
 
 - the vector loop is a parallel dim that is contiguous in the output (stride 1), split by the

@@ -19,6 +19,7 @@ import math
 from xdsl.ir.affine import AffineDimExpr
 
 from nasir.dialects import affine, nest
+from nasir.dialects.attributes import FUSE_ROWS
 from nasir.dialects.affine import linear_coefficient, stride_of
 from nasir.dialects.nest import NestView
 from nasir.dialects.schedule import Loop, Schedule
@@ -345,9 +346,12 @@ def channel_pool_schedule(n: NestView, target: CPUTarget, blocks: int = 0) -> Sc
 def fused_row_blocks(pool: nest.ComputeOp) -> int:
     """The channel blocks of the producer whose rows `pool`'s kernel can compute (FUSE_ROWS), 0 if
     none: the producer is a nest that only `pool` reads, with lanes over its channels and outer
-    loops over its output rows and over blocks of its channels (ResNet's stem: 2 blocks of 32)."""
+    loops over its output rows and over blocks of its channels (ResNet's stem: 2 blocks of 32), and
+    not itself a pool computing its own producer's rows (max pool -> max pool after a stem: the
+    first pool keeps the stem, the second computes its input whole)."""
     producer = pool.inputs[0].owner
-    if not isinstance(producer, nest.ComputeOp) or len(list(producer.result.uses)) != 1 or producer.schedule is None:
+    if (not isinstance(producer, nest.ComputeOp) or len(list(producer.result.uses)) != 1 or producer.schedule is None
+            or FUSE_ROWS.on(producer)):  # one level: a pool whose own rows a later pool computes is not fused
         return 0
     sched = producer.get_schedule()
     names = [name for name, _ in producer.domain.dims]
