@@ -362,3 +362,33 @@ def test_redrawing_weights_moves_a_layer_as_much_as_grouping_it(resnet18):
         for k, v in saved.items():
             store[k] = v
     assert 1.1 < max(ratios) <= REDRAW_TOLERANCE and min(ratios) < 0.9
+
+
+def test_the_discard_benchmark_draws_blocks_as_the_published_generator():
+    """benchmarks/fisher_discard.py's `paper` draw against the authors' generator's distribution,
+    by hand: a block stays a plain conv with probability 1/4 + 1/4 * 1/4 * 1/4 (Seq 1 with one part
+    of 1 group) + 1/4 * 1/4 (Seq 3 with one band) = 21/64; Seq 2 is drawn 1/4 of the time; Seq 1
+    with several parts 3/16; Seq 3 with several bands 3/16; a lone grouped Seq 1 3/64."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "fisher_discard.py"
+    spec = importlib.util.spec_from_file_location("fisher_discard", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rng = np.random.default_rng(0)
+    draws = [module.paper_block(rng, "b") for _ in range(20000)]
+    share = {
+        "plain": np.mean([d == "" for d in draws]),
+        "seq2": np.mean([d.startswith("index-split{dim=co at=") for d in draws]),
+        "seq1": np.mean([d.startswith("index-split{dim=co parts=") for d in draws]),
+        "seq3": np.mean([d.startswith("unshare{dim=oh parts=") for d in draws]),
+        "grouped": np.mean([d.startswith("group{") for d in draws]),
+    }
+    expected = {"plain": 21 / 64, "seq2": 1 / 4, "seq1": 3 / 16, "seq3": 3 / 16, "grouped": 3 / 64}
+    for kind, p in expected.items():
+        assert abs(share[kind] - p) < 4 * (p * (1 - p) / len(draws)) ** 0.5, (kind, share[kind], p)
+    factors = {int(f) for d in draws for f in re.findall(r"group\{factor=([0-9]+)", d)}
+    assert factors == {2, 3, 4, 8}  # Seq 1's {1, 2, 4, 8} and Seq 2's {1, 2, 3, 4}, 1 being no group
+    assert {int(u) for d in draws for u in re.findall(r"at=([0-9]+)", d)} == {1, 2, 4, 8, 16}
+    assert {int(s) for d in draws for s in re.findall(r"parts=([0-9]+)", d)} == {2, 4, 8}
