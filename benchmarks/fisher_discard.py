@@ -15,14 +15,25 @@ Draws:
   channels, nasir's reads them all); Seq 3: the rows in S in {1, 2, 4, 8} bands, each with its own
   weights (`compositions.seq3_bands`).
 - `space`: nasir's search space (`nasir.search.space`): each conv keeps its layer or takes a
-  uniformly drawn legal choice, with a per-candidate share of changed convs drawn uniformly (the
-  draw of benchmarks/fisher_vs_accuracy.py).
+  uniformly drawn legal choice, with a per-candidate share of changed convs drawn uniformly
+  (`SearchSpace.random_pipeline`, as benchmarks/fisher_vs_accuracy.py draws).
 
 A draw that a pass refuses (a factor that does not divide a channel or row count) is drawn again,
 and counted. Every legal candidate is measured once on the search's minibatch (synthetic, seed 0,
 batch 16) and judged against the original both ways: nasir's Fisher Potential (each layer's Delta
 in units of its own signal, nasir/fisher.py) and BlockSwap's unnormalised sum of Delta. Printed:
-the share each discards (candidate below the original), and the ratio quartiles.
+the share each discards (candidate below the original), and the ratio quartiles. A run takes about
+2.5 s (paper) or 1.4 s (space) per candidate with two workers on a loaded 2-core machine.
+
+Measured (AMD EPYC Zen 4, 2 cores shared, load 4-7), 2026-11-26; docs/fisher.md explains the gap:
+
+    python benchmarks/fisher_discard.py --candidates 200 --workers 2
+    paper: 200 legal candidates (1069 illegal draws redrawn), 492 s
+      nasir's Fisher Potential   discards  30.5%   ratio quartiles 0.995 1.014 1.029, max 1.08
+      BlockSwap's sum of Delta   discards  98.0%   ratio quartiles 0.547 0.660 0.748, max 1.06
+    space: 200 legal candidates (0 illegal draws redrawn), 275 s
+      nasir's Fisher Potential   discards  88.5%   ratio quartiles 0.854 0.920 0.975, max 1.06
+      BlockSwap's sum of Delta   discards  47.5%   ratio quartiles 0.909 1.002 1.582, max 11.46
 """
 
 from __future__ import annotations
@@ -79,12 +90,6 @@ def paper_draw(rng: np.random.Generator, model_blocks: dict[str, str]) -> str:
     return ",".join(step for step in (paper_block(rng, f"(?:{layers})") for layers in model_blocks.values()) if step)
 
 
-def space_draw(rng: np.random.Generator, space: SearchSpace) -> str:
-    keep = rng.random()  # how many convs this candidate changes varies from candidate to candidate
-    return space.pipeline({lc.layer: (str(rng.choice(lc.choices[1:])) if len(lc.choices) > 1
-                                      and rng.random() > keep else "identity") for lc in space.layers})
-
-
 _state: dict = {}
 
 
@@ -110,13 +115,12 @@ def run(draw: str, args) -> dict:
     original = _measure("")
     rng = np.random.default_rng(args.seed)
     model = _state["model"]
-    drawer = (lambda: paper_draw(rng, blocks(model))) if draw == "paper" else \
-        (lambda s=SearchSpace.of(model): space_draw(rng, s))
+    draw_one = (lambda r: paper_draw(r, blocks(model))) if draw == "paper" else SearchSpace.of(model).random_pipeline
     rows, illegal, start = [], 0, time.perf_counter()
     spawn = multiprocessing.get_context("spawn")  # a forked child of a process that ran torch can hang
     with ProcessPoolExecutor(args.workers, spawn, _setup, (args.model, args.dataset, args.batch)) as pool:
         while len(rows) < args.candidates:
-            pipelines = [drawer() for _ in range(args.candidates - len(rows))]
+            pipelines = [draw_one(rng) for _ in range(args.candidates - len(rows))]
             for pipeline, result in zip(pipelines, pool.map(_measure, pipelines)):
                 if isinstance(result, str):
                     illegal += 1
