@@ -115,6 +115,8 @@ def run(draw: str, args) -> dict:
     original = _measure("")
     rng = np.random.default_rng(args.seed)
     model = _state["model"]
+    if draw == "paper" and not blocks(model):
+        raise SystemExit(f"{args.model}: no ResNet basic blocks (layerK_layerK.B_conv1/2) for the authors' draw")
     draw_one = (lambda r: paper_draw(r, blocks(model))) if draw == "paper" else SearchSpace.of(model).random_pipeline
     rows, illegal, start = [], 0, time.perf_counter()
     spawn = multiprocessing.get_context("spawn")  # a forked child of a process that ran torch can hang
