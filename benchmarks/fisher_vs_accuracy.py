@@ -117,9 +117,7 @@ def tau(args, out: Path, original: nasir.Model, report: dict) -> None:
     rng = np.random.default_rng(args.seed)
     rows, seen = [], set()
     while len(rows) < args.candidates:
-        keep = rng.random()  # how many convs this candidate changes varies from candidate to candidate
-        pipeline = space.pipeline({lc.layer: (str(rng.choice(lc.choices[1:])) if len(lc.choices) > 1
-                                              and rng.random() > keep else "identity") for lc in space.layers})
+        pipeline = space.random_pipeline(rng)  # the share of convs changed varies from candidate to candidate
         if pipeline in seen:
             continue
         seen.add(pipeline)

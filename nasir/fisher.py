@@ -3,22 +3,47 @@
 An analysis, not a rewrite: it runs a model through the torch backend (`TorchProgram`, training
 mode, so batch-norm uses batch statistics) on one labelled minibatch, backpropagates the
 cross-entropy loss, and for every measured activation A (N x C x H x W) with g = dLoss/dA computes
+BlockSwap's
 
     Delta_c = 1/(2N) * sum_n ( sum_{i,j} A[n,c,i,j] * g[n,c,i,j] )^2,    Delta_layer = sum_c Delta_c,
 
-and Fisher(net) = sum over layers. Architecture transforms are accepted when the candidate's value
-at initialisation is not below the original's (`check_capacity`; `Model.transform(..., capacity_check=...)` runs it).
+(`FisherReport.delta`) and, as the layer's capacity, that Delta in units of the layer's own signal
+
+    Fisher_layer = Delta_layer / ( mean(A^2) * mean(g^2) )        (means over all N*C*H*W elements)
+
+(`FisherReport.layers`); Fisher(net) = sum over layers. Architecture transforms are accepted when
+the candidate's value at initialisation is not below the original's (`check_capacity`;
+`Model.transform(..., capacity_check=...)` runs it). docs/fisher.md has the numbers behind this.
+
+Why the normalisation (issue 39): Delta_layer is quadratic in g, and g at a layer is the loss
+gradient carried back through every layer after it, so a transform changes the Delta of layers it
+does not touch by the square of the change in backward gain it makes. The spatial bottleneck is the
+extreme case: its expand copy's adjoint sums the gradients of the B positions it fills (alike at
+initialisation: global average pooling gives every position of a channel the same gradient) and the
+strided conv hands the sum to the few input positions it reads. 4x4 on the first conv of ResNet-34's
+three layer4 blocks raises the input-gradient norm of every earlier layer about 3.4x and their
+Delta 11x; the stem's Delta rises 11x though nothing before layer4 changed (plain PyTorch hooks
+give the same figures). Dividing by mean(g^2) makes a layer's value blind to the scale of the error
+signal that reaches it and sensitive only to how its channels align with its direction; dividing by
+mean(A^2) makes it blind to the scale of its weights, which batch-norm already removes from the
+function (without it a re-initialised grouped conv reads up to 1.95x higher only because the
+transforms' Kaiming fan-in draw is larger than the zoo's fan-out one). Both are per layer and per element: Delta stays a
+sum over channels and over each channel's positions, so a layer that computes fewer channels or
+positions sums fewer products (a per-channel cosine would instead reward smaller maps).
 
 Which activations: BlockSwap measures each residual block's output before the add. nasir has no
-block structure in its IR, so it measures the output of every convolution: each `mac` nest with a
-4-D output (and each `nn.conv2d` of a model not yet lowered), named by its layer. The classifier
+block structure in its IR, so it measures every convolution at what it computes: each `mac` nest
+with a 4-D output (and each `nn.conv2d` of a model not yet lowered), named by its layer. A spatially
+bottlenecked conv is measured at its Oh/B x Ow/B output with the gradient that reaches it (the
+`<layer>.expand` copy after it is its consumer); the parts of an `index-split` or `unshare` layer
+are one layer, joined as their `<layer>.concat` joins them (channel parts side by side, row parts
+summed inside each channel's product), so an index-split leaves every value unchanged. The classifier
 (gemm) is left out as in BlockSwap. The value is whatever the op produces, so fused epilogues
 (bias, ReLU, residual add from `fuse-epilogue`) are inside it: compare models at the same level,
-before epilogue fusion. The parts of an `index-split` conv are measured separately and their sum
-equals the unsplit conv's value (Delta sums over channels, and the parts partition the channels).
+before epilogue fusion.
 
     report = fisher_potential(model, x, y)      # model batch == len(x)
-    report.total, report.layers["layer1.0.conv1"]
+    report.total, report.layers["layer1.0.conv1"], report.delta["layer1.0.conv1"]
     check = FisherCheck(original, x, y)         # a search: the original measured once
     check(candidate).accepted
 
@@ -30,11 +55,13 @@ and `threads=1` keeps torch's threads from spinning against the other workers on
 search measures the original once (`FisherCheck`) and runs one evaluation per core. Batch 16 is
 the smallest batch that keeps the ranking: at batch 8 (or at 16 x 16 images) the candidates'
 Fisher ratios rank worse against the consensus of other minibatches and some clear accept/reject
-decisions flip, which never happens at 16 (`python benchmarks/fisher_speed.py --rank` prints the study).
+decisions flip, which never happens at 16 (`python benchmarks/fisher_speed.py --rank` prints the study;
+made before the normalisation above).
 """
 
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -42,6 +69,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 import torch.nn.functional as F
+from xdsl.ir import SSAValue
 
 from nasir.data import minibatch
 from nasir.dialects import nest, nn
@@ -55,10 +83,12 @@ if TYPE_CHECKING:  # the model module imports this one (Model.transform's capaci
 
 @dataclass
 class FisherReport:
-    """Per-layer Fisher Potential (layer name -> Delta_layer, program order), their total, the loss."""
+    """Per-layer Fisher Potential (layer name -> Fisher_layer, program order), their total, the
+    loss, and BlockSwap's unnormalised Delta_layer of each layer (`delta`)."""
 
     layers: dict[str, float] = field(default_factory=dict)
     total: float = 0.0
+    delta: dict[str, float] = field(default_factory=dict)
     loss: float = 0.0
 
     def __str__(self) -> str:
@@ -99,8 +129,13 @@ def fisher_potential(model: Model, inputs: np.ndarray, labels: np.ndarray, seed:
         if not activations:
             raise LegalityError("fisher_potential: the model has no convolution to measure")
         grads = torch.autograd.grad(loss, list(activations.values()), allow_unused=True)
-        layers = {name: _delta(a, g) for (name, a), g in zip(activations.items(), grads)}
-    return FisherReport(layers, float(sum(layers.values())), float(loss.detach()))
+        parts = {v: _Part.of(a, g) for (v, a), g in zip(activations.items(), grads)}
+        report = FisherReport(loss=float(loss.detach()))
+        for name, root in _layers(program).items():
+            whole = _assemble(root, parts)
+            report.delta[name], report.layers[name] = whole.delta(), whole.potential()
+    report.total = float(sum(report.layers.values()))
+    return report
 
 
 def _checked_batch(model: Model, inputs, labels) -> tuple[np.ndarray, np.ndarray]:
@@ -128,22 +163,98 @@ def torch_threads(threads: int | None):
         torch.set_num_threads(before)
 
 
-def _record(program: TorchProgram) -> dict[str, torch.Tensor]:
-    """Make `program` keep the output of every measured op (by layer name) in the returned dict."""
-    activations: dict[str, torch.Tensor] = {}
+def _record(program: TorchProgram) -> dict[SSAValue, torch.Tensor]:
+    """Make `program` keep the output of every measured op (by its IR value) in the returned dict."""
+    activations: dict[SSAValue, torch.Tensor] = {}
 
-    def recording(name, fn):
+    def recording(value, fn):
         def run(op, args):
             out = fn(op, args)
             if not out.requires_grad:  # weights are frozen: an op that no gradient reaches yet is a leaf
                 out.requires_grad_()
-            activations[name] = out
+            activations[value] = out
             return out
         return run
 
-    program.steps = [(op, recording(op.layer_name, fn) if measured(op) else fn, operands)
+    program.steps = [(op, recording(op.results[0], fn) if measured(op) else fn, operands)
                      for op, fn, operands in program.steps]
     return activations
+
+
+_PART = re.compile(r"[.]part[0-9]+$")
+
+
+def _layers(program: TorchProgram) -> dict[str, SSAValue]:
+    """Each measured layer (program order) and the value that holds its whole output: a measured
+    op's result, or, for the parts of an index-split layer, the `<layer>.concat` that joins them.
+    A spatial bottleneck's `<layer>.expand` copy is stepped over, not measured: the layer is
+    measured at what it computes."""
+    layers: dict[str, SSAValue] = {}
+    for op, _, _ in program.steps:
+        if measured(op):
+            name, value = op.layer_name, op.results[0]
+            while True:
+                users = [u.operation for u in value.uses]
+                if len(users) != 1:
+                    break
+                user, base = users[0], _PART.sub("", name)
+                if isinstance(user, nest.ComputeOp) and user.layer_name == f"{name}.expand":
+                    value = user.results[0]
+                elif isinstance(user, nn.ConcatOp) and base != name and user.layer_name == f"{base}.concat":
+                    name, value = base, user.results[0]
+                else:
+                    break
+            layers.setdefault(name, value)
+    return layers
+
+
+@dataclass
+class _Part:
+    """What Fisher Potential needs of (part of) one layer's output a with gradient g: the per-example,
+    per-channel inner products <a, g> (N x C) and the sums of a^2 and g^2 over their elements."""
+
+    dots: torch.Tensor
+    a2: float
+    g2: float
+    count: int
+
+    @staticmethod
+    def of(a: torch.Tensor, g: torch.Tensor | None) -> _Part:
+        a = a.detach()
+        if g is None:  # the activation does not reach the loss
+            g = torch.zeros_like(a)
+        dots = torch.einsum("nchw,nchw->nc", a, g).double()  # one batched dot product in float32
+        return _Part(dots, float(torch.linalg.vector_norm(a)) ** 2, float(torch.linalg.vector_norm(g)) ** 2, a.numel())
+
+    def join(self, other: _Part, channels: bool) -> _Part:
+        """The parts of a layer split along channels (their products side by side) or along
+        positions (each channel's products summed)."""
+        dots = torch.cat([self.dots, other.dots], 1) if channels else self.dots + other.dots
+        return _Part(dots, self.a2 + other.a2, self.g2 + other.g2, self.count + other.count)
+
+    def delta(self) -> float:
+        """BlockSwap's Delta_layer: sum_c 1/(2N) sum_n <a_nc, g_nc>^2."""
+        return float((self.dots ** 2).sum() / (2 * self.dots.shape[0]))
+
+    def potential(self) -> float:
+        """Delta_layer in units of the layer's own mean squared activation and gradient (see the
+        module docstring): 0 for a layer whose output or gradient is zero."""
+        scale = (self.a2 / self.count) * (self.g2 / self.count)
+        return self.delta() / scale if scale > 0 else 0.0
+
+
+def _assemble(value: SSAValue, parts: dict[SSAValue, _Part]) -> _Part:
+    """The `_Part` of a layer's whole output `value` (see `_layers`)."""
+    if value in parts:
+        return parts[value]
+    op = value.owner
+    if isinstance(op, nn.ConcatOp):
+        pieces = [_assemble(v, parts) for v in op.operands]
+        whole = pieces[0]
+        for piece in pieces[1:]:
+            whole = whole.join(piece, channels=op.axis.value.data == 1)
+        return whole
+    return _assemble(op.operands[0], parts)  # a spatial bottleneck's expand copy
 
 
 def _loss(logits, labels: np.ndarray) -> torch.Tensor:
@@ -153,15 +264,6 @@ def _loss(logits, labels: np.ndarray) -> torch.Tensor:
     if labels.min() < 0 or labels.max() >= logits.shape[1]:
         raise ShapeError(f"fisher_potential: labels must lie in 0..{logits.shape[1] - 1}")
     return F.cross_entropy(logits, torch.from_numpy(labels))
-
-
-def _delta(a: torch.Tensor, g: torch.Tensor | None) -> float:
-    """Delta_layer of activation `a` with gradient `g`: the per-example, per-channel sums in float32
-    (one batched dot product), their squares summed in float64."""
-    if g is None:  # the activation does not reach the loss
-        return 0.0
-    per_example = torch.einsum("nchw,nchw->nc", a.detach(), g).double()
-    return float((per_example ** 2).sum() / (2 * a.shape[0]))
 
 
 class FisherCheck:

@@ -135,6 +135,13 @@ class SearchSpace:
         steps = [TEMPLATES[c]("|".join(by_choice[c])) for c in TEMPLATES if c in by_choice]
         return ",".join(steps)
 
+    def random_pipeline(self, rng) -> str:
+        """A random candidate (`rng`: a numpy Generator): each layer keeps its conv or takes a
+        uniformly drawn choice, the share of changed layers itself drawn uniformly per candidate."""
+        keep = rng.random()
+        return self.pipeline({lc.layer: (str(rng.choice(lc.choices[1:])) if len(lc.choices) > 1
+                                         and rng.random() > keep else IDENTITY) for lc in self.layers})
+
     def to_json(self) -> list[dict]:
         return [{"layer": lc.layer, "macs": lc.macs, "choices": list(lc.choices), "excluded": dict(lc.excluded)}
                 for lc in self.layers]
