@@ -57,6 +57,18 @@ def first(tiny, tmp_path_factory):
     return nasir.search(tiny, budget=BUDGET, out=tmp_path_factory.mktemp("first"), seed=0, progress=False)
 
 
+MILD = ("identity", "group2", "shift-oh", "shift-ow", "unshare-oh2")
+"""Choices that take little away: most of `first`'s candidates change most convs a lot, and Fisher
+Potential rejects them all; a search over these accepts some (one of eight at seed 0)."""
+
+
+@pytest.fixture(scope="module")
+def mild(tiny, tmp_path_factory):
+    """A search over `MILD` choices: it keeps a best network (`first` keeps none)."""
+    return nasir.search(tiny, budget=BUDGET, out=tmp_path_factory.mktemp("mild"), seed=0, progress=False,
+                        choices=MILD)
+
+
 def lines(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
 
@@ -277,12 +289,12 @@ def test_search_writes_its_results(first):
         assert best["speedup"] == pytest.approx(first.best.speedup.median)
 
 
-def test_best_pipeline_applies_as_written_to_the_original(first, tiny):
+def test_best_pipeline_applies_as_written_to_the_original(mild, tiny):
     """best.pipeline is a whole pipeline: Model.transform and nasir-opt -p take it as written, and
     give the search's best network (the candidate's nest-level pipeline on the nest-level original)."""
-    assert first.best is not None, "the search kept nothing; the round trip below would be vacuous"
-    text = (first.out / "best.pipeline").read_text().strip()
-    expected = load_source(str(tiny), "cifar10", 2)[0].transform(first.best.pipeline).text()
+    assert mild.best is not None, "the search kept nothing; the round trip below would be vacuous"
+    text = (mild.out / "best.pipeline").read_text().strip()
+    expected = load_source(str(tiny), "cifar10", 2)[0].transform(mild.best.pipeline).text()
     assert nasir.load(tiny).transform(text).text() == expected
     opt = subprocess.run([str(BIN / "nasir-opt"), str(tiny), "-p", text], capture_output=True, text=True)
     assert opt.returncode == 0, opt.stderr
@@ -300,11 +312,11 @@ def test_train_accepts_a_pipeline_with_or_without_the_conversion():
     assert from_nn("") == "convert-nn-to-nest"
 
 
-def test_best_onnx_reloads(first):
+def test_best_onnx_reloads(mild):
     """nasir re-imports the network a search writes (issue 38): best.onnx loads, and its torch
     backend computes what ONNX Runtime computes on the file."""
-    assert first.best is not None
-    path = first.out / "best.onnx"
+    assert mild.best is not None
+    path = mild.out / "best.onnx"
     best = nasir.load(str(path))
     x = np.random.default_rng(0).standard_normal(best.input_shapes[0]).astype(np.float32)
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
@@ -338,14 +350,11 @@ def test_nest_times_are_remembered_by_what_the_kernel_is(tiny, tmp_path):
     assert rows == len({standalone(model, op).text() for op in convs}) == len(set(keys)) == len(times.seen)
 
 
-MILD = ("identity", "group2", "shift-oh", "shift-ow", "unshare-oh2")
-"""Choices that take little away: most of `first`'s candidates change most convs a lot, and Fisher
-Potential rejects them all; a search over these accepts some (one of eight at seed 0)."""
 
 
-def test_accepted_candidates_keep_fisher_potential(tiny, tmp_path):
+def test_accepted_candidates_keep_fisher_potential(tiny, mild):
     """Recomputed here from the pipelines, on the search's minibatch (synthetic, seed 0, batch 16)."""
-    result = nasir.search(tiny, budget=BUDGET, out=tmp_path / "mild", seed=0, progress=False, choices=MILD)
+    result = mild
     _, fisher_model = load_source(str(tiny), "cifar10", 16)
     inputs, labels = minibatch(None, 16, 0, (3, 16, 16), 10)
     original = fisher_potential(fisher_model, inputs, labels, seed=0).total
@@ -415,22 +424,23 @@ def test_crash_hang_and_error_are_recorded_and_the_search_goes_on(tiny, tmp_path
     assert all(c.outcome.status != "failed" for c in result.candidates if c.pipeline not in reasons)
 
 
-def test_a_finished_search_run_again_says_it_resumed_and_reprints_its_front(first, tiny, tmp_path):
+def test_a_finished_search_run_again_says_it_resumed_and_reprints_its_front(mild, tiny, tmp_path):
     """The same command on the same folder: the stored study is resumed (said, with what it holds),
     nothing is evaluated or measured again, and the table shows measured medians and IQRs."""
     out = tmp_path / "again"
-    shutil.copytree(first.out, out)
-    command = [str(BIN / "nasir"), "search", str(tiny), "--budget", str(BUDGET), "--out", str(out)]
+    shutil.copytree(mild.out, out)
+    command = [str(BIN / "nasir"), "search", str(tiny), "--budget", str(BUDGET), "--out", str(out),
+               "--choices", ",".join(MILD)]
     done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "COLUMNS": "300"})
     assert done.returncode == 0, done.stderr
     said = " ".join((done.stdout + done.stderr).split())
-    measured = len(first.pareto)
+    measured = len(mild.pareto)
     assert f"resuming the search in sqlite:///{out / 'study.db'} ({BUDGET} candidates evaluated, {measured} front" \
         in said
     assert f"resumed from sqlite:///{out / 'study.db'}" in said
-    assert f"best: trial {first.best.number}, {first.best.speedup.median:.2f}x faster" in said
-    assert f"{first.best.spread.median:.2f} [{first.best.spread.iqr:.2f}]" in said
-    assert lines(out) == lines(first.out)
+    assert f"best: trial {mild.best.number}, {mild.best.speedup.median:.2f}x faster" in said
+    assert f"{mild.best.spread.median:.2f} [{mild.best.spread.iqr:.2f}]" in said
+    assert lines(out) == lines(mild.out)
 
 
 def test_progress_in_a_log_is_not_cut_at_80_columns(capsys):

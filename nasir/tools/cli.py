@@ -193,7 +193,8 @@ def cmd_search(args) -> int:
     result = nasir.search(args.model, args.dataset, budget=args.budget, time_limit=args.time_limit,
                           strategy=args.strategy, out=args.out, storage=args.storage, seed=args.seed,
                           threads=args.threads, workers=args.workers, ray=args.ray, batch=args.batch, data=args.data,
-                          fisher_slack=args.fisher_slack, properties=not args.no_properties, cpu=args.cpu,
+                          fisher_slack=args.fisher_slack, properties=not args.no_properties, choices=args.choices,
+                          cpu=args.cpu,
                           timeout=args.timeout, kernel_cache=args.kernel_cache, train_top=args.train_top,
                           epochs=args.epochs)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.counts().items()))
@@ -379,6 +380,8 @@ def search_args(c: argparse.ArgumentParser) -> None:
     c.add_argument("--fisher-slack", type=float, default=0.0,
                    help="accept Fisher Potential down to (1 - SLACK) of the original's (default 0)")
     c.add_argument("--no-properties", action="store_true", help="skip the mixing/depth property filter")
+    c.add_argument("--choices", type=lambda text: tuple(text.split(",")), metavar="A,B,...",
+                   help="the per-layer choices to search over (default: all of nasir.search.space.TEMPLATES)")
     c.add_argument("--timeout", type=float, default=600.0, help="seconds one evaluation may take (default 600)")
     c.add_argument("--cpu", help="llvm: the CPU to compile for (default: NASIR_CPU, else the host)")
     c.add_argument("--train-top", type=int, default=0, metavar="K",
