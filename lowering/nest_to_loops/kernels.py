@@ -172,8 +172,9 @@ def kernel_for(name: str, op: Operation, arg_types: list[MemRefType], aliased: f
 @dataclass(frozen=True)
 class KernelArguments:
     """The memrefs a kernel takes: an op's operands', its result's and its scratch's (`refs`),
-    those it writes (`written`: result and scratch) and the pair that shares bytes (`aliased`:
-    the operand nest-bufferize let the op write over, `IN_PLACE`, and the result)."""
+    those it writes (`written`: result and scratch) and those that share bytes (`aliased`: the
+    operand nest-bufferize let the op write over, `IN_PLACE`, every other operand that is the same
+    buffer (a residual an epilogue adds twice, `x + x`), and the result)."""
 
     refs: list[SSAValue]
     written: frozenset[int]
@@ -183,8 +184,9 @@ class KernelArguments:
     def of(op: Operation, refs: list[SSAValue]) -> KernelArguments:
         operands = len(op.operands)
         over = IN_PLACE.get(op, None)
+        same = {k for k in range(operands) if over is not None and refs[k] is refs[over]}
         return KernelArguments(refs, frozenset(range(operands, len(refs))),
-                               frozenset() if over is None else frozenset({over, operands}))
+                               frozenset() if over is None else frozenset(same | {operands}))
 
     def then(self, consumer: KernelArguments) -> KernelArguments:
         """The arguments of one kernel that runs this op and `consumer`, whose operand 0 is this
@@ -202,7 +204,7 @@ class KernelArguments:
         spans = [_workspace_span(r) for r in self.refs]
         for w in sorted(self.written):
             for k, span in enumerate(spans):
-                if k != w and {k, w} != self.aliased and _overlap(spans[w], span):
+                if k != w and not {k, w} <= self.aliased and _overlap(spans[w], span):
                     raise LoweringError(f"kernel '{layer}': argument {w}, which it writes, shares workspace bytes "
                                         f"with argument {k}: the memory plan does not match when the kernel runs")
 
