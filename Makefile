@@ -3,8 +3,8 @@ PY      ?= python3.11
 VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
-# pytest on every core (pytest-xdist); PYTEST_ARGS="-p no:xdist -x" runs in one process
-PYTEST_ARGS ?= -n auto --dist worksteal
+# pytest on every core (pytest-xdist), the 30 slowest tests listed; PYTEST_ARGS="-p no:xdist -x" runs in one process
+PYTEST_ARGS ?= -n auto --dist worksteal --durations=30
 
 .PHONY: venv test demo bench lit pytest fuzz clean
 
