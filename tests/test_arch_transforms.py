@@ -182,9 +182,10 @@ def test_index_split_is_meaning_preserving():
     torch.testing.assert_close(run(s, net.x), ref, **TOL)
 
 
-def test_spatial_bottleneck():
+@pytest.mark.parametrize("layers", ["conv", ".*conv.*"])  # a pattern that also matches conv.expand
+def test_spatial_bottleneck(layers):
     net, m = one_conv(k=3, pad=1)
-    s = m.transform(C.spatial_bottleneck("conv", b=2))
+    s = m.transform(C.spatial_bottleneck(layers, b=2))
     assert macs(s, "conv") * 4 == macs(m, "conv")
     conv = nest_op(s, "conv")
     assert (conv.get_schedule().order or conv.domain.dim_names)[:4] == ["n", "co", "oh", "ow"]

@@ -40,8 +40,10 @@ def spatial_bottleneck(layers: str, b: int = 2) -> str:
     """interchange -> bottleneck(h) -> interchange -> bottleneck(w) -> interchange (NAS-PTE).
 
     The interchanges move the loop being bottlenecked outward and restore the order at the end.
+    The steps select the convs alone, not the `<layer>.expand` copies the bottlenecks add (a
+    pattern such as `.*conv1.*` would match those too).
     """
-    sel = _sel(layers)
+    sel = _sel(f"(?!.*[.]expand$)(?:{layers})")
     return ",".join([
         f"interchange{{order=oh,co {sel}}}",
         f"bottleneck{{dim=oh factor={b} {sel}}}",
