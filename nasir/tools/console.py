@@ -77,7 +77,13 @@ def progress_console() -> Console:
 
 class ToolConsole(Console):
     """A rich console of the tools: a closed pipe ends the tool as `end_on_closed_pipe` does (rich's
-    own handler exits with status 1)."""
+    own handler exits with status 1), and output to a pipe or a file is not wrapped at rich's 80
+    columns, so a path in a message stays whole for the reader that copies it."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if not self.is_terminal:
+            self.soft_wrap = True
 
     def on_broken_pipe(self) -> None:
         end_on_closed_pipe()
