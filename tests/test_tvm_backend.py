@@ -380,6 +380,24 @@ def test_meta_schedule_tuning_and_transfer_tuning(tmp_path):
     assert nasir.compile(other, target="tvm", tuning_dir=str(folder), transfer=False).meta["tuning"]["tuned"] == 2
 
 
+def test_builder_initializer_imports_the_intrinsics_without_nasir():
+    """The tuning builder's initializer travels by value: the builder process imports the tensor
+    intrinsics and restores `inspect.getmodule`, without importing nasir."""
+    import subprocess
+
+    import cloudpickle
+
+    from nasir.lowering.nest_to_tvm.intrinsics import import_tensor_intrinsics
+
+    script = ("import inspect, pickle, sys; scan = inspect.getmodule; "
+              "pickle.loads(sys.stdin.buffer.read())(); "
+              "print('tvm.s_tir.tensor_intrin' in sys.modules, inspect.getmodule is scan, "
+              "any(m.split('.')[0] == 'nasir' for m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", script], input=cloudpickle.dumps(import_tensor_intrinsics),
+                          capture_output=True, timeout=300)
+    assert done.stdout.decode().split() == ["True", "True", "False"], done.stderr.decode()[-2000:]
+
+
 @given(st.integers(1, 512), st.lists(st.integers(1, 64), min_size=1, max_size=4))
 def test_refit_tiles_multiplies_to_the_extent(extent, factors):
     fitted = tvm_tuning.refit_tiles(extent, factors)

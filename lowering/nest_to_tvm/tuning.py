@@ -39,6 +39,7 @@ from tvm.target import codegen
 from tvm.ir.utils import derived_object
 
 from nasir.errors import BackendUnavailableError, NasirError
+from nasir.lowering.nest_to_tvm.intrinsics import import_tensor_intrinsics
 from nasir.lowering.schedule.tuned import cache_dir
 
 BUILD_TIMEOUT_S = 600.0
@@ -184,10 +185,12 @@ class TVMTuning:
             task = bar.add_task("", total=trials)
             callbacks = [ms.measure_callback.AddToDatabase(), ms.measure_callback.RemoveBuildArtifact(),
                          ProgressCallback(bar, task)]
+            import_tensor_intrinsics()
+            builder = ms.builder.LocalBuilder(timeout_sec=BUILD_TIMEOUT_S, initializer=import_tensor_intrinsics)
             ms.tune_tir(tvm.IRModule({name: f.without_attr("global_symbol") for name, f in funcs.items()}),
                         self.target, str(self.folder), max_trials_global=trials,
                         num_trials_per_iter=min(64, max(1, trials // len(funcs))),
-                        builder=ms.builder.LocalBuilder(timeout_sec=BUILD_TIMEOUT_S), database=self.database,
+                        builder=builder, database=self.database,
                         cost_model="random", measure_callbacks=callbacks, seed=0)
         self._classes = None  # new records: the class index is read again
 
