@@ -83,6 +83,37 @@ def linear_coefficient(expr: AffineExpr, dim: int) -> int | None:
     return None if lhs or rhs else 0
 
 
+def monotone_in(expr: AffineExpr, dims: set[int]) -> bool:
+    """Whether `expr_bounds(expr, ranges)` moves one way as the ranges of `dims` move up: every
+    occurrence of those dims has one sign, and none is under mod or in a product of two terms.
+
+        monotone_in(d0 * 2 + d1 - 1, {0}) and monotone_in((d0 * -3) floordiv 4, {0})
+        not monotone_in(d0 mod 4, {0}) and not monotone_in(d0 - d0 floordiv 2, {0})
+    """
+    return (signs := _occurrence_signs(expr, dims, 1)) is not None and len(signs) <= 1
+
+
+def _occurrence_signs(expr: AffineExpr, dims: set[int], sign: int) -> set[int] | None:
+    """The signs the occurrences of `dims` in `expr` carry (`sign` for a bare one); None where one
+    is under mod or a product of two terms."""
+    if isinstance(expr, AffineDimExpr):
+        return {sign} if expr.position in dims else set()
+    if isinstance(expr, AffineConstantExpr):
+        return set()
+    assert isinstance(expr, AffineBinaryOpExpr)
+    lhs, rhs = expr.lhs, expr.rhs
+    if expr.kind == AffineBinaryOpKind.Add:
+        left, right = _occurrence_signs(lhs, dims, sign), _occurrence_signs(rhs, dims, sign)
+        return None if left is None or right is None else left | right
+    if expr.kind == AffineBinaryOpKind.Mul and isinstance(lhs, AffineConstantExpr) != isinstance(rhs, AffineConstantExpr):
+        const, term = (lhs, rhs) if isinstance(lhs, AffineConstantExpr) else (rhs, lhs)
+        return set() if const.value == 0 else _occurrence_signs(term, dims, sign if const.value > 0 else -sign)
+    if expr.kind in (AffineBinaryOpKind.FloorDiv, AffineBinaryOpKind.CeilDiv) \
+            and isinstance(rhs, AffineConstantExpr) and rhs.value > 0:
+        return _occurrence_signs(lhs, dims, sign)
+    return set() if not (used_dims(expr) & dims) else None
+
+
 def stride_of(amap, shape, dim: int) -> int | None:
     """Elements moved in a row-major buffer of `shape` per step of d`dim` through `amap`."""
     total = 0

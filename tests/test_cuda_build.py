@@ -2,8 +2,9 @@
 library), weights apart from the code, and each library loaded by TVM's runtime alone (no compiler
 library, nvcc or NVRTC) in a process of its own, up to the missing GPU; the GPU check's folder.
 
-Every zoo model at both datasets and every variant of `nasir.variants` (ResNet-34) is built for
-sm_80 and sm_90 (one library whose fatbin holds both).
+Each zoo architecture once (zoo_cases.EACH_ONCE: both stems among them) and every variant of
+`nasir.variants` (ResNet-34 imagenet) is built for sm_80 and sm_90 (one library whose fatbin holds
+both).
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ from nasir.lowering.nest_to_tvm.cuda import _stand_in_driver, compile_kernels
 from nasir.lowering.nest_to_tvm.program import lower_to_nest, weight_keys
 from nasir.model import Model
 from nasir.variants import ALL_VARIANTS, VARIANTS
+from zoo_cases import EACH_ONCE
 
 ARCHS = "sm_80,sm_90"
-ZOO = [(name, dataset, "base") for name in zoo.names() for dataset in zoo.datasets(name)]
+ZOO = [(name, dataset, "base") for name, dataset in EACH_ONCE]
 VARIANT_CASES = [("resnet34", "imagenet", v) for v in VARIANTS if v != "base"]
 CASES = ZOO + VARIANT_CASES
 
