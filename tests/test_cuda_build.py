@@ -2,9 +2,9 @@
 library), weights apart from the code, and each library loaded by TVM's runtime alone (no compiler
 library, nvcc or NVRTC) in a process of its own, up to the missing GPU; the GPU check's folder.
 
-Each zoo architecture once (zoo_cases.EACH_ONCE: both stems among them) and every variant of
-`nasir.variants` (ResNet-34 imagenet) is built for sm_80 and sm_90 (one library whose fatbin holds
-both).
+Each zoo architecture once (zoo_cases.EACH_ONCE: both stems among them, densenet161 left to
+densenet121) and every variant of `nasir.variants` (ResNet-34 imagenet) is built for sm_80 and
+sm_90 (one library whose fatbin holds both).
 """
 
 from __future__ import annotations
