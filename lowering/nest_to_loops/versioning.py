@@ -56,23 +56,27 @@ class Versioning:
 
         last = self.extent[name] - 1
         dims = {i for i, (dim, _) in enumerate(self.spec.dims) if dim in Loop(name).dims}
-        needs: dict[int, frozenset] = {}
         if all(monotone_in(e, dims) for amap in self.spec.maps for e in amap.results):
             needs = {0: need(0, 0), last: need(last, last)}
             pending = [(0, last)]
             while pending:
                 a, b = pending.pop()
                 if b - a > 1 and needs[a] != needs[b]:
-                    needs[(a + b) // 2] = need((a + b) // 2, (a + b) // 2)
-                    pending += [(a, (a + b) // 2), ((a + b) // 2, b)]
+                    mid = (a + b) // 2
+                    needs[mid] = need(mid, mid)
+                    pending += [(a, mid), (mid, b)]
         else:
+            needs = {}
             pending = [(0, last)]
             while pending:
                 a, b = pending.pop()
-                if a == b or not need(a, b):
-                    needs.update({a: need(a, a), b: need(b, b)} if a == b else {a: frozenset(), b: frozenset()})
+                if a == b:
+                    needs[a] = need(a, a)
+                elif not need(a, b):
+                    needs[a] = needs[b] = frozenset()
                 else:
-                    pending += [(a, (a + b) // 2), ((a + b) // 2 + 1, b)]
+                    mid = (a + b) // 2
+                    pending += [(a, mid), (mid + 1, b)]
         del self.ranges[name]
         runs: list[tuple[int, int, frozenset]] = []
         for v in sorted(needs):

@@ -13,6 +13,8 @@ those lookups for the length of the import makes it about 10 s (the parse itself
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import sys
 
 import cloudpickle
@@ -23,10 +25,6 @@ TENSOR_INTRIN = "tvm.s_tir.tensor_intrin"
 def import_tensor_intrinsics() -> None:
     """Import `tvm.s_tir.tensor_intrin` (once per process) with `inspect.getmodule` remembering,
     for a frame, what it found for the frame's file."""
-    import importlib
-    import inspect
-    import sys
-
     if TENSOR_INTRIN in sys.modules:
         return
     scan = inspect.getmodule
