@@ -71,11 +71,11 @@ def dense_only_onnx(path: Path) -> Path:
 class CrashingEvaluator(Evaluator):
     """Segfaults on candidates with `depthwise`, hangs on `seq2`, raises on `group4`."""
 
-    def __call__(self, pipeline: str) -> Outcome:
+    def __call__(self, pipeline: str, enter_below: float | None = None) -> Outcome:
         if "depthwise" in pipeline:
             ctypes.string_at(0)
         if "index-split{dim=co at=16" in pipeline:
             time.sleep(3600)
         if "group{factor=4" in pipeline:
             raise NasirError("a deliberate failure")
-        return super().__call__(pipeline)
+        return super().__call__(pipeline, enter_below)

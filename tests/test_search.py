@@ -31,7 +31,7 @@ from nasir.dialects.shapes import shape_of
 from nasir.data import minibatch
 from nasir.fisher import fisher_potential
 from nasir.search import strategies
-from nasir.search.driver import Search, SearchOptions, measure_front
+from nasir.search.driver import FisherBar, Search, SearchOptions, measure_front
 from nasir.search.evaluate import ROUNDS, Outcome
 from nasir.search.progress import SearchProgress
 from nasir.search.results import Candidate, pareto_front, passes, ranked
@@ -64,9 +64,10 @@ Potential rejects them all; a search over these accepts some (one of eight at se
 
 @pytest.fixture(scope="module")
 def mild(tiny, tmp_path_factory):
-    """A search over `MILD` choices: it keeps a best network (`first` keeps none)."""
+    """A search over `MILD` choices: it keeps a best network (`first` keeps none). Their estimates
+    are about the original's, so Fisher Potential is measured for all of them (`fisher_top=None`)."""
     return nasir.search(tiny, budget=BUDGET, out=tmp_path_factory.mktemp("mild"), seed=0, progress=False,
-                        choices=MILD)
+                        choices=MILD, fisher_top=None)
 
 
 def lines(out: Path) -> list[dict]:
@@ -276,8 +277,9 @@ def test_search_writes_its_results(first):
     out = first.out
     rows = lines(out)
     assert len(rows) == BUDGET == len({r["pipeline"] for r in rows})
-    assert {r["status"] for r in rows} <= {"accepted", "rejected", "failed"}
+    assert {r["status"] for r in rows} <= {"accepted", "rejected", "skipped", "failed"}
     assert all(r["stage"] in ("legality", "properties", "fisher") for r in rows if r["status"] == "rejected")
+    assert all(r["stage"] == "estimate" and r["fisher_ratio"] is None for r in rows if r["status"] == "skipped")
     assert (out / "pareto.png").stat().st_size > 0
     if first.best is not None:
         assert (out / "best.pipeline").read_text().strip() == f"convert-nn-to-nest,{first.best.pipeline}"
@@ -371,6 +373,58 @@ def test_accepted_candidates_keep_fisher_potential(tiny, mild):
             assert value < original
 
 
+def test_fisher_is_spent_only_below_the_bar_of_the_fastest_accepted(tiny, tmp_path):
+    """One worker, so each candidate was evaluated knowing every earlier outcome: its Fisher
+    Potential was measured iff its estimate was below the original's profiled time and below the
+    TOP-th fastest estimate accepted before it (worked out here from the results, by hand)."""
+    top = 2
+    choices = ("identity", "group2", "group4", "bottleneck-co2", "shift-oh", "unshare-oh2")
+    result = nasir.search(tiny, budget=16, out=tmp_path / "bar", seed=1, progress=False, choices=choices,
+                          fisher_top=top)
+    accepted_before: list[float] = []
+    kinds = set()
+    for c in result.candidates:
+        o = c.outcome
+        if o.status == "rejected" and o.stage in ("legality", "properties"):
+            continue
+        fastest = sorted(accepted_before)[:top]
+        bar = min([result.original_ms] + ([fastest[-1]] if len(fastest) == top else []))
+        if o.estimate_ms < bar:
+            assert o.status in ("accepted", "rejected") and o.fisher_ratio is not None, c
+            kinds.add("measured")
+        else:
+            assert o.status == "skipped" and o.fisher_ratio is None and f"{bar:.3f} ms" in o.reason, c
+            kinds.add("skipped")
+        if o.status == "accepted":
+            accepted_before.append(o.estimate_ms)
+    assert kinds == {"measured", "skipped"}, "both sides of the bar must occur for the test to mean anything"
+    assert "skipped" in result.counts()
+
+
+def test_fisher_bar_by_hand():
+    bar = FisherBar(10.0, 2)
+    assert bar.value == 10.0
+    for status, ms, expected in (("accepted", 12.0, 10.0), ("accepted", 7.0, 10.0), ("rejected", 1.0, 10.0),
+                                 ("skipped", 2.0, 10.0), ("accepted", 5.0, 7.0), ("accepted", 6.0, 6.0)):
+        bar.add(Candidate(0, "p", Outcome(status, estimate_ms=ms)))
+        assert bar.value == expected, (status, ms)
+    assert FisherBar(10.0, None, [Candidate(0, "p", Outcome("accepted", estimate_ms=1.0))]).value is None
+
+
+def test_best_so_far_is_the_fastest_estimate_accepted_by_then():
+    from nasir.search.bench import best_so_far
+    from nasir.search.results import SearchResult
+
+    rows = [("accepted", 8.0, 5.0), ("rejected", 2.0, 6.0), ("accepted", 4.0, 30.0), ("skipped", 1.0, 31.0),
+            ("accepted", 5.0, 40.0)]
+    result = SearchResult(10.0, [Candidate(k, f"p{k}", Outcome(status, estimate_ms=ms, finished_s=at, fisher_ratio=1.0))
+                                 for k, (status, ms, at) in enumerate(rows)])
+    assert best_so_far(result, 1.0) is None
+    assert best_so_far(result, 10.0)["pipeline"] == "p0"
+    assert best_so_far(result, 60.0) == {"pipeline": "p2", "estimate_speedup": 2.5, "fisher_ratio": 1.0,
+                                         "mac_ratio": None}
+
+
 def test_same_seed_same_candidates(first, tiny, tmp_path):
     again = nasir.search(tiny, budget=4, out=tmp_path / "again", seed=0, progress=False)
     assert [c.pipeline for c in again.candidates] == [c.pipeline for c in first.candidates[:4]]
@@ -430,7 +484,7 @@ def test_a_finished_search_run_again_says_it_resumed_and_reprints_its_front(mild
     out = tmp_path / "again"
     shutil.copytree(mild.out, out)
     command = [str(BIN / "nasir"), "search", str(tiny), "--budget", str(BUDGET), "--out", str(out),
-               "--choices", ",".join(MILD)]
+               "--choices", ",".join(MILD), "--fisher-top", "0"]
     done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "COLUMNS": "300"})
     assert done.returncode == 0, done.stderr
     said = " ".join((done.stdout + done.stderr).split())
@@ -448,7 +502,9 @@ def test_progress_in_a_log_is_not_cut_at_80_columns(capsys):
         for k in range(3):
             progress.add(Candidate(k, "p", Outcome("rejected", "properties")))
         progress.add(Candidate(3, "p", Outcome("accepted", estimate_ms=1.0)))
-    assert "rejected: properties 3 | failed 0 | best speedup (est.) 5.00x" in capsys.readouterr().err
+        progress.add(Candidate(4, "p", Outcome("skipped", "estimate", estimate_ms=6.0)))
+    assert ("rejected: properties 3 | too slow for Fisher 1 | failed 0 | best speedup (est.) 5.00x"
+            in capsys.readouterr().err)
 
 
 def test_version_and_the_defaults_in_help():

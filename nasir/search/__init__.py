@@ -23,7 +23,7 @@ def search(model: str | Path, dataset: str = "cifar10", *, budget: int | None = 
            strategy: str = "random", out: str | Path = "nasir-search", storage: str | None = None, seed: int = 0,
            threads: int = 1, workers: int = 1, ray: str | None = None, batch: int = 16, data: str | None = None,
            fisher_slack: float = 0.0, properties: bool = True, cpu: str | None = None,
-           choices: tuple[str, ...] | None = None, timeout: float = 600.0, progress: bool = True,
+           choices: tuple[str, ...] | None = None, fisher_top: int | None = 8, timeout: float = 600.0, progress: bool = True,
            kernel_cache: str | Path | None = None, train_top: int = 0, epochs: int = 200):
     """Search the architecture transforms of `model` (a zoo name or an .onnx file) for faster
     networks that keep its capacity (`nasir.search.driver`); returns a `SearchResult` with
@@ -32,6 +32,9 @@ def search(model: str | Path, dataset: str = "cifar10", *, budget: int | None = 
         result = nasir.search("resnet18", budget=100, strategy="evolution", out="runs/r18")
         print(result.best.pipeline, result.best.speedup.median)   # timed against the original
 
+    `fisher_top`: Fisher Potential only for candidates estimated faster than the original and than
+    the `fisher_top`-th fastest accepted so far (the rest are `skipped`: they cannot change the
+    fast end of the front); None: for every candidate, the whole front explored.
     `train_top`: then train the original and the `train_top` fastest measured members of the
     front on `data` for `epochs` with the papers' recipe (`nasir.search.accuracy`), adding their
     accuracy to the table, results.jsonl and pareto.png. `kernel_cache`: the SQLite file of per-nest timings (default: the user's, shared by their
@@ -42,7 +45,7 @@ def search(model: str | Path, dataset: str = "cifar10", *, budget: int | None = 
     from nasir.search.workers import LocalPool
 
     options = SearchOptions(strategy, seed, batch, data, fisher_slack, properties, threads, cpu,
-                            tuple(choices) if choices else None)
+                            tuple(choices) if choices else None, fisher_top)
     options.check()
     out = Path(out)
     check_run(out, budget, time_limit, workers)

@@ -74,9 +74,9 @@ class RayPool:
     def idle(self) -> int:
         return len(self.actors) - len(self.busy_actors)
 
-    def submit(self, number: int, pipeline: str, kind: str = EVALUATE) -> None:
+    def submit(self, number: int, pipeline: str, kind: str = EVALUATE, enter_below: float | None = None) -> None:
         k = next(k for k in range(len(self.actors)) if k not in self.busy_actors)
-        self.jobs[self.actors[k].evaluate.remote((kind, pipeline))] = (k, number, pipeline, time.perf_counter())
+        self.jobs[self.actors[k].evaluate.remote((kind, pipeline, enter_below))] = (k, number, pipeline, time.perf_counter())
 
     def results(self, wait: float = 0.5) -> list[tuple[int, Outcome]]:
         done = []

@@ -8,7 +8,10 @@ telling through SQLite would be about 50 commits per candidate, 80 ms of the dri
 the workers waiting). Run the same command again after an interruption (even SIGKILL) and it
 goes on: trials that were in flight were never written and come back as interrupted (they do not
 count), finished ones are never evaluated again, and it stops at `budget` distinct finished
-candidates (or at `time_limit` seconds of this run). The workers then compile the front's
+candidates (or at `time_limit` seconds of this run). Fisher Potential, the dearest check, is
+spent only where it can change the answer (`FisherBar`): a candidate estimated slower than the
+original or than the `fisher_top`-th fastest accepted one is `skipped` (it counts towards the
+budget). The workers then compile the front's
 members whole and time them against the original, interleaved, in passes until their ranking
 holds (`measure_front`; kept in the study too, so a resumed search does not measure them again);
 a reference kernel timed before and after says whether the machine was busy meanwhile. A storage
@@ -17,12 +20,13 @@ that holds a search of another model, or with other options, is refused.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import math
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -53,7 +57,7 @@ from nasir.timing import busy, reference_rate
 STUDY = "nasir-search"
 PASSES = 3
 """Most measurements of the front (the first, then again until two passes rank it alike)."""
-COUNTED = ("accepted", "rejected", "failed")
+COUNTED = ("accepted", "rejected", "skipped", "failed")
 """Outcomes that count towards the budget (not: interrupted, duplicate)."""
 
 
@@ -70,6 +74,9 @@ class SearchOptions:
     threads: int = 1
     cpu: str | None = None
     choices: tuple[str, ...] | None = None
+    fisher_top: int | None = 8
+    """Fisher Potential only for candidates estimated faster than the original and than the
+    `fisher_top`-th fastest accepted so far (the others are `skipped`); None: for every candidate."""
 
     def check(self) -> None:
         if self.strategy not in strategies.SAMPLERS:
@@ -80,6 +87,8 @@ class SearchOptions:
             raise NasirError(f"fisher slack must lie in [0, 1), got {self.fisher_slack}")
         if self.threads < 1:
             raise NasirError(f"threads must be at least 1, got {self.threads}")
+        if self.fisher_top is not None and self.fisher_top < 1:
+            raise NasirError(f"fisher top must be at least 1 (or None: every candidate), got {self.fisher_top}")
 
 
 def check_run(out: Path, budget: int | None, time_limit: float | None, workers: int) -> None:
@@ -157,7 +166,7 @@ def tell(study: optuna.Study, trial: optuna.Trial, outcome: Outcome) -> None:
     if outcome.status == "accepted":
         study.tell(trial, [outcome.estimate_ms, outcome.fisher_ratio])
     else:
-        study.tell(trial, state=TrialState.PRUNED if outcome.status == "rejected" else TrialState.FAIL)
+        study.tell(trial, state=TrialState.PRUNED if outcome.status in ("rejected", "skipped") else TrialState.FAIL)
 
 
 def resumed_from(storage: str, stored: optuna.Study, candidates: int) -> str | None:
@@ -232,6 +241,7 @@ class Search:
         asked: dict[int, optuna.Trial] = {}
         unsaved: list[int] = []
         joint = strategies.joint_space({lc.layer: lc.choices for lc in space.layers})
+        bar = FisherBar(evaluator.latency.original_ms, self.options.fisher_top, done.values())
         start, duplicates = time.perf_counter(), 0
         try:
             with progress:
@@ -253,16 +263,18 @@ class Search:
                         duplicates = 0
                         seen.add(pipeline)
                         asked[trial.number] = trial
-                        pool.submit(trial.number, pipeline)
+                        pool.submit(trial.number, pipeline, enter_below=bar.value)
                     save(stored, study, unsaved)  # once the workers have their next candidates
                     if not asked:
                         break
                     for number, outcome in pool.results(wait=0.5):
                         trial = asked.pop(number)
+                        outcome.finished_s = time.perf_counter() - start
                         tell(study, trial, outcome)
                         unsaved.append(number)
                         done[number] = Candidate(number, trial.user_attrs["pipeline"], outcome)
                         progress.add(done[number])
+                        bar.add(done[number])
                 if duplicates >= 1000:
                     progress.note("the strategy keeps drawing candidates already evaluated: the space is exhausted")
                 result = SearchResult(evaluator.latency.original_ms, [done[k] for k in sorted(done)], out=self.out,
@@ -295,6 +307,30 @@ class Search:
         write_jsonl(result, self.out / "results.jsonl")
         plot_front(result, self.out / "pareto.png")
         return result
+
+
+class FisherBar:
+    """The estimate a candidate must beat to have its Fisher Potential measured (`value`, ms; None:
+    every candidate): the original's time, then, once `top` candidates are accepted, the estimate
+    of the `top`-th fastest of them. A slower candidate cannot enter the front among the `top`
+    fastest, so measuring its capacity cannot change which network the search reports."""
+
+    def __init__(self, original_ms: float, top: int | None, done: Iterable[Candidate] = ()):
+        self.original_ms, self.top = original_ms, top
+        self.fastest: list[float] = []
+        for c in done:
+            self.add(c)
+
+    def add(self, candidate: Candidate) -> None:
+        if candidate.outcome.status == "accepted" and self.top is not None:
+            bisect.insort(self.fastest, candidate.outcome.estimate_ms)
+            del self.fastest[self.top:]
+
+    @property
+    def value(self) -> float | None:
+        if self.top is None:
+            return None
+        return min(self.original_ms, self.fastest[-1]) if len(self.fastest) == self.top else self.original_ms
 
 
 def measure_front(front: list[Candidate], pool, study: optuna.Study, progress: SearchProgress,

@@ -3,15 +3,18 @@
 1. legality: the pipeline runs (a pass refuses with its reason);
 2. properties: the alphaNAS mixing and depth of the original are kept (free; `properties=False`
    turns it off);
-3. capacity: Fisher Potential at initialisation, on the search's seeded minibatch, at least the
-   original's times (1 - `fisher_slack`);
-4. cost: MACs and parameters against the original, and the latency estimate (`LatencyModel`).
+3. cost: MACs and parameters against the original, and the latency estimate (`LatencyModel`);
+4. capacity: Fisher Potential at initialisation, on the search's seeded minibatch, at least the
+   original's times (1 - `fisher_slack`); spent only where it can change the search's answer: a
+   candidate whose estimate is not below `enter_below` (the driver's bar: the original's time, or
+   the estimate of the slowest of the fastest accepted candidates so far) is `skipped`.
 
     evaluator = Evaluator(setup)                       # loads the models, measures the original once
-    evaluator('group{factor=2 layers="layer1_layer1[.]0_conv1_Conv"}')
+    evaluator('group{factor=2 layers="layer1_layer1[.]0_conv1_Conv"}', enter_below=5.1)
     -> Outcome(status='accepted', stage=None, ..., fisher_ratio=1.02, mac_ratio=0.93, estimate_ms=...)
 
-An outcome is `accepted`, `rejected` (with the stage and the reason) or, decided by the search
+An outcome is `accepted`, `rejected` (with the stage and the reason), `skipped` (legal and within
+the properties, but too slow to matter: its capacity was not measured) or, decided by the search
 driver, `failed` (the evaluation crashed, hung or raised something unexpected). The front's members
 are then compiled whole and timed against the original, interleaved, by the same workers
 (`Evaluator.measure`, outcome `measured`, with the samples of both).
@@ -57,6 +60,8 @@ class Outcome:
     measured_ms: float | None = None
     samples: dict[str, list[float]] | None = None
     """A measurement's ms per round, interleaved: {"candidate": [...], "original": [...]}."""
+    finished_s: float | None = None
+    """When the search had it: seconds from the start of the run that evaluated it."""
 
     def to_json(self) -> dict:
         """The outcome's figures (a measurement's samples go with the candidate: `Candidate`)."""
@@ -111,10 +116,11 @@ class Evaluator:
     def fisher(self, model: Model) -> float:
         return fisher_potential(model, *self.batch, seed=self.setup.seed, threads=1).total
 
-    def __call__(self, pipeline: str) -> Outcome:
+    def __call__(self, pipeline: str, enter_below: float | None = None) -> Outcome:
         """Every check on the candidate at the Fisher batch (the properties and the MAC and
         parameter ratios do not depend on the batch); its nests are timed at batch 1, which gives
-        the kernels of the batch-1 candidate without transforming the model a second time."""
+        the kernels of the batch-1 candidate without transforming the model a second time.
+        Fisher Potential runs only when the estimate is below `enter_below` ms (None: always)."""
         try:
             candidate = self.fisher_model.transform(pipeline)
         except NasirError as e:
@@ -123,20 +129,23 @@ class Evaluator:
             ok, reason = properties_at_least(candidate.module, self.original_properties)
             if not ok:
                 return Outcome("rejected", "properties", reason)
-        ratio = self.fisher(candidate) / self.original_fisher
-        if not math.isfinite(ratio):
-            return Outcome("rejected", "fisher", f"Fisher Potential is {ratio} times the original's", ratio)
         summary = summarize(candidate)
         costs = {"mac_ratio": summary.total_macs / self.original_macs,
                  "param_ratio": summary.total_params / self.original_params}
+        try:
+            costs["estimate_ms"] = self.latency.estimate(candidate)
+        except NotBatched:
+            costs["estimate_ms"] = self.latency.estimate(self.model.transform(pipeline))
+        if enter_below is not None and costs["estimate_ms"] >= enter_below:
+            return Outcome("skipped", "estimate", f"estimated {costs['estimate_ms']:.3f} ms, not below "
+                           f"{enter_below:.3f} ms: it cannot enter the front's fast end", **costs)
+        ratio = self.fisher(candidate) / self.original_fisher
+        if not math.isfinite(ratio):
+            return Outcome("rejected", "fisher", f"Fisher Potential is {ratio} times the original's", ratio, **costs)
         if ratio < 1 - self.setup.fisher_slack:
             return Outcome("rejected", "fisher", f"Fisher Potential {ratio:.3f} of the original's "
                            f"(needs >= {1 - self.setup.fisher_slack:.3f})", ratio, **costs)
-        try:
-            estimate = self.latency.estimate(candidate)
-        except NotBatched:
-            estimate = self.latency.estimate(self.model.transform(pipeline))
-        return Outcome("accepted", None, "", ratio, **costs, estimate_ms=estimate)
+        return Outcome("accepted", None, "", ratio, **costs)
 
     def measure(self, pipeline: str) -> Outcome:
         """The candidate at batch 1 compiled whole (once per evaluator) and timed against the

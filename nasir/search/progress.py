@@ -1,4 +1,4 @@
-"""Live progress of a search (rich): done/total, accepted, rejected per filter, failed, best
+"""Live progress of a search (rich): done/total, accepted, rejected per filter, skipped, failed, best
 speedup so far (original time / best latency estimate of an accepted candidate), ETA; then the
 front's members measured whole, one by one."""
 
@@ -40,10 +40,10 @@ class SearchProgress:
 
     def describe(self) -> str:
         c = self.counts
-        rejected = ", ".join(f"{k} {v}" for k, v in c.items() if k not in ("accepted", "failed"))
+        rejected = ", ".join(f"{k} {v}" for k, v in c.items() if k not in ("accepted", "skipped", "failed"))
         best = f"{self.original_ms / self.best_ms:.2f}x" if self.best_ms else "-"
-        return (f"accepted {c.get('accepted', 0)} | rejected: {rejected or '0'} | failed {c.get('failed', 0)} "
-                f"| best speedup (est.) {best}")
+        return (f"accepted {c.get('accepted', 0)} | rejected: {rejected or '0'} | too slow for Fisher "
+                f"{c.get('skipped', 0)} | failed {c.get('failed', 0)} | best speedup (est.) {best}")
 
     def measuring(self, members: int, pass_number: int = 1) -> None:
         """The front's `members` are now being compiled whole and timed (pass `pass_number`)."""

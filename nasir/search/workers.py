@@ -7,7 +7,7 @@ runs past `timeout` seconds or raises gives an outcome `failed` with the reason,
 a fresh one.
 
     pool = LocalPool(setup, workers=2, timeout=600)
-    pool.submit(7, "group{factor=2 ...}")            # or pool.submit(7, pipeline, MEASURE)
+    pool.submit(7, "group{factor=2 ...}", enter_below=4.2)   # or pool.submit(7, pipeline, MEASURE)
     for number, outcome in pool.results(wait=1.0): ...
 
 The Ray pool (`nasir.search.distributed`) has the same three methods.
@@ -37,13 +37,13 @@ def failed(reason: str, seconds: float | None = None) -> Outcome:
     return Outcome("failed", None, reason, seconds=seconds)
 
 
-def evaluate_safely(evaluator: Evaluator, job: tuple[str, str]) -> Outcome:
-    """The outcome of `job` (kind, pipeline); an unexpected exception is a failed outcome with its
-    traceback tail."""
-    kind, pipeline = job
+def evaluate_safely(evaluator: Evaluator, job: tuple[str, str, float | None]) -> Outcome:
+    """The outcome of `job` (kind, pipeline, the evaluation's `enter_below`); an unexpected
+    exception is a failed outcome with its traceback tail."""
+    kind, pipeline, enter_below = job
     start = time.perf_counter()
     try:
-        outcome = evaluator.measure(pipeline) if kind == MEASURE else evaluator(pipeline)
+        outcome = evaluator.measure(pipeline) if kind == MEASURE else evaluator(pipeline, enter_below)
     except Exception as e:  # noqa: BLE001 - any error of one candidate is that candidate's failure
         tail = traceback.format_exc(limit=-3).strip().splitlines()[-1]
         return failed(f"{type(e).__name__}: {e} [{tail}]", time.perf_counter() - start)
@@ -123,10 +123,10 @@ class LocalPool:
     def busy(self) -> int:
         return len(self.workers) - self.idle
 
-    def submit(self, number: int, pipeline: str, kind: str = EVALUATE) -> None:
+    def submit(self, number: int, pipeline: str, kind: str = EVALUATE, enter_below: float | None = None) -> None:
         worker = next(w for w in self.workers if w.job is None)
         worker.job, worker.started = (number, pipeline), time.perf_counter()
-        worker.inbox.send((kind, pipeline))
+        worker.inbox.send((kind, pipeline, enter_below))
 
     def results(self, wait: float = 0.5) -> list[tuple[int, Outcome]]:
         """Outcomes finished within `wait` seconds (failed ones included)."""

@@ -194,7 +194,7 @@ def cmd_search(args) -> int:
                           strategy=args.strategy, out=args.out, storage=args.storage, seed=args.seed,
                           threads=args.threads, workers=args.workers, ray=args.ray, batch=args.batch, data=args.data,
                           fisher_slack=args.fisher_slack, properties=not args.no_properties, choices=args.choices,
-                          cpu=args.cpu,
+                          fisher_top=args.fisher_top or None, cpu=args.cpu,
                           timeout=args.timeout, kernel_cache=args.kernel_cache, train_top=args.train_top,
                           epochs=args.epochs)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.counts().items()))
@@ -379,6 +379,9 @@ def search_args(c: argparse.ArgumentParser) -> None:
                                   "(default synthetic)")
     c.add_argument("--fisher-slack", type=float, default=0.0,
                    help="accept Fisher Potential down to (1 - SLACK) of the original's (default 0)")
+    c.add_argument("--fisher-top", type=int, default=8, metavar="K",
+                   help="measure Fisher Potential only for candidates estimated faster than the original and "
+                        "than the K-th fastest accepted so far; 0: for every candidate (default 8)")
     c.add_argument("--no-properties", action="store_true", help="skip the mixing/depth property filter")
     c.add_argument("--choices", type=lambda text: tuple(text.split(",")), metavar="A,B,...",
                    help="the per-layer choices to search over (default: all of nasir.search.space.TEMPLATES)")
