@@ -1,0 +1,104 @@
+"""Does a search reproduce on a loaded machine? (issue 41, deliver 1)
+
+    python benchmarks/search_reproduce.py --model resnet18 --budget 60 --workers 2 --load 2
+
+Runs the same search (`nasir.search`: same model, seed, strategy and budget) `--runs` times, each
+into its own folder with its own new kernel cache (so every run times its kernels itself), while
+`--load` processes spin on the cores beside it. Then, the load stopped, each run's best network is
+benchmarked directly: compiled whole and timed against the original in `--rounds` interleaved
+rounds (`nasir.timing`). Printed: each run's best (trial, a digest of its pipeline), the speedup
+the run reported (median [IQR] of its rounds) and the direct one, their ratio, and whether every
+run named the same best network. Everything also goes to OUT/reproduce.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import multiprocessing
+import os
+import time
+from pathlib import Path
+
+import nasir
+from nasir import zoo
+from nasir.runtime.llvm_executable import compile_llvm
+from nasir.timing import Spread, interleaved, ratios
+from nasir.tools.reference import seeded_inputs
+
+
+def spin() -> None:
+    os.nice(0)
+    while True:
+        pass
+
+
+def direct_speedup(model: str, dataset: str, pipeline: str, rounds: int) -> Spread:
+    original = zoo.load(model, dataset).transform("convert-nn-to-nest")
+    x = seeded_inputs(original)
+    base, best = compile_llvm(original.module), compile_llvm(original.transform(pipeline).module)
+    samples = interleaved({"best": lambda: best(*x), "original": lambda: base(*x)}, rounds)
+    return Spread.of(ratios(samples["original"], samples["best"]))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="resnet18")
+    p.add_argument("--dataset", default="cifar10")
+    p.add_argument("--budget", type=int, default=60)
+    p.add_argument("--strategy", default="random")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--load", type=int, default=2, help="busy processes beside each search (default 2)")
+    p.add_argument("--rounds", type=int, default=21, help="interleaved rounds of each direct benchmark")
+    p.add_argument("--out", type=Path, default=Path("bench-reproduce"))
+    args = p.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    runs = []
+    for k in range(args.runs):
+        load = [multiprocessing.Process(target=spin, daemon=True) for _ in range(args.load)]
+        for proc in load:
+            proc.start()
+        began = time.perf_counter()
+        try:
+            result = nasir.search(args.model, args.dataset, budget=args.budget, strategy=args.strategy,
+                                  seed=args.seed, workers=args.workers, out=args.out / f"run{k}",
+                                  kernel_cache=args.out / f"run{k}" / "kernels.db", progress=False)
+            load_average = os.getloadavg()[0]
+        finally:
+            for proc in load:
+                proc.kill()
+        b = result.best
+        runs.append({"run": k, "seconds": time.perf_counter() - began, "load_average": load_average,
+                     "busy": result.busy, "best": b.number if b else None, "pipeline": b.pipeline if b else None,
+                     "reported": b.speedup.median if b else None, "reported_iqr": b.speedup.iqr if b else None,
+                     "ties": b.ties if b else []})
+        print(f"run {k}: {runs[-1]['seconds']:.0f} s, load average {load_average:.1f}, "
+              f"best trial {runs[-1]['best']}", flush=True)
+    direct = {}
+    for r in runs:
+        if r["pipeline"] and r["pipeline"] not in direct:
+            direct[r["pipeline"]] = direct_speedup(args.model, args.dataset, r["pipeline"], args.rounds)
+    print(f"{args.model} ({args.dataset}), budget {args.budget}, {args.strategy} seed {args.seed}, "
+          f"{args.workers} workers beside {args.load} busy processes; direct: {args.rounds} interleaved rounds, quiet")
+    for r in runs:
+        if not r["pipeline"]:
+            print(f"run {r['run']}: no best network")
+            continue
+        d = direct[r["pipeline"]]
+        r.update(direct=d.median, direct_iqr=d.iqr, reported_over_direct=r["reported"] / d.median,
+                 digest=hashlib.sha256(r["pipeline"].encode()).hexdigest()[:10])
+        print(f"run {r['run']}: best trial {r['best']} ({r['digest']}) reported {r['reported']:.2f}x "
+              f"[{r['reported_iqr']:.2f}], direct {d.median:.2f}x [{d.iqr:.2f}], reported / direct "
+              f"{r['reported_over_direct']:.3f}; ties {r['ties'] or '-'}; busy: {r['busy'] or 'no'}")
+    same = len({r["pipeline"] for r in runs}) == 1
+    print(f"same best network in every run: {'yes' if same else 'no'}; worst reported / direct: "
+          f"{max((abs(r['reported_over_direct'] - 1) for r in runs if r.get('direct')), default=float('nan')):.1%} off")
+    (args.out / "reproduce.json").write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
+                                                          "runs": runs}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
