@@ -6,9 +6,10 @@ Runs the same search (`nasir.search`: same model, seed, strategy and budget) `--
 into its own folder with its own new kernel cache (so every run times its kernels itself), while
 `--load` processes spin on the cores beside it. Then, the load stopped, each run's best network is
 benchmarked directly: compiled whole and timed against the original in `--rounds` interleaved
-rounds (`nasir.timing`). Printed: each run's best (trial, a digest of its pipeline), the speedup
-the run reported (median [IQR] of its rounds) and the direct one, their ratio, and whether every
-run named the same best network. Everything also goes to OUT/reproduce.json.
+rounds (`nasir.search.bench.measured_speedups`). Printed: each run's best (trial, a digest of its
+pipeline), the speedup the run reported (median [IQR] of its rounds) and the direct one, their
+ratio, and whether every run named the same best network. Everything also goes to
+OUT/reproduce.json.
 """
 
 from __future__ import annotations
@@ -22,24 +23,13 @@ import time
 from pathlib import Path
 
 import nasir
-from nasir import zoo
-from nasir.runtime.llvm_executable import compile_llvm
-from nasir.timing import Spread, interleaved, ratios
-from nasir.tools.reference import seeded_inputs
+from nasir.search.bench import measured_speedups
 
 
 def spin() -> None:
     os.nice(0)
     while True:
         pass
-
-
-def direct_speedup(model: str, dataset: str, pipeline: str, rounds: int) -> Spread:
-    original = zoo.load(model, dataset).transform("convert-nn-to-nest")
-    x = seeded_inputs(original)
-    base, best = compile_llvm(original.module), compile_llvm(original.transform(pipeline).module)
-    samples = interleaved({"best": lambda: best(*x), "original": lambda: base(*x)}, rounds)
-    return Spread.of(ratios(samples["original"], samples["best"]))
 
 
 def main() -> None:
@@ -77,10 +67,7 @@ def main() -> None:
                      "ties": b.ties if b else []})
         print(f"run {k}: {runs[-1]['seconds']:.0f} s, load average {load_average:.1f}, "
               f"best trial {runs[-1]['best']}", flush=True)
-    direct = {}
-    for r in runs:
-        if r["pipeline"] and r["pipeline"] not in direct:
-            direct[r["pipeline"]] = direct_speedup(args.model, args.dataset, r["pipeline"], args.rounds)
+    direct = measured_speedups(args.model, args.dataset, {r["pipeline"] for r in runs if r["pipeline"]}, args.rounds)
     print(f"{args.model} ({args.dataset}), budget {args.budget}, {args.strategy} seed {args.seed}, "
           f"{args.workers} workers beside {args.load} busy processes; direct: {args.rounds} interleaved rounds, quiet")
     for r in runs:

@@ -77,9 +77,9 @@ def best_so_far(result, at_s: float) -> dict | None:
             "fisher_ratio": best.outcome.fisher_ratio, "mac_ratio": best.outcome.mac_ratio}
 
 
-def measured_speedups(model: str, dataset: str, pipelines: set[str], rounds: int) -> dict[str, float]:
+def measured_speedups(model: str, dataset: str, pipelines: set[str], rounds: int) -> dict[str, Spread]:
     """Each pipeline's network compiled whole and timed against the original in `rounds`
-    interleaved rounds: the median of the rounds' speedups (original ms / candidate ms)."""
+    interleaved rounds: the spread of the rounds' speedups (original ms / candidate ms)."""
     original = zoo.load(model, dataset).transform("convert-nn-to-nest")
     x = seeded_inputs(original)
     base = compile_llvm(original.module)
@@ -87,11 +87,11 @@ def measured_speedups(model: str, dataset: str, pipelines: set[str], rounds: int
     for pipeline in sorted(pipelines):
         exe = compile_llvm(original.transform(pipeline).module)
         samples = interleaved({"candidate": lambda: exe(*x), "original": lambda: base(*x)}, rounds)
-        out[pipeline] = Spread.of(ratios(samples["original"], samples["candidate"])).median
+        out[pipeline] = Spread.of(ratios(samples["original"], samples["candidate"]))
     return out
 
 
-def time_to_quality(rows: list[dict], at: list[float], speedups: dict[str, float], strategies: list[str]) -> Table:
+def time_to_quality(rows: list[dict], at: list[float], speedups: dict[str, Spread], strategies: list[str]) -> Table:
     t = Table(title="time to quality: best-so-far Fisher-legal network, median over seeds "
                     "(measured speedup whole, interleaved with the original; estimate in brackets)")
     t.add_column("strategy")
@@ -104,7 +104,7 @@ def time_to_quality(rows: list[dict], at: list[float], speedups: dict[str, float
         cells = []
         for s in at:
             bests = [r["best_at"][str(s)] for r in runs]
-            measured = [speedups[b["pipeline"]] if b else 1.0 for b in bests]
+            measured = [speedups[b["pipeline"]].median if b else 1.0 for b in bests]
             estimated = [b["estimate_speedup"] if b else 1.0 for b in bests]
             cells.append(f"{statistics.median(measured):.2f}x ({statistics.median(estimated):.2f}x)")
         evaluated = sum(r["fisher_evaluated"] for r in runs)
@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> dict:
     report: dict = {"model": args.model, "dataset": args.dataset, "budget": args.budget, "runs": rows}
     pipelines = {b["pipeline"] for r in rows for b in r["best_at"].values() if b}
     speedups = measured_speedups(args.model, args.dataset, pipelines, args.rounds)
-    report["time_to_quality"] = {"at": args.at, "measured_speedup": speedups}
+    report["time_to_quality"] = {"at": args.at, "measured_speedup": {p: s.median for p, s in speedups.items()}}
     console.print(time_to_quality(rows, args.at, speedups, args.strategies))
     legal = [r for r in rows if r.get("best_pipeline")]
     if legal:

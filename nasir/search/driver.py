@@ -36,7 +36,7 @@ from optuna.trial import TrialState
 from nasir.errors import NasirError
 from nasir.search import strategies
 from nasir.search.evaluate import DEFAULT_EVALUATOR, Evaluator, Outcome, Setup
-from nasir.kernels import TIMING_LOCK, default_kernel_cache, timing_lock
+from nasir.kernels import TIMING_LOCK, TOTAL, default_kernel_cache, timing_lock
 from nasir.search.progress import SearchProgress
 from nasir.search.results import (
     Candidate,
@@ -142,6 +142,7 @@ def working_copy(stored: optuna.Study) -> optuna.Study:
     file numbers trials in the order they finished); a number with no trial, asked by a run that
     was killed before it finished, becomes a failed trial marked interrupted (it does not count)."""
     study = optuna.create_study(directions=list(strategies.DIRECTIONS))
+    study.set_user_attr("original_ms", stored.user_attrs["profile"][TOTAL])
     by_number = {t.user_attrs.get("number", t.number): t for t in stored.get_trials(deepcopy=False)
                  if t.state.is_finished()}
     for number in range(max(by_number, default=-1) + 1):
@@ -159,12 +160,21 @@ def finished(study: optuna.Study) -> dict[int, Candidate]:
     return out
 
 
-def tell(study: optuna.Study, trial: optuna.Trial, outcome: Outcome) -> None:
-    """Tell the in-memory `study` how `trial` ended (`save` writes it to the file)."""
+def tell(study: optuna.Study, trial: optuna.Trial, outcome: Outcome, bar: float = 1.0) -> None:
+    """Tell the in-memory `study` how `trial` ended (`save` writes it to the file). An accepted
+    candidate and one Fisher Potential rejected are complete trials, the second infeasible: its
+    ratio fell below `bar` (the acceptance bar, 1 - fisher slack: constraint `fisher`, the
+    shortfall, <= 0 when accepted; `nasir.search.strategies`), and its latency is the estimate, or,
+    where none was made (Fisher came first), the original's time scaled by its MACs."""
     for key, value in {**outcome.to_json(), "number": trial.number}.items():
         trial.set_user_attr(key, value)
-    if outcome.status == "accepted":
-        study.tell(trial, [outcome.estimate_ms, outcome.fisher_ratio])
+    if outcome.status == "accepted" or (outcome.status == "rejected" and outcome.stage == "fisher"
+                                        and outcome.fisher_ratio is not None and math.isfinite(outcome.fisher_ratio)):
+        latency = outcome.estimate_ms
+        if latency is None:
+            latency = study.user_attrs["original_ms"] * outcome.mac_ratio
+        trial.set_constraint("fisher", bar - outcome.fisher_ratio)
+        study.tell(trial, [latency, outcome.fisher_ratio])
     else:
         study.tell(trial, state=TrialState.PRUNED if outcome.status in ("rejected", "skipped") else TrialState.FAIL)
 
@@ -270,7 +280,7 @@ class Search:
                     for number, outcome in pool.results(wait=0.5):
                         trial = asked.pop(number)
                         outcome.finished_s = time.perf_counter() - start
-                        tell(study, trial, outcome)
+                        tell(study, trial, outcome, 1 - self.options.fisher_slack)
                         unsaved.append(number)
                         done[number] = Candidate(number, trial.user_attrs["pipeline"], outcome)
                         progress.add(done[number])

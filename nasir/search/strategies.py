@@ -4,7 +4,14 @@
 - `evolution`: NSGA-II on (latency estimate, Fisher Potential ratio);
 - `tpe`: Optuna's (multi-objective) Tree-structured Parzen Estimator.
 
-The study minimises the latency estimate and maximises the Fisher ratio of accepted candidates.
+The study minimises the latency estimate and maximises the Fisher ratio, under one constraint:
+Fisher Potential at least the original's (constraint `fisher`, which the driver sets on each trial
+it completes: the ratio's distance below the acceptance bar, <= 0 when accepted; Optuna's samplers
+read it from the trial). Candidates rejected by Fisher
+Potential are told with their figures as infeasible trials, so evolution and tpe learn from how
+far they fell short (NSGA-II ranks feasible before infeasible, infeasible by shortfall; TPE
+weighs feasible trials apart) instead of seeing nothing while almost every early candidate is
+rejected.
 A sampler is made afresh for each trial, seeded with (search seed, trial number): the samplers keep
 their history in the study, so the same seed gives the same candidates, and a resumed search goes
 on with the trials that an uninterrupted one would have drawn next. Each is given the search's
