@@ -420,6 +420,23 @@ def test_the_strategies_learn_from_fisher_rejections_as_infeasible_trials():
     assert [t.constraints["fisher"] for t in trials[:3]] == pytest.approx([-0.25, 0.25, 0.05])
 
 
+def test_evolution_and_tpe_begin_with_the_whole_network_variants(tiny, tmp_path):
+    choices = ("identity", "group2", "group4", "shift-oh")
+    space = SearchSpace.of(nasir.load(tiny).transform("convert-nn-to-nest"), choices)
+    # by hand: each choice on every conv that takes it, in the order of TEMPLATES
+    expected = []
+    for choice in ("group2", "group4", "shift-oh"):
+        expected.append(space.pipeline({lc.layer: choice for lc in space.layers if choice in lc.choices}))
+    assert len(set(expected)) == 3 and all(expected)
+    for strategy in ("evolution", "tpe"):
+        result = nasir.search(tiny, budget=4, out=tmp_path / strategy, strategy=strategy, progress=False,
+                              choices=choices)
+        assert [c.pipeline for c in result.candidates[:3]] == expected
+        assert result.candidates[3].pipeline not in expected
+    randomly = nasir.search(tiny, budget=3, out=tmp_path / "random", progress=False, choices=choices)
+    assert [c.pipeline for c in randomly.candidates] != expected
+
+
 def test_fisher_bar_by_hand():
     bar = FisherBar(10.0, 2)
     assert bar.value == 10.0

@@ -46,7 +46,7 @@ def one_search(model: str, dataset: str, strategy: str, seed: int, args, out: Pa
     start = time.perf_counter()
     result = nasir.search(model, dataset, budget=args.budget, time_limit=args.time_limit, strategy=strategy,
                           seed=seed, workers=args.workers, out=out / f"{strategy}-{seed}", progress=not args.quiet,
-                          kernel_cache=args.kernel_cache or out / "kernels.db", fisher_top=args.fisher_top or None)
+                          kernel_cache=kernel_cache(args, out / f"{strategy}-{seed}"), fisher_top=args.fisher_top or None)
     elapsed = time.perf_counter() - start
     accepted = result.accepted
     row = {"strategy": strategy, "seed": seed, "candidates": len(result.candidates), "seconds": elapsed,
@@ -64,6 +64,14 @@ def one_search(model: str, dataset: str, strategy: str, seed: int, args, out: Pa
                    param_ratio=b.outcome.param_ratio, speedup=b.speedup.median, speedup_iqr=b.speedup.iqr,
                    ties=b.ties)
     return row
+
+
+def kernel_cache(args, run: Path) -> Path:
+    """The run's kernel timings: `--kernel-cache`, else the run's own new file with
+    `--fresh-kernels` (every run cold), else OUT/kernels.db, shared by the runs."""
+    if args.kernel_cache:
+        return args.kernel_cache
+    return run / "kernels.db" if args.fresh_kernels else args.out / "kernels.db"
 
 
 def best_so_far(result, at_s: float) -> dict | None:
@@ -163,6 +171,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--rounds", type=int, default=7, help="interleaved rounds of each time-to-quality measurement")
     p.add_argument("--fisher-top", type=int, default=8, help="the search's --fisher-top (0: Fisher for every candidate)")
     p.add_argument("--kernel-cache", type=Path, help="SQLite file of kernel timings (default OUT/kernels.db, shared by the runs)")
+    p.add_argument("--fresh-kernels", action="store_true",
+                   help="each run times its kernels afresh (its own kernel cache): every run starts cold")
     p.add_argument("--out", type=Path, default=Path("bench-search"))
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args(argv)

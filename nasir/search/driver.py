@@ -8,7 +8,8 @@ telling through SQLite would be about 50 commits per candidate, 80 ms of the dri
 the workers waiting). Run the same command again after an interruption (even SIGKILL) and it
 goes on: trials that were in flight were never written and come back as interrupted (they do not
 count), finished ones are never evaluated again, and it stops at `budget` distinct finished
-candidates (or at `time_limit` seconds of this run). Fisher Potential, the dearest check, is
+candidates (or at `time_limit` seconds of this run). Evolution and tpe begin with the
+whole-network variants (`ANCHORED`). Fisher Potential, the dearest check, is
 spent only where it can change the answer (`FisherBar`): a candidate estimated slower than the
 original or than the `fisher_top`-th fastest accepted one is `skipped` (it counts towards the
 budget). The workers then compile the front's
@@ -58,6 +59,12 @@ STUDY = "nasir-search"
 PASSES = 3
 """Most measurements of the front (the first, then again until two passes rank it alike)."""
 COUNTED = ("accepted", "rejected", "skipped", "failed")
+ANCHORED = ("evolution", "tpe")
+"""Strategies whose first trials are the space's whole-network variants (`SearchSpace.uniform`):
+anchors in a space where almost every random mixture falls short of the original's capacity (on
+ResNet-34 cifar10 group 2-8, Seq 1-3 and fold applied to every conv keep it; bottlenecks, shifts
+and depthwise lower it, and a random candidate almost always holds one of them). `random` stays
+NAS-PTE's uniform draw."""
 """Outcomes that count towards the budget (not: interrupted, duplicate)."""
 
 
@@ -252,6 +259,9 @@ class Search:
         unsaved: list[int] = []
         joint = strategies.joint_space({lc.layer: lc.choices for lc in space.layers})
         bar = FisherBar(evaluator.latency.original_ms, self.options.fisher_top, done.values())
+        if self.options.strategy in ANCHORED and not done:
+            for picks in space.uniform():
+                study.enqueue_trial(picks, skip_if_exists=True)
         start, duplicates = time.perf_counter(), 0
         try:
             with progress:

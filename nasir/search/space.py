@@ -135,6 +135,19 @@ class SearchSpace:
         steps = [TEMPLATES[c]("|".join(by_choice[c])) for c in TEMPLATES if c in by_choice]
         return ",".join(steps)
 
+    def uniform(self) -> list[dict[str, str]]:
+        """The whole-network variants: for each choice but identity, in `TEMPLATES` order, the picks
+        that give it to every layer that takes it (the others keep their conv), e.g. group8 on
+        every conv where 8 divides the channels. NAS-PTE's own experiments apply a transform
+        network-wide like this; a search's strategies start from them (`Search.run`)."""
+        out = []
+        for choice in TEMPLATES:
+            picks = {lc.layer: choice if choice in lc.choices else IDENTITY for lc in self.layers
+                     if len(lc.choices) > 1}
+            if choice != IDENTITY and any(v == choice for v in picks.values()):
+                out.append(picks)
+        return out
+
     def random_pipeline(self, rng) -> str:
         """A random candidate (`rng`: a numpy Generator): each layer keeps its conv or takes a
         uniformly drawn choice, the share of changed layers itself drawn uniformly per candidate."""
