@@ -48,7 +48,9 @@ Measured (AMD EPYC Zen 4, 2 cores; no GPU), 2026-11-25, on the quiet machine:
           original:   2.887 ms   1.00x  accuracy  98.89%  trained in 2.1 min (15 epochs)
      fastest legal:   0.827 ms   3.49x  accuracy  98.05%  trained in 1.3 min (15 epochs)
 
-and, with other jobs sharing the cores (load average 9-11):
+and, by the earlier part `tau` (before commit 8a8b8fb: candidates trained on the digits whatever
+their decision, the Fisher measure before issue 39's normalisation), with other jobs sharing the
+cores (load average 9-11):
 
     python benchmarks/fisher_vs_accuracy.py --part tau --image-size 8 --epochs 3 --batch 64
     (ResNet-18 at the digits' own 8 x 8, 3 epochs, batch 64 for 22 steps an epoch: the only
@@ -58,6 +60,10 @@ and, with other jobs sharing the cores (load average 9-11):
     93.6-98.6%. A candidate took 3.5-14 min while the machine was loaded, 6-12 s once it was
     quiet (about 2 s an epoch). At 3 epochs the ranking is noisy; this sample shows no sign that
     Fisher Potential (or MACs) predicts trained accuracy among candidates that pass the filter.
+
+Part `tau` on the hard MNIST task has not been measured yet (issue 39, deliver 3): the suggested
+first run is `nice -n 19 python benchmarks/fisher_vs_accuracy.py --part tau --candidates 12
+--epochs 5 --per-class 100 --batch 32` on a quiet 2-core machine.
 """
 
 from __future__ import annotations
