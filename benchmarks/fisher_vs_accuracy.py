@@ -165,7 +165,7 @@ def draw_candidates(space: SearchSpace, decide, want: int, rng, max_draws: int) 
     does not apply), or `max_draws` pipelines have been drawn; returns the rows, accepted and
     rejected alternating (so a run cut short trains both alike), and the number of draws."""
     sides: dict[bool, list[dict]] = {True: [], False: []}
-    seen: set[str] = set()
+    seen: set[str] = {""}  # the empty pipeline is the original itself
     draws = 0
     while min(len(sides[True]), len(sides[False])) < want and draws < max_draws:
         pipeline = space.random_pipeline(rng)
@@ -208,15 +208,20 @@ def tau(args, out: Path, original: nasir.Model, report: dict) -> None:
                      f"{len(rows)} candidates from {draws} draws in {time.perf_counter() - began:.0f} s "
                      f"({sum(r['accepted'] for r in rows)} accepted, {sum(not r['accepted'] for r in rows)} rejected)")
 
-    def fit(model: nasir.Model, name: str) -> tuple[float, float]:
+    def fit(model: nasir.Model, name: str, seed: int = args.seed) -> tuple[float, float]:
         began = time.perf_counter()
-        accuracy = nasir.train(model, data, epochs=args.epochs, batch=args.batch, seed=args.seed, augment=False,
-                               out=out / "tau" / name, progress=False).accuracy
+        accuracy = nasir.train(model, data, epochs=args.epochs, batch=args.batch, lr=args.lr, seed=seed,
+                               augment=False, out=out / "tau" / name, progress=False).accuracy
         return accuracy, (time.perf_counter() - began) / 60
 
     report["tau_original_accuracy"], minutes = fit(original, "original")
     log(report, out, f"{'original':>9}: Fisher  1.000  accepted  properties 1  MACs  1.00  "
                      f"accuracy {report['tau_original_accuracy']:6.2f}%  ({minutes:.1f} min)")
+    report["tau_original_other_seeds"] = []
+    for seed in range(args.seed + 1, args.seed + args.original_seeds):  # the recipe's own noise
+        accuracy, minutes = fit(original, f"original-seed{seed}", seed)
+        report["tau_original_other_seeds"].append(accuracy)
+        log(report, out, f"{'original':>9}: training seed {seed}  accuracy {accuracy:6.2f}%  ({minutes:.1f} min)")
     report["tau_candidates"] = []
     for i, row in enumerate(rows):
         row["accuracy"], row["minutes"] = fit(original.transform(row["pipeline"]), f"c{i}")
@@ -263,8 +268,11 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--candidates", type=int, default=16, help="part tau: half accepted, half rejected")
     p.add_argument("--max-draws", type=int, default=2000, help="part tau: random pipelines drawn at most")
-    p.add_argument("--epochs", type=int, default=5, help="part tau: epochs per candidate")
-    p.add_argument("--per-class", type=int, default=50, help="part tau: training images of each digit")
+    p.add_argument("--epochs", type=int, default=8, help="part tau: epochs per candidate")
+    p.add_argument("--lr", type=float, default=0.02, help="part tau: peak learning rate (cosine decay)")
+    p.add_argument("--original-seeds", type=int, default=3,
+                   help="part tau: the original trained with this many seeds (the recipe's own noise)")
+    p.add_argument("--per-class", type=int, default=100, help="part tau: training images of each digit")
     p.add_argument("--shift", type=int, default=4, help="part tau: largest shift, pixels at 28 x 28")
     p.add_argument("--noise", type=float, default=0.5, help="part tau: noise, in pixel standard deviations")
     p.add_argument("--out", default="fva-out")
