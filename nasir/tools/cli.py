@@ -351,7 +351,7 @@ def train_args(c: argparse.ArgumentParser) -> None:
     c.add_argument("--pipeline", help="train the model transformed by this pipeline (a search's best.pipeline); "
                    "convert-nn-to-nest is put in front when it is not its first pass")
     c.add_argument("--data", required=True,
-                   help="a CIFAR-10/100 binary folder, an .npz (x, y[, x_test, y_test]) or 'digits'")
+                   help="a CIFAR-10/100 binary folder, an .npz (x, y[, x_test, y_test]), 'digits' or 'mnist5k'")
     c.add_argument("--epochs", type=int, default=200, help="epochs (default 200)")
     c.add_argument("--batch", type=int, default=128, help="batch size (default 128)")
     c.add_argument("--lr", type=float, default=0.1, help="initial learning rate, cosine-decayed (default 0.1)")
@@ -375,8 +375,8 @@ def search_args(c: argparse.ArgumentParser) -> None:
     c.add_argument("--storage", help="Optuna storage URL (default sqlite:///OUT/study.db)")
     c.add_argument("--seed", type=int, default=0, help="seed of the strategy, the minibatch and new weights (default 0)")
     c.add_argument("--batch", type=int, default=16, help="Fisher Potential minibatch size (default 16)")
-    c.add_argument("--data", help="Fisher minibatch and training data: a CIFAR-10/100 folder, an .npz or 'digits' "
-                                  "(default synthetic)")
+    c.add_argument("--data", help="Fisher minibatch and training data: a CIFAR-10/100 folder, an .npz, 'digits' "
+                                  "or 'mnist5k' (default synthetic)")
     c.add_argument("--fisher-slack", type=float, default=0.0,
                    help="accept Fisher Potential down to (1 - SLACK) of the original's (default 0)")
     c.add_argument("--fisher-top", type=int, default=8, metavar="K",
