@@ -126,6 +126,10 @@ class KernelTimes:
             self.seen[key] = self.kernel_ms(alone.transform("default-schedule"))
         return self.seen[key]
 
+    def timed(self, op: nest.ComputeOp, batch: int | None = None) -> bool:
+        """Whether `nest_ms(model, op, batch)` is known to this object (costs no compile)."""
+        return nest_key(op, batch) in self.seen
+
     def kernel_ms(self, alone: Model) -> float:
         """The time of a standalone nest (`standalone`) as it is scheduled, measured once."""
         key = signature(alone, self.options)

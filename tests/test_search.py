@@ -406,14 +406,13 @@ def test_fisher_is_spent_only_below_the_bar_of_the_fastest_accepted(tiny, tmp_pa
 
 def test_the_strategies_learn_from_fisher_rejections_as_infeasible_trials():
     study = optuna.create_study(directions=list(strategies.DIRECTIONS))
-    study.set_user_attr("original_ms", 10.0)
     outcomes = [Outcome("accepted", fisher_ratio=1.2, mac_ratio=0.5, estimate_ms=4.0),
                 Outcome("rejected", "fisher", fisher_ratio=0.7, mac_ratio=0.25),
                 Outcome("rejected", "fisher", fisher_ratio=0.9, mac_ratio=0.5, estimate_ms=6.0),
                 Outcome("skipped", "estimate", mac_ratio=0.9, estimate_ms=9.0),
                 Outcome("rejected", "properties"), Outcome("failed")]
     for outcome in outcomes:
-        tell(study, study.ask(), outcome, bar=0.95)
+        tell(study, study.ask(), outcome, bar=0.95, original_ms=10.0)
     trials = study.get_trials()
     assert [t.state.name for t in trials] == ["COMPLETE"] * 3 + ["PRUNED"] * 2 + ["FAIL"]
     assert [t.values for t in trials[:3]] == [[4.0, 1.2], [2.5, 0.7], [6.0, 0.9]]

@@ -9,11 +9,10 @@ the workers waiting). Run the same command again after an interruption (even SIG
 goes on: trials that were in flight were never written and come back as interrupted (they do not
 count), finished ones are never evaluated again, and it stops at `budget` distinct finished
 candidates (or at `time_limit` seconds of this run). Evolution and tpe begin with the
-whole-network variants (`ANCHORED`). Fisher Potential, the dearest check, is
-spent only where it can change the answer (`FisherBar`): a candidate estimated slower than the
-original or than the `fisher_top`-th fastest accepted one is `skipped` (it counts towards the
-budget). The workers then compile the front's
-members whole and time them against the original, interleaved, in passes until their ranking
+whole-network variants (`ANCHORED`). Fisher Potential, the dearest check, is spent only where it
+can change the answer (`FisherBar`): a candidate estimated slower than the original or than the
+`fisher_top`-th fastest accepted one is `skipped` (it counts towards the budget). The workers then
+compile the front's members whole and time them against the original, interleaved, in passes until their ranking
 holds (`measure_front`; kept in the study too, so a resumed search does not measure them again);
 a reference kernel timed before and after says whether the machine was busy meanwhile. A storage
 that holds a search of another model, or with other options, is refused.
@@ -37,7 +36,7 @@ from optuna.trial import TrialState
 from nasir.errors import NasirError
 from nasir.search import strategies
 from nasir.search.evaluate import DEFAULT_EVALUATOR, Evaluator, Outcome, Setup
-from nasir.kernels import TIMING_LOCK, TOTAL, default_kernel_cache, timing_lock
+from nasir.kernels import TIMING_LOCK, default_kernel_cache, timing_lock
 from nasir.search.progress import SearchProgress
 from nasir.search.results import (
     Candidate,
@@ -59,13 +58,13 @@ STUDY = "nasir-search"
 PASSES = 3
 """Most measurements of the front (the first, then again until two passes rank it alike)."""
 COUNTED = ("accepted", "rejected", "skipped", "failed")
+"""Outcomes that count towards the budget (not: interrupted, duplicate)."""
 ANCHORED = ("evolution", "tpe")
 """Strategies whose first trials are the space's whole-network variants (`SearchSpace.uniform`):
 anchors in a space where almost every random mixture falls short of the original's capacity (on
 ResNet-34 cifar10 group 2-8, Seq 1-3 and fold applied to every conv keep it; bottlenecks, shifts
 and depthwise lower it, and a random candidate almost always holds one of them). `random` stays
 NAS-PTE's uniform draw."""
-"""Outcomes that count towards the budget (not: interrupted, duplicate)."""
 
 
 @dataclass(frozen=True)
@@ -149,7 +148,6 @@ def working_copy(stored: optuna.Study) -> optuna.Study:
     file numbers trials in the order they finished); a number with no trial, asked by a run that
     was killed before it finished, becomes a failed trial marked interrupted (it does not count)."""
     study = optuna.create_study(directions=list(strategies.DIRECTIONS))
-    study.set_user_attr("original_ms", stored.user_attrs["profile"][TOTAL])
     by_number = {t.user_attrs.get("number", t.number): t for t in stored.get_trials(deepcopy=False)
                  if t.state.is_finished()}
     for number in range(max(by_number, default=-1) + 1):
@@ -167,19 +165,20 @@ def finished(study: optuna.Study) -> dict[int, Candidate]:
     return out
 
 
-def tell(study: optuna.Study, trial: optuna.Trial, outcome: Outcome, bar: float = 1.0) -> None:
+def tell(study: optuna.Study, trial: optuna.Trial, outcome: Outcome, bar: float = 1.0,
+         original_ms: float | None = None) -> None:
     """Tell the in-memory `study` how `trial` ended (`save` writes it to the file). An accepted
     candidate and one Fisher Potential rejected are complete trials, the second infeasible: its
     ratio fell below `bar` (the acceptance bar, 1 - fisher slack: constraint `fisher`, the
     shortfall, <= 0 when accepted; `nasir.search.strategies`), and its latency is the estimate, or,
-    where none was made (Fisher came first), the original's time scaled by its MACs."""
+    where none was made (Fisher came first), `original_ms` scaled by its MACs."""
     for key, value in {**outcome.to_json(), "number": trial.number}.items():
         trial.set_user_attr(key, value)
     if outcome.status == "accepted" or (outcome.status == "rejected" and outcome.stage == "fisher"
                                         and outcome.fisher_ratio is not None and math.isfinite(outcome.fisher_ratio)):
         latency = outcome.estimate_ms
         if latency is None:
-            latency = study.user_attrs["original_ms"] * outcome.mac_ratio
+            latency = original_ms * outcome.mac_ratio
         trial.set_constraint("fisher", bar - outcome.fisher_ratio)
         study.tell(trial, [latency, outcome.fisher_ratio])
     else:
@@ -290,7 +289,7 @@ class Search:
                     for number, outcome in pool.results(wait=0.5):
                         trial = asked.pop(number)
                         outcome.finished_s = time.perf_counter() - start
-                        tell(study, trial, outcome, 1 - self.options.fisher_slack)
+                        tell(study, trial, outcome, 1 - self.options.fisher_slack, evaluator.latency.original_ms)
                         unsaved.append(number)
                         done[number] = Candidate(number, trial.user_attrs["pipeline"], outcome)
                         progress.add(done[number])

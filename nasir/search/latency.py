@@ -16,7 +16,7 @@ compiled whole and measured (`KernelTimes.measure`), and the estimate is reporte
 
 from __future__ import annotations
 
-from nasir.kernels import TOTAL, KernelTimes, nest_key
+from nasir.kernels import TOTAL, KernelTimes
 from nasir.model import Model
 from nasir.search.space import conv_nests
 
@@ -34,7 +34,7 @@ class LatencyModel:
     def known(self, candidate: Model) -> bool:
         """Whether every conv nest of `candidate` was timed already by this process (`estimate`
         then costs no compile)."""
-        return all(nest_key(op, self.batch) in self.kernels.seen for op in conv_nests(candidate))
+        return all(self.kernels.timed(op, self.batch) for op in conv_nests(candidate))
 
     def estimate(self, candidate: Model) -> float:
         """The estimate for `candidate` at the original's batch, whatever the batch `candidate`
