@@ -2,19 +2,21 @@
 training does, and does the search's fastest legal network train as well as the original?
 
     python benchmarks/fisher_vs_accuracy.py                    # both parts, ResNet-18 at 16 x 16
-    python benchmarks/fisher_vs_accuracy.py --part target      # original vs the search's best only
-    python benchmarks/fisher_vs_accuracy.py --part tau --candidates 16 --epochs 4
+    python benchmarks/fisher_vs_accuracy.py --part target      # the search's best vs the original
+    python benchmarks/fisher_vs_accuracy.py --part tau --candidates 24
 
-Data of part `target` (`--data`): scikit-learn's 1797 handwritten digits (8 x 8, grey), fitted to
-the model's input (bilinear to 16 x 16, repeated over 3 channels), a seeded fifth held out for
-testing; part `tau` trains on a hard MNIST task (below). Model: ResNet-18 in
-its CIFAR-10 layout (3 x 3 stem, no max pool), exported for 16 x 16 inputs: the same network at a
-quarter of the CIFAR cost, so training runs in minutes on a 2-core CPU (no GPU is used).
+Both parts train on one task, a hard MNIST (below), with one recipe (`--epochs` 8, `--batch` 32,
+`--lr` 0.02 with cosine decay, no augmentation). Model: ResNet-18 in its CIFAR-10 layout (3 x 3
+stem, no max pool), exported for 16 x 16 inputs: the same network at a quarter of the CIFAR cost,
+so a training takes minutes on a 2-core CPU (no GPU is used).
 
-Part `target`: `nasir.search` on that model (Fisher minibatch from the digits; properties and
-Fisher Potential filter; front measured on the llvm backend), then the original and the fastest
-measured member of the front trained with the same recipe (`--target-epochs`), each timed:
-accuracy, speedup and training minutes.
+Part `target` (issue 39, deliver 4): `nasir.search` as a user runs it (default check: properties,
+then Fisher Potential against the original on a batch-16 minibatch of the task; `--strategy`
+evolution; the front measured on the llvm backend against the original), then the original and
+the `--target-top` fastest measured members of the front, each trained with every one of
+`--original-seeds` training seeds: speedup (median of interleaved rounds, IQR), Fisher ratio,
+MACs and the accuracy of each seed side by side, and each member's accuracy difference to the
+original.
 
 Part `tau`: accuracy evidence that can fail (issue 39, deliver 3). Random candidates (each conv
 kept or given one of its legal choices, the share changed drawn per candidate, seeded) are drawn and
@@ -41,26 +43,6 @@ networks (every candidate 93-99%, issue 39):
 The shifts and noise are drawn once per seed (every candidate sees the same images).
 
 Rows are printed as they come (the run can take an hour); everything also goes to OUT/fva.json.
-
-Measured (AMD EPYC Zen 4, 2 cores; no GPU), 2026-11-25, on the quiet machine:
-
-    python benchmarks/fisher_vs_accuracy.py --part target --search-time 240 --search-budget 60 --workers 2
-    search: 60 candidates in 107 s, front 7, all measured
-          original:   2.887 ms   1.00x  accuracy  98.89%  trained in 2.1 min (15 epochs)
-     fastest legal:   0.827 ms   3.49x  accuracy  98.05%  trained in 1.3 min (15 epochs)
-
-and, by the earlier part `tau` (before commit 8a8b8fb: candidates trained on the digits whatever
-their decision, the Fisher measure before issue 39's normalisation), with other jobs sharing the
-cores (load average 9-11):
-
-    python benchmarks/fisher_vs_accuracy.py --part tau --image-size 8 --epochs 3 --batch 64
-    (ResNet-18 at the digits' own 8 x 8, 3 epochs, batch 64 for 22 steps an epoch: the only
-    setting that trains many candidates in the time)
-    20 candidates: Kendall tau-b with accuracy: Fisher ratio -0.05, MACs -0.26, mixing property
-    undefined (all 20 passed it: random candidates rarely drop a mixing level). Accuracies
-    93.6-98.6%. A candidate took 3.5-14 min while the machine was loaded, 6-12 s once it was
-    quiet (about 2 s an epoch). At 3 epochs the ranking is noisy; this sample shows no sign that
-    Fisher Potential (or MACs) predicts trained accuracy among candidates that pass the filter.
 
 Part `tau` on the hard MNIST task (Intel Xeon @ 2.50GHz cascadelake, 2 cores, sharing them with
 search benchmarks for most of the run), 2026-11-26:
@@ -119,29 +101,43 @@ def log(report: dict, out: Path, line: str) -> None:
     (out / "fva.json").write_text(json.dumps(report, indent=1))
 
 
-def target(args, out: Path, onnx: Path, original: nasir.Model, report: dict) -> None:
+def target(args, out: Path, onnx: Path, original: nasir.Model, data: Dataset, fit, report: dict) -> None:
+    """Deliver 4 of issue 39: `nasir.search` with its default check (Fisher minibatch from the task),
+    then the original and the `--target-top` fastest measured members of its front, each trained
+    with the recipe and every training seed: a speedup printed only with its accuracy beside it."""
+    task = out / f"{data.name}.npz"  # the task as a file, so the search's Fisher minibatch comes from it
+    np.savez(task, x=data.train[0], y=data.train[1], x_test=data.test[0], y_test=data.test[1])
     start = time.perf_counter()
-    result = nasir.search(onnx, budget=args.search_budget, time_limit=args.search_time, data=args.data,
-                          out=out / "search", workers=args.workers, progress=False, seed=args.seed)
-    log(report, out, f"search: {len(result.candidates)} candidates in {time.perf_counter() - start:.0f} s, "
-                     f"front {len(result.pareto)}, best {result.best.pipeline if result.best else None}")
-    if result.best is None:
-        return
+    result = nasir.search(onnx, budget=args.search_budget, time_limit=args.search_time, data=str(task),
+                          out=out / "search", workers=args.workers, strategy=args.strategy, progress=False,
+                          seed=args.seed)
+    log(report, out, f"search ({args.strategy}): {len(result.candidates)} candidates in "
+                     f"{time.perf_counter() - start:.0f} s, {len(result.accepted)} accepted, front "
+                     f"{len(result.pareto)}, {len(result.measured)} measured")
+    networks = [("original", "", None)] + [(f"trial {c.number}", c.pipeline, c)
+                                           for c in result.measured[:args.target_top]]
+    base_macs = summarize(original).total_macs
     rows = []
-    for name, pipeline, ms in (("original", "", result.original_ms), ("fastest legal", result.best.pipeline,
-                                                                     result.best.measured_ms)):
+    for name, pipeline, candidate in networks:
         model = original.transform(pipeline) if pipeline else original
-        began = time.perf_counter()
-        trained = nasir.train(model, args.data, epochs=args.target_epochs, batch=args.batch, seed=args.seed,
-                              out=out / "target" / name.replace(" ", "-"), progress=False)
-        rows.append({"network": name, "ms": ms, "speedup": result.original_ms / ms, "accuracy": trained.accuracy,
-                     "train_minutes": (time.perf_counter() - began) / 60, "pipeline": pipeline,
-                     "macs": summarize(model).total_macs})
+        accuracies = [fit(model, name.replace(" ", "-"), seed)[0] for seed in training_seeds(args)]
+        row = {"network": name, "pipeline": pipeline, "accuracies": accuracies, "macs": summarize(model).total_macs / base_macs,
+               "speedup": candidate.speedup.median if candidate else 1.0,
+               "speedup_iqr": candidate.speedup.iqr if candidate else 0.0,
+               "fisher": candidate.outcome.fisher_ratio if candidate else 1.0}
+        rows.append(row)
         report["target"] = rows
-        log(report, out, f"{name:>14}: {ms:7.3f} ms  {result.original_ms / ms:5.2f}x  accuracy {trained.accuracy:6.2f}%"
-                         f"  trained in {rows[-1]['train_minutes']:.1f} min")
-    log(report, out, f"accuracy difference {rows[1]['accuracy'] - rows[0]['accuracy']:+.2f} points at "
-                     f"{rows[1]['speedup']:.2f}x")
+        log(report, out, f"{name:>10}: {row['speedup']:5.2f}x (IQR {row['speedup_iqr']:.2f})  Fisher {row['fisher']:5.3f}  "
+                         f"MACs {row['macs']:4.2f}  accuracy {np.mean(accuracies):6.2f}% "
+                         f"({', '.join(f'{a:.2f}' for a in accuracies)})  {pipeline or '(untransformed)'}")
+    for row in rows[1:]:
+        log(report, out, f"{row['network']}: {row['speedup']:.2f}x faster, accuracy "
+                         f"{np.mean(row['accuracies']) - np.mean(rows[0]['accuracies']):+.2f} points against the original "
+                         f"(mean of {len(row['accuracies'])} training seeds)")
+
+
+def training_seeds(args) -> range:
+    return range(args.seed, args.seed + args.original_seeds)
 
 
 def hard_mnist(per_class: int, shift: int, noise: float, seed: int) -> Dataset:
@@ -193,9 +189,7 @@ def draw_candidates(space: SearchSpace, decide, want: int, rng, max_draws: int) 
     return rows + longer[len(rows) // 2:], draws
 
 
-def tau(args, out: Path, original: nasir.Model, report: dict) -> None:
-    shape = tuple(original.input_shapes[0][1:])
-    data = hard_mnist(args.per_class, args.shift, args.noise, args.seed).fitted(shape)
+def tau(args, out: Path, original: nasir.Model, data: Dataset, fit, report: dict) -> None:
     fisher_model = original.at_batch(16)
     pick = np.random.default_rng(args.seed).choice(len(data.train[0]), size=16, replace=False)
     x, y = data.train[0][pick], data.train[1][pick]
@@ -220,23 +214,15 @@ def tau(args, out: Path, original: nasir.Model, report: dict) -> None:
                      f"{len(rows)} candidates from {draws} draws in {time.perf_counter() - began:.0f} s "
                      f"({sum(r['accepted'] for r in rows)} accepted, {sum(not r['accepted'] for r in rows)} rejected)")
 
-    def fit(model: nasir.Model, name: str, seed: int = args.seed) -> tuple[float, float]:
-        began = time.perf_counter()
-        accuracy = nasir.train(model, data, epochs=args.epochs, batch=args.batch, lr=args.lr, seed=seed,
-                               augment=False, out=out / "tau" / name, progress=False).accuracy
-        return accuracy, (time.perf_counter() - began) / 60
-
-    report["tau_original_accuracy"], minutes = fit(original, "original")
-    log(report, out, f"{'original':>9}: Fisher  1.000  accepted  properties 1  MACs  1.00  "
-                     f"accuracy {report['tau_original_accuracy']:6.2f}%  ({minutes:.1f} min)")
-    report["tau_original_other_seeds"] = []
-    for seed in range(args.seed + 1, args.seed + args.original_seeds):  # the recipe's own noise
-        accuracy, minutes = fit(original, f"original-seed{seed}", seed)
-        report["tau_original_other_seeds"].append(accuracy)
-        log(report, out, f"{'original':>9}: training seed {seed}  accuracy {accuracy:6.2f}%  ({minutes:.1f} min)")
+    report["tau_original_accuracies"] = []
+    for seed in training_seeds(args):  # the recipe's own noise
+        accuracy, minutes = fit(original, "original", seed)
+        report["tau_original_accuracies"].append(accuracy)
+        log(report, out, f"{'original':>9}: Fisher  1.000  accepted  properties 1  MACs  1.00  training seed {seed}  "
+                         f"accuracy {accuracy:6.2f}%  ({minutes:.1f} min)")
     report["tau_candidates"] = []
     for i, row in enumerate(rows):
-        row["accuracy"], row["minutes"] = fit(original.transform(row["pipeline"]), f"c{i}")
+        row["accuracy"], row["minutes"] = fit(original.transform(row["pipeline"]), f"c{i}", args.seed)
         report["tau_candidates"].append(row)
         log(report, out, f"candidate {i + 1:2d}: Fisher {row['fisher']:6.3f}  "
                          f"{'accepted' if row['accepted'] else 'rejected'}  properties {row['properties']}  "
@@ -271,22 +257,22 @@ def main() -> None:
     p.add_argument("--model", default="resnet18")
     p.add_argument("--dataset", default="cifar10")
     p.add_argument("--image-size", type=int, default=16)
-    p.add_argument("--data", default="digits")
-    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--batch", type=int, default=32)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--target-epochs", type=int, default=15)
+    p.add_argument("--target-top", type=int, default=2, help="part target: front members trained")
+    p.add_argument("--strategy", default="evolution", help="part target: the search's strategy")
     p.add_argument("--search-budget", type=int, default=60)
     p.add_argument("--search-time", type=float, default=300)
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--candidates", type=int, default=16, help="part tau: half accepted, half rejected")
     p.add_argument("--max-draws", type=int, default=2000, help="part tau: random pipelines drawn at most")
-    p.add_argument("--epochs", type=int, default=8, help="part tau: epochs per candidate")
-    p.add_argument("--lr", type=float, default=0.02, help="part tau: peak learning rate (cosine decay)")
+    p.add_argument("--epochs", type=int, default=8, help="epochs of every training")
+    p.add_argument("--lr", type=float, default=0.02, help="peak learning rate (cosine decay)")
     p.add_argument("--original-seeds", type=int, default=3,
-                   help="part tau: the original trained with this many seeds (the recipe's own noise)")
-    p.add_argument("--per-class", type=int, default=100, help="part tau: training images of each digit")
-    p.add_argument("--shift", type=int, default=4, help="part tau: largest shift, pixels at 28 x 28")
-    p.add_argument("--noise", type=float, default=0.5, help="part tau: noise, in pixel standard deviations")
+                   help="training seeds of the original (part tau) and of every network of part target")
+    p.add_argument("--per-class", type=int, default=100, help="training images of each digit")
+    p.add_argument("--shift", type=int, default=4, help="largest shift, pixels at 28 x 28")
+    p.add_argument("--noise", type=float, default=0.5, help="noise, in pixel standard deviations")
     p.add_argument("--out", default="fva-out")
     args = p.parse_args()
     out = Path(args.out)
@@ -294,13 +280,22 @@ def main() -> None:
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
     report = {"args": vars(args), "cpu": cpu}
     log(report, out, f"{args.model} ({args.dataset} layout) at {args.image_size}x{args.image_size} "
-                     f"(part target on {args.data}, part tau on hard mnist5k); CPU {cpu}")
+                     f"on the hard mnist5k task; CPU {cpu}")
     onnx, original = network(args, out)
-    if args.part in ("all", "target"):
-        target(args, out, onnx, original, report)
-    if args.part in ("all", "tau"):
-        tau(args, out, original, report)
+    data = hard_mnist(args.per_class, args.shift, args.noise, args.seed).fitted(tuple(original.input_shapes[0][1:]))
 
+    def fit(model: nasir.Model, name: str, seed: int) -> tuple[float, float]:
+        """Test accuracy (%) and minutes of `model` trained with the recipe (both parts share it,
+        and a network trained before under the same name and seed is reused)."""
+        began = time.perf_counter()
+        accuracy = nasir.train(model, data, epochs=args.epochs, batch=args.batch, lr=args.lr, seed=seed,
+                               augment=False, out=out / "train" / f"{name}-seed{seed}", progress=False).accuracy
+        return accuracy, (time.perf_counter() - began) / 60
+
+    if args.part in ("all", "target"):
+        target(args, out, onnx, original, data, fit, report)
+    if args.part in ("all", "tau"):
+        tau(args, out, original, data, fit, report)
 
 if __name__ == "__main__":
     main()
