@@ -44,6 +44,19 @@ The shifts and noise are drawn once per seed (every candidate sees the same imag
 
 Rows are printed as they come (the run can take an hour); everything also goes to OUT/fva.json.
 
+Part `target` (Intel Xeon @ 2.50GHz cascadelake, 2 cores, quiet), 2026-11-27:
+
+    python benchmarks/fisher_vs_accuracy.py --part target --search-time 240 --search-budget 300 --workers 2
+    search (evolution): 300 candidates in 241 s, 96 accepted, front 6, 6 measured
+      network    speedup (IQR)  Fisher  MACs  accuracy, mean (seeds 0, 1, 2)
+      original   1.00x          1.000   1.00  91.43% (91.10, 91.80, 91.40)
+      trial 300  5.05x (0.54)   1.070   0.26  81.27% (80.60, 83.50, 79.70)   -10.17 points
+      trial 271  4.16x (0.42)   1.140   0.35  85.50% (86.30, 85.90, 84.30)    -5.93 points
+
+Both front members pass Fisher Potential (ratios above 1) and lose accuracy far beyond the
+recipe's noise (0.7 points between the original's seeds): the check keeps a measure of capacity
+at initialisation, not trained accuracy (docs/fisher.md).
+
 Part `tau` on the hard MNIST task (Intel Xeon @ 2.50GHz cascadelake, 2 cores, sharing them with
 search benchmarks for most of the run), 2026-11-26:
 
