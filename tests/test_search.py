@@ -529,6 +529,7 @@ def test_a_finished_search_run_again_says_it_resumed_and_reprints_its_front(mild
     assert f"resumed from sqlite:///{out / 'study.db'}" in said
     assert f"best: trial {mild.best.number}, {mild.best.speedup.median:.2f}x faster" in said
     assert f"{mild.best.spread.median:.2f} [{mild.best.spread.iqr:.2f}]" in said
+    assert "accuracy not measured: Fisher Potential keeps a measure of capacity at initialisation" in said
     assert lines(out) == lines(mild.out)
 
 

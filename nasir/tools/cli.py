@@ -215,6 +215,10 @@ def cmd_search(args) -> int:
         out.print(f"accuracy after {args.epochs} epochs: original {result.original_accuracy:.2f}%, "
                   + ", ".join(f"trial {c.number} {c.accuracy:.2f}% ({c.speedup.median:.2f}x)"
                               for c in trained) + f"; runs in {args.out}/train/")
+    elif result.best is not None:
+        out.print("accuracy not measured: Fisher Potential keeps a measure of capacity at initialisation, not "
+                  "trained accuracy (docs/fisher.md); train before trusting a network: --train-top K --data D "
+                  "trains the K fastest beside the original")
     if result.busy:
         out.print(f"the machine was busy while the front was measured: {result.busy}")
     out.print(f"results: {args.out}/results.jsonl, plot: {args.out}/pareto.png")
