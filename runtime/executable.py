@@ -26,7 +26,14 @@ def _as_float32(name: str, x: np.ndarray) -> np.ndarray:
         if finite.size and float(np.abs(finite).max()) > F32_MAX:
             raise RuntimeInputError(f"input '{name}' ({x.dtype}) holds {float(np.abs(finite).max()):.3g}, beyond "
                                     f"float32's range (nasir computes in float32)")
-    return np.ascontiguousarray(x, dtype=np.float32)
+    return contiguous_f32(x)
+
+
+def contiguous_f32(x) -> np.ndarray:
+    """`x` as a C-contiguous float32 array of its own shape (`np.ascontiguousarray` makes a
+    scalar an array of shape (1,), which a TVM function declared with a rank-0 argument refuses)."""
+    x = np.asarray(x)
+    return np.ascontiguousarray(x, dtype=np.float32).reshape(x.shape)
 
 
 class Executable:

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from nasir.errors import BackendUnavailableError, NasirError
-from nasir.runtime.executable import Executable
+from nasir.runtime.executable import Executable, contiguous_f32
 from nasir.runtime.profile import Profile
 
 LIBRARY, WEIGHTS, META = "model.so", "weights.params", "meta.json"
@@ -70,7 +70,7 @@ class TVMExecutable(Executable):
     @weights.setter
     def weights(self, arrays: list[np.ndarray]) -> None:
         """Other weights of the same shapes: the next call copies them to the device and uses them."""
-        self._weights = [np.ascontiguousarray(w, np.float32) for w in arrays]
+        self._weights = [contiguous_f32(w) for w in arrays]
         self._device_weights = None
 
     @property
@@ -94,7 +94,7 @@ class TVMExecutable(Executable):
         outputs stay there: on a GPU, the kernels' time without the copies `benchmark` includes)."""
         tvm, _ = _tvm()
         vm = self.vm
-        args = [tvm.runtime.tensor(np.ascontiguousarray(a, np.float32), self._dev) for a in inputs]
+        args = [tvm.runtime.tensor(contiguous_f32(a), self._dev) for a in inputs]
         timer = vm.time_evaluator("main", self._dev, number=1, repeat=repeat, min_repeat_ms=1)
         return float(np.median(timer(*args, *self._weights_on_device()).results)) * 1e3
 

@@ -598,3 +598,15 @@ def test_fuse_epilogue_grouped_conv_residual():
     assert [s.data for s in op.epilogue.data] == ["add 2", "relu"]
     expected = (F.conv2d(gr.inputs[0], gr.w("w"), padding=1, groups=2) + gr.inputs[1]).relu()
     check_both_paths(module, gr.inputs, expected)
+
+
+def test_weight_store_keeps_a_scalar_rank_0():
+    """A scalar constant (ONNX's rank-0 Constant, tensor<f32> in the IR) is stored with the IR's
+    shape, not as numpy's contiguous copy makes it (shape (1,)): TVM's program declares each weight
+    with its stored shape and reads a scalar with no index (test_Softsign on TVM failed so)."""
+    store = WeightStore()
+    key = store.add("c", np.float32(2.0))
+    assert store[key].shape == () and store[key].dtype == np.float32
+    strided = np.arange(12, dtype=np.float32).reshape(3, 4)[:, ::2]
+    assert store.add("s", strided) and store["s"].flags.c_contiguous
+    np.testing.assert_array_equal(store["s"], strided)

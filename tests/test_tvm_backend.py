@@ -59,25 +59,8 @@ TOL = dict(rtol=1e-4, atol=1e-4)
 ZOO = EACH_ONCE
 """Each zoo architecture once (zoo_cases: its kernels differ between datasets in shape only)."""
 
-TVM_NODE_CASES = {
-    "test_AvgPool1d", "test_AvgPool1d_stride", "test_AvgPool2d", "test_AvgPool2d_stride",
-    "test_BatchNorm1d_3d_input_eval", "test_BatchNorm2d_eval", "test_BatchNorm2d_momentum_eval",
-    "test_BatchNorm3d_eval", "test_BatchNorm3d_momentum_eval", "test_ConstantPad2d", "test_Conv1d",
-    "test_Conv1d_dilated", "test_Conv1d_groups", "test_Conv1d_pad1", "test_Conv1d_pad1size1", "test_Conv1d_pad2",
-    "test_Conv1d_pad2size1", "test_Conv1d_stride", "test_Conv2d", "test_Conv2d_depthwise",
-    "test_Conv2d_depthwise_padded", "test_Conv2d_depthwise_strided", "test_Conv2d_depthwise_with_multiplier",
-    "test_Conv2d_dilated", "test_Conv2d_groups", "test_Conv2d_groups_thnn", "test_Conv2d_no_bias",
-    "test_Conv2d_padding", "test_Conv2d_strided", "test_LeakyReLU", "test_LeakyReLU_with_negval", "test_Linear",
-    "test_Linear_no_bias", "test_MaxPool1d", "test_MaxPool1d_stride", "test_MaxPool1d_stride_padding_dilation",
-    "test_MaxPool2d", "test_MaxPool2d_stride_padding_dilation", "test_PixelShuffle", "test_ReLU", "test_Sigmoid",
-    "test_Softmax", "test_ZeroPad2d", "test_operator_addmm", "test_operator_clip", "test_operator_concat2",
-    "test_operator_conv", "test_operator_flatten", "test_operator_maxpool", "test_operator_mm",
-    "test_operator_permute2", "test_operator_view", "test_softmax_functional_dim3", "test_softmax_lastdim",
-}
-"""The node cases TVM's backend is held to: those nasir supported before the onnx wheel's 140 cases
-were taken on (issue 38); the new element-wise, slice, reduce and float64 ones are not yet run on TVM
-(test_Softsign fails there: a rank-0 constant), left for the next session."""
-NODE_CASES = [(suite, name) for suite, name in PASSING if name in TVM_NODE_CASES]
+NODE_CASES = PASSING
+"""TVM's backend is held to every ONNX node case nasir passes on llvm (test_onnx_node_tests.PASSING)."""
 
 VARIANTS = [v for v in ALL_VARIANTS if v not in ("base", "nest")]
 """Every architecture variant of `make bench` (nasir.variants.ALL_VARIANTS) on ResNet-18: one
