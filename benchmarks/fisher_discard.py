@@ -25,7 +25,14 @@ in units of its own signal, nasir/fisher.py) and BlockSwap's unnormalised sum of
 the share each discards (candidate below the original), and the ratio quartiles. A run takes about
 2.5 s (paper) or 1.4 s (space) per candidate with two workers on a loaded 2-core machine.
 
-Measured (AMD EPYC Zen 4, 2 cores shared, load 4-7), 2026-11-26; docs/fisher.md explains the gap:
+Measured (Intel Xeon @ 2.50GHz cascadelake, 2 cores, partly shared), 2026-11-27:
+
+    python benchmarks/fisher_discard.py --candidates 1000 --draw paper --workers 2
+    paper: 1000 legal candidates (5463 illegal draws redrawn), 1267 s
+      nasir's Fisher Potential   discards  27.6%   ratio quartiles 0.998 1.013 1.031, max 1.09
+      BlockSwap's sum of Delta   discards  98.0%   ratio quartiles 0.527 0.632 0.738, max 1.19
+
+and (AMD EPYC Zen 4, 2 cores shared, load 4-7), 2026-11-26; docs/fisher.md explains the gap:
 
     python benchmarks/fisher_discard.py --candidates 200 --workers 2
     paper: 200 legal candidates (1069 illegal draws redrawn), 492 s
