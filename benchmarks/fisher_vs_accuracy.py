@@ -129,12 +129,12 @@ def target(args, out: Path, onnx: Path, original: nasir.Model, data: Dataset, fi
                      f"{len(result.pareto)}, {len(result.measured)} measured")
     networks = [("original", "", None)] + [(f"trial {c.number}", c.pipeline, c)
                                            for c in result.measured[:args.target_top]]
-    base_macs = summarize(original).total_macs
     rows = []
     for name, pipeline, candidate in networks:
         model = original.transform(pipeline) if pipeline else original
         accuracies = [fit(model, name.replace(" ", "-"), seed)[0] for seed in training_seeds(args)]
-        row = {"network": name, "pipeline": pipeline, "accuracies": accuracies, "macs": summarize(model).total_macs / base_macs,
+        row = {"network": name, "pipeline": pipeline, "accuracies": accuracies,
+               "macs": candidate.outcome.mac_ratio if candidate else 1.0,
                "speedup": candidate.speedup.median if candidate else 1.0,
                "speedup_iqr": candidate.speedup.iqr if candidate else 0.0,
                "fisher": candidate.outcome.fisher_ratio if candidate else 1.0}

@@ -32,8 +32,7 @@ class WeightStore(dict[str, np.ndarray]):
         key, n = base, 1
         while key in self:
             key, n = f"{base}_{n}", n + 1
-        value = np.asarray(value)
-        self[key] = np.ascontiguousarray(value).reshape(value.shape)  # a scalar stays rank 0
+        self[key] = np.require(value, requirements="C")  # not ascontiguousarray: a scalar stays rank 0
         return key
 
 

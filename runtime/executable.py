@@ -32,8 +32,7 @@ def _as_float32(name: str, x: np.ndarray) -> np.ndarray:
 def contiguous_f32(x) -> np.ndarray:
     """`x` as a C-contiguous float32 array of its own shape (`np.ascontiguousarray` makes a
     scalar an array of shape (1,), which a TVM function declared with a rank-0 argument refuses)."""
-    x = np.asarray(x)
-    return np.ascontiguousarray(x, dtype=np.float32).reshape(x.shape)
+    return np.require(x, np.float32, "C")
 
 
 class Executable:
