@@ -60,7 +60,7 @@ def _compile(module: ModuleOp, target: str, arch: str | None = None, profile: bo
     tvm_target = target_of(target, arch)
     nests = lower_to_nest(module)
     tuning = _tuning(nests, tvm_target, tune_trials, tuning_dir, transfer)
-    mod = to_relax(nests, gpu=target == "cuda", tuning=tuning)
+    mod = to_relax(nests, tvm_target, tuning=tuning)
     if profile:
         mod = unfused(mod)
     library = build(mod, target, arch)

@@ -182,9 +182,10 @@ def test_default_gpu_schedule_computes_the_nest(name, dataset, variant):
     nests = [op for op in main_func(lower_to_nest(model.module)).body.block.ops
              if isinstance(op, nest.ComputeOp) and op.kind == "mac"]
     for op in {str(op.domain): op for op in nests}.values():  # one of each shape
-        bound = schedule.default_gpu(prim_func(op), op)
+        gpu = schedule.GPU.of(tvm_build.target_of("cuda", "sm_90"))
+        bound = schedule.default_gpu(prim_func(op), op, gpu)
         assert bound is not None and "threadIdx.x" in bound.script(), op.layer_name
-        func = schedule.default_gpu(prim_func(op), op, bind=False)
+        func = schedule.default_gpu(prim_func(op), op, gpu, bind=False)
         rng = np.random.default_rng(0)
         args = [rng.standard_normal(shape_of(v)).astype(np.float32) for v in [*op.inputs, op.result]]
         outputs = []

@@ -32,6 +32,11 @@ EXEMPT = {
     "nasir tune resnet34 --dataset imagenet": "tunes ResNet-34's convs, minutes (test_tuning: nasir tune on a small model)",
     'make bench ARGS="--target cuda --tune-trials 2000"':
         "needs a CUDA GPU (test_tvm_backend runs its code on the CPU and checks the message without a GPU)",
+    "nasir tune resnet34 --dataset imagenet --target cuda --arch sm_90 --export tune-out":
+        "builds 32 CUDA candidates of each of ResNet-34's nests, many minutes (test_remote_tuning: the same on one conv)",
+    "python3 tune-out/time_candidates.py": "needs a CUDA GPU (test_remote_tuning: the timer on TVM's CPU candidates, "
+                                           "and up to the missing GPU on CUDA ones)",
+    "nasir tune --import tune-out": "needs the times of a GPU run (test_remote_tuning: export, time, import on the CPU)",
     "nasir gpu-check gpu-check --arch sm_90":
         "builds every zoo model for CUDA, many minutes (test_cuda_build: test_gpu_check_folder on one model)",
     'make bench ARGS="--target tvm --quick"': "benchmarks TVM's code of every zoo model, an hour (test_tvm_backend: test_bench_measures_tvm)",

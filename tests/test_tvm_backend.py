@@ -51,6 +51,8 @@ from nasir.lowering.nest_to_tvm import tuning as tvm_tuning
 from nasir.lowering.target import CPU_ENV
 from nasir.lowering.nest_to_tvm.program import lower_to_nest, to_relax
 from nasir.model import Model
+
+H100 = tvm_build.target_of("cuda", "sm_90")
 from nasir.search.space import TEMPLATES, LayerChoices, SearchSpace
 from nasir.tools import cli
 
@@ -262,9 +264,22 @@ def test_schedule_maps_onto_tir(small_conv, pipeline):
     np.testing.assert_allclose(nasir.compile(model, target="tvm")(x), conv_oracle(x, small_conv.weights["w"]), **TOL)
     cpu = to_relax(lower_to_nest(model.module)).script()
     assert all(kind in cpu for kind in SCHEDULED[pipeline])
-    gpu = to_relax(lower_to_nest(model.module), gpu=True)
+    gpu = to_relax(lower_to_nest(model.module), H100)
     assert 'T.thread_binding(256, thread="threadIdx.x")' in gpu.script()
     tvm_build.build(gpu, "cuda", "sm_90")
+
+
+def test_gpu_schedules_take_threads_and_registers_from_the_target(small_conv):
+    """A target's thread and register limits shape nasir's GPU schedules: blocks of 256 threads and
+    4 accumulated channels where 1024 threads and 64K registers a block are allowed (every
+    architecture's limits, `build.CUDA_LIMITS`); blocks of 128 threads where a target allows 128;
+    1 channel where a thread's share of the block's registers is 32."""
+    assert schedule.GPU.of(H100) == schedule.GPU(threads=256, registers=255) and schedule.GPU.of(H100).channels == 4
+    narrow = tvm.target.Target({"kind": "cuda", "arch": "sm_90", "max_threads_per_block": 128,
+                                "registers_per_block": 4096, "max_shared_memory_per_block": 49152})
+    assert schedule.GPU.of(narrow) == schedule.GPU(threads=128, registers=32) and schedule.GPU.of(narrow).channels == 1
+    model = small_conv.transform(next(iter(SCHEDULED)))
+    assert 'T.thread_binding(128, thread="threadIdx.x")' in to_relax(lower_to_nest(model.module), narrow).script()
 
 
 def test_unscheduled_contractions_get_vector_lanes_on_a_cpu(small_conv, monkeypatch):
@@ -275,13 +290,13 @@ def test_unscheduled_contractions_get_vector_lanes_on_a_cpu(small_conv, monkeypa
     assert schedule.default_cpu(conv_of(small_conv), 16) is None  # 8 channels: no 16 lanes
     monkeypatch.setenv(CPU_ENV, "x86-64-v3")  # AVX2: 8 lanes
     assert "T.vectorized" in to_relax(lower_to_nest(small_conv.module)).script()
-    assert "T.vectorized" not in to_relax(lower_to_nest(small_conv.module), gpu=True).script()
+    assert "T.vectorized" not in to_relax(lower_to_nest(small_conv.module), H100).script()
 
 
 def test_gpu_schedule_without_a_parallel_loop_outside_the_reduction_names_the_nest(small_conv):
     model = small_conv.transform("interchange{order=ci,n}")
     with pytest.raises(LoweringError, match="nest 'conv': on a GPU a scheduled nest needs a parallel loop outside"):
-        to_relax(lower_to_nest(model.module), gpu=True)
+        to_relax(lower_to_nest(model.module), H100)
 
 
 def test_scheduled_zoo_model_matches_torch_backend(resnet18):

@@ -7,7 +7,7 @@ Targets are TVM's dicts: "tvm" is `{"kind": "llvm", "num-cores": ...}` (see `hos
 `{"kind": "cuda", "arch": ...}` with the host code for this machine's CPU. TVM's default Relax
 pipeline of the target schedules the PrimFuncs (for CUDA: dlight's default GPU rules bind their
 parallel loops to blockIdx/threadIdx; a rule that fails on a function leaves it to the next,
-`DeclineOnError`).
+`DeclineOnError`; then every kernel's accesses are proven inside their buffers, `bounds.py`).
 CUDA kernels are compiled by nvcc for the target's architecture during the build (cuda.py: the
 library holds a fatbin and loads with TVM's runtime alone). What is missing for a target is one
 `BackendUnavailableError` naming it.
@@ -27,6 +27,7 @@ from tvm.relax.backend.cuda import pipeline as cuda
 from tvm.s_tir import dlight as dl
 
 from nasir.errors import BackendUnavailableError, NasirError
+from nasir.lowering.nest_to_tvm.bounds import checking_bounds, out_of_bounds
 from nasir.lowering.nest_to_tvm.cuda import building_kernels, load_cuda_runtime
 
 CUDA_ARCH = "sm_90"
@@ -77,12 +78,30 @@ def cuda_archs(arch: str | None) -> list[str]:
     return sorted(names, key=lambda a: int(re.sub(r"\D", "", a)))
 
 
+CUDA_LIMITS = {"max_threads_per_block": 1024, "max_shared_memory_per_block": 49152, "registers_per_block": 65536,
+               "thread_warp_size": 32}
+"""A thread block's limits on every architecture nasir builds for (sm_50 to sm_120, CUDA's table of
+compute capabilities): threads, static shared memory (without the opt-in to more), 32-bit registers."""
+
+
+def cuda_limits(arch: str) -> dict[str, int]:
+    """A thread block's limits on GPUs of `arch`: read from this machine's GPU where it is one,
+    else CUDA_LIMITS (registers per block are not among what TVM reads from a device)."""
+    if gpu_arch() != arch:
+        return dict(CUDA_LIMITS)
+    device = tvm.cuda(0)
+    return {**CUDA_LIMITS, "max_threads_per_block": device.max_threads_per_block,
+            "max_shared_memory_per_block": device.max_shared_memory_per_block, "thread_warp_size": device.warp_size}
+
+
 def target_of(name: str, arch: str | None = None) -> tvm.target.Target:
     """TVM's target for nasir's target `name` ("tvm": this CPU, or "cuda"; `arch`: cuda's sm_XY, or
-    several: the schedules are made for the lowest)."""
+    several: the schedules are made for the lowest, within its limits, `cuda_limits`)."""
     if name == "cuda":
-        return tvm.target.Target({"kind": "cuda", "arch": cuda_archs(arch)[0], "max_shared_memory_per_block": 49152},
-                                 host=host_cpu())
+        lowest = cuda_archs(arch)[0]
+        limits = cuda_limits(lowest)
+        return tvm.target.Target({"kind": "cuda", "arch": lowest, "max_num_threads": limits["max_threads_per_block"],
+                                  **limits}, host=host_cpu())
     return tvm.target.Target(host_cpu())
 
 
@@ -99,11 +118,13 @@ def shared_bytes(sch: tvm.s_tir.Schedule) -> int:
 
 
 class DeclineOnError(dl.ScheduleRule):
-    """A dlight rule that declines (None) a function it fails on, or whose schedule needs more
-    shared memory per thread block than the target has, so that the next rule schedules it:
-    dlight's Matmul rule asserts on some grouped convs (ResNeXt's) instead of declining them, and
-    its GeneralReduction keeps a grouped conv's whole output in shared memory (800 KB for the
-    first grouped conv of ResNet-34 at 224 px; ptxas refuses it)."""
+    """A dlight rule that declines (None) a function it fails on, whose schedule needs more shared
+    memory per thread block than the target has, or whose schedule reads outside a buffer
+    (`bounds.out_of_bounds`), so that the next rule schedules it: dlight's Matmul rule asserts on
+    some grouped convs (ResNeXt's) instead of declining them; its GeneralReduction keeps a grouped
+    conv's whole output in shared memory (800 KB for the first grouped conv of ResNet-34 at 224 px;
+    ptxas refuses it); and its Matmul rule stages a padded conv's input in shared memory before the
+    padding's guard, reading rows and columns outside the image (-3..225 of the 224 px stem)."""
 
     def __init__(self, rule: dl.ScheduleRule) -> None:
         self.rule = rule
@@ -116,17 +137,18 @@ class DeclineOnError(dl.ScheduleRule):
             return None
         limit = int(target.attrs["max_shared_memory_per_block"])
         schedules = scheduled if isinstance(scheduled, list) else [scheduled]
-        if scheduled is None or any(shared_bytes(s) > limit for s in schedules):
+        if scheduled is None or any(shared_bytes(s) > limit or out_of_bounds(s.mod["main"]) for s in schedules):
             return None
         return scheduled
 
 
-def cuda_pipeline(target: tvm.target.Target) -> tvm.transform.Pass:
-    """TVM's default CUDA pipeline with each of dlight's default GPU rules in `DeclineOnError`."""
+def cuda_pipeline(target: tvm.target.Target, failures: list | None = None) -> tvm.transform.Pass:
+    """TVM's default CUDA pipeline with each of dlight's default GPU rules in `DeclineOnError`,
+    then `bounds.checking_bounds` (its LoweringError also put in `failures`)."""
     rules = [dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()]
     legalize = [relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(), relax.transform.FoldConstant(),
                 relax.transform.FuseOps(), relax.transform.FuseTIR(),
-                dl.ApplyDefaultSchedule(*(DeclineOnError(r) for r in rules[:-1]), rules[-1])]
+                dl.ApplyDefaultSchedule(*(DeclineOnError(r) for r in rules[:-1]), rules[-1]), checking_bounds(failures)]
 
     @tvm.transform.module_pass(opt_level=0)
     def pipeline(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
@@ -143,5 +165,5 @@ def build(mod: tvm.IRModule, name: str, arch: str | None = None) -> tvm.runtime.
     if name != "cuda":
         return tvm.compile(mod, target=target)
     require_cuda_compiler()
-    with building_kernels(cuda_archs(arch), nvcc_path()):
-        return tvm.compile(mod, target=target, relax_pipeline=cuda_pipeline(target))
+    with building_kernels(cuda_archs(arch), nvcc_path()) as failures:
+        return tvm.compile(mod, target=target, relax_pipeline=cuda_pipeline(target, failures))

@@ -110,7 +110,9 @@ def compile_kernels(source: str, archs: list[str], nvcc: str) -> bytes:
 
 @contextmanager
 def building_kernels(archs: list[str], nvcc: str):
-    """While inside, TVM's CUDA builds compile their kernels with `compile_kernels` for `archs`."""
+    """While inside, TVM's CUDA builds compile their kernels with `compile_kernels` for `archs`.
+    Yields a list: a LoweringError a step of the build puts there (before raising, as the hook does)
+    is raised in place of the error TVM makes of it."""
     load_cuda_runtime()
     before = tvm_ffi.get_global_func(COMPILE_HOOK, allow_missing=True)
     failure: list[BaseException] = []
@@ -124,7 +126,7 @@ def building_kernels(archs: list[str], nvcc: str):
 
     tvm_ffi.register_global_func(COMPILE_HOOK, hook, override=True)
     try:
-        yield
+        yield failure
     except Exception:
         if failure:
             raise failure[0] from None

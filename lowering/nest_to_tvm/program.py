@@ -81,7 +81,8 @@ def tunable_funcs(module: ModuleOp) -> dict[str, tvm.tirx.PrimFunc]:
     return dict(funcs.values())
 
 
-def _scheduled(op: nest.ComputeOp, gpu: bool, lanes: int, tuning: TVMTuning | None) -> tvm.tirx.PrimFunc | None:
+def _scheduled(op: nest.ComputeOp, gpu: schedule.GPU | None, lanes: int, tuning: TVMTuning | None
+               ) -> tvm.tirx.PrimFunc | None:
     """The PrimFunc of `op` scheduled: by its schedule attribute if it has one, else by its tuning
     record (or one transferred), else by `schedule.default_cpu` / `default_gpu`; None: TVM's
     pipeline schedules it (on a GPU, dlight)."""
@@ -91,13 +92,13 @@ def _scheduled(op: nest.ComputeOp, gpu: bool, lanes: int, tuning: TVMTuning | No
         tuned = tuning.schedule(prim_func(op))
         if tuned is not None:
             return tuned
-    if gpu:
-        return schedule.default_gpu(prim_func(op), op)
+    if gpu is not None:
+        return schedule.default_gpu(prim_func(op), op, gpu)
     chosen = schedule.default_cpu(op, lanes)
     return None if chosen is None else schedule.apply(prim_func(op), op, gpu, chosen)
 
 
-def _emit_nest(bb: relax.BlockBuilder, op: nest.ComputeOp, args: list[relax.Expr], gpu: bool,
+def _emit_nest(bb: relax.BlockBuilder, op: nest.ComputeOp, args: list[relax.Expr], gpu: schedule.GPU | None,
                lanes: int, tuning: TVMTuning | None) -> relax.Var:
     """`call_tir` of the PrimFunc of `op`, scheduled (`_scheduled`) or left to TVM's pipeline."""
     func = _scheduled(op, gpu, lanes, tuning)
@@ -109,10 +110,13 @@ def _emit_nest(bb: relax.BlockBuilder, op: nest.ComputeOp, args: list[relax.Expr
     return bb.emit(relax.call_tir(gv, args, relax.TensorType(list(shape_of(op.result)), "float32")))
 
 
-def to_relax(module: ModuleOp, gpu: bool = False, tuning: TVMTuning | None = None) -> tvm.IRModule:
+def to_relax(module: ModuleOp, target: tvm.target.Target | None = None, tuning: TVMTuning | None = None
+             ) -> tvm.IRModule:
     """The IRModule of `module` (at the nest level: see `lower_to_nest`): Relax `main(inputs...,
-    weights...)` + PrimFuncs, those of scheduled nests scheduled for a CPU, or for a GPU (`gpu`; see
-    `schedule`), those of the others by `tuning`'s records where it has them (see `tuning`)."""
+    weights...)` + PrimFuncs, those of scheduled nests scheduled for a CPU, or for a GPU (a cuda
+    `target`: its limits, see `schedule.GPU`), those of the others by `tuning`'s records where it has
+    them (see `tuning`)."""
+    gpu = schedule.GPU.of(target) if target is not None and target.kind.name == "cuda" else None
     main = main_func(module)
     store = weights_of(module)
     lanes = target_of(module).lanes

@@ -13,7 +13,8 @@ PrimFunc's combiner block (its loops are the domain's dims, in domain order):
 Unscheduled contractions on a CPU get `default_cpu`: the output channels as vector lanes.
 
 On a GPU ("cuda") the parallel dims run on the grid instead: the spatial loops outside the first
-reduction loop are fused and split over blockIdx.x / threadIdx.x; the PrimFunc's other blocks
+reduction loop are fused and split over blockIdx.x / threadIdx.x (`GPU`: threads per block and
+registers per thread from the target); the PrimFunc's other blocks
 (epilogue, layout, avg's count) are bound the same way. Unscheduled contractions on a GPU get
 `default_gpu`: each thread accumulates a register tile of output channels x positions, the
 epilogue applied as the tile is written; other unscheduled nests are left to TVM's default
@@ -30,7 +31,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
+import tvm
 from tvm import s_tir, tirx
 
 from nasir.dialects import affine, nest
@@ -38,8 +41,6 @@ from nasir.dialects.schedule import Loop, Schedule
 from nasir.errors import LoweringError
 from nasir.lowering.nest_to_tvm import nest_ops
 
-GPU_THREADS = 256
-"""Threads per block of a scheduled nest's parallel loops on a GPU."""
 OPAQUE = 8
 """Relax's op pattern kOpaque: FuseOps leaves the call alone."""
 
@@ -63,10 +64,41 @@ def _combiner_block(sch: s_tir.Schedule, op: nest.ComputeOp):
     raise LoweringError(f"tvm backend: nest '{op.layer_name}': its PrimFunc has no block '{name}'")
 
 
-def _bind_gpu(sch: s_tir.Schedule, loops: list) -> None:
+GPU_TILE = {"channels": 4, "threads": 256, "min_threads": 16384, "registers_per_channel": 32}
+"""nasir's GPU schedules: the threads of a block (fewer where the target allows fewer), and
+default_gpu's tile: the output channels a thread accumulates in registers (fewer where the nest
+would otherwise have fewer than min_threads threads: batch 1's small layers need the parallelism
+more than the reuse, or where a thread's share of the block's registers holds fewer than
+registers_per_channel for each: the accumulator, its operands and addresses)."""
+
+MAX_REGISTERS_PER_THREAD = 255
+"""What ptxas gives a thread at most, on every architecture."""
+
+
+@dataclass(frozen=True)
+class GPU:
+    """What nasir's GPU schedules take from the target: threads per block and registers per thread."""
+
+    threads: int
+    registers: int
+
+    @classmethod
+    def of(cls, target: tvm.target.Target) -> GPU:
+        """The limits of `target` (a cuda target: `build.target_of`'s attributes)."""
+        threads = min(GPU_TILE["threads"], int(target.attrs["max_threads_per_block"]))
+        return cls(threads, min(MAX_REGISTERS_PER_THREAD, int(target.attrs["registers_per_block"]) // threads))
+
+    @property
+    def channels(self) -> int:
+        """The most output channels a thread of default_gpu accumulates."""
+        return max(1, min(GPU_TILE["channels"], self.registers // GPU_TILE["registers_per_channel"]))
+
+
+
+def _bind_gpu(sch: s_tir.Schedule, loops: list, gpu: GPU) -> None:
     """Fuse `loops` (adjacent, outermost first) and spread them over blockIdx.x / threadIdx.x."""
     fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
-    bx, tx = sch.split(fused, [None, GPU_THREADS])
+    bx, tx = sch.split(fused, [None, gpu.threads])
     sch.bind(bx, "blockIdx.x")
     sch.bind(tx, "threadIdx.x")
 
@@ -118,13 +150,7 @@ def _divisor(extent: int, wanted: int) -> int:
     return max(d for d in range(1, min(extent, wanted) + 1) if extent % d == 0)
 
 
-GPU_TILE = {"channels": 4, "threads": 256, "min_threads": 16384}
-"""default_gpu's tile: the output channels a thread accumulates in registers (fewer where the nest
-would otherwise have fewer than min_threads threads: batch 1's small layers need the parallelism
-more than the reuse), and the threads of a block."""
-
-
-def default_gpu(func: tirx.PrimFunc, op: nest.ComputeOp, bind: bool = True) -> tirx.PrimFunc | None:
+def default_gpu(func: tirx.PrimFunc, op: nest.ComputeOp, gpu: GPU, bind: bool = True) -> tirx.PrimFunc | None:
     """The GPU schedule of an unscheduled contraction (None for other nests, or where TVM refuses
     a primitive: dlight's rules then schedule it). The parallel dims but the output channel are
     fused into one position loop p; the channel c is split into a register tile c.i, threads c.t
@@ -149,11 +175,11 @@ def default_gpu(func: tirx.PrimFunc, op: nest.ComputeOp, bind: bool = True) -> t
         others = [d for d in range(npar) if d != channel]
         positions = math.prod(extents[d] for d in others)
         channels = 1 if channel is None else extents[channel]
-        c_i = _divisor(channels, GPU_TILE["channels"])
+        c_i = _divisor(channels, gpu.channels)
         while positions * channels // c_i < GPU_TILE["min_threads"] and c_i > 1:
             c_i = _divisor(channels, c_i - 1)
-        p_t = _divisor(positions, GPU_TILE["threads"])
-        c_t = _divisor(channels // c_i, GPU_TILE["threads"] // p_t)
+        p_t = _divisor(positions, gpu.threads)
+        c_t = _divisor(channels // c_i, gpu.threads // p_t)
         order = [loops[d] for d in others] + ([loops[channel]] if channel is not None else [])
         sch.reorder(*order, *loops[npar:])
         p = sch.fuse(*(loops[d] for d in others)) if len(others) > 1 else loops[others[0]]
@@ -175,7 +201,7 @@ def default_gpu(func: tirx.PrimFunc, op: nest.ComputeOp, bind: bool = True) -> t
                 sch.reverse_compute_inline(consumer)
             except Exception:  # noqa: BLE001 - a consumer TVM cannot inline is bound on its own
                 if bind:
-                    _bind_gpu(sch, _spatial_loops(sch, consumer))
+                    _bind_gpu(sch, _spatial_loops(sch, consumer), gpu)
         sch.reverse_compute_at(write_back, tx)
         sch.decompose_reduction(block, loops[npar])
         if channel is not None:
@@ -185,9 +211,10 @@ def default_gpu(func: tirx.PrimFunc, op: nest.ComputeOp, bind: bool = True) -> t
     return sch.mod["main"]
 
 
-def apply(func: tirx.PrimFunc, op: nest.ComputeOp, gpu: bool, schedule: Schedule | None = None) -> tirx.PrimFunc:
+def apply(func: tirx.PrimFunc, op: nest.ComputeOp, gpu: GPU | None, schedule: Schedule | None = None
+          ) -> tirx.PrimFunc:
     """`func` (the PrimFunc of `op`) scheduled by `schedule` (default: `op`'s schedule attribute) for
-    a CPU or a GPU."""
+    a CPU (`gpu` None) or a GPU."""
     schedule = schedule or op.get_schedule()
     sch = s_tir.Schedule(func)
     block = _combiner_block(sch, op)
@@ -207,21 +234,21 @@ def apply(func: tirx.PrimFunc, op: nest.ComputeOp, gpu: bool, schedule: Schedule
         for name, factor in schedule.unroll.items():
             sch.unroll(loops[name] if factor >= extents[name] else sch.split(loops[name], [None, factor])[1])
     with _primitive(op, "vector loop"):
-        if schedule.vector is not None and gpu:
+        if schedule.vector is not None and gpu is not None:
             sch.unroll(loops[schedule.vector])  # a thread's lanes: unrolled, not CUDA vector types
         elif schedule.vector is not None:
             sch.vectorize(loops[schedule.vector])
     with _primitive(op, "parallel loop"):
-        if gpu:
+        if gpu is not None:
             first_reduction = next((i for i, name in enumerate(order) if Loop(name).dims & reduction), len(order))
             prefix = [loops[name] for name in order[:first_reduction] if name != schedule.vector]
             if not prefix:
                 raise LoweringError(f"tvm backend: nest '{op.layer_name}': on a GPU a scheduled nest needs "
                                     f"a parallel loop outside its reductions (its order: {', '.join(order)})")
-            _bind_gpu(sch, prefix)
+            _bind_gpu(sch, prefix, gpu)
             for other in _blocks(sch):
                 if sch.get(other).name_hint != sch.get(block).name_hint:
-                    _bind_gpu(sch, _spatial_loops(sch, other))
+                    _bind_gpu(sch, _spatial_loops(sch, other), gpu)
         elif schedule.parallel is not None:
             sch.parallel(loops[schedule.parallel])
     return sch.mod["main"]

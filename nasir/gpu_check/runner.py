@@ -70,12 +70,18 @@ def check_input(meta: dict) -> np.ndarray:
 # --- one case, in its own process -------------------------------------------------------------
 
 
-def _tvm_runtime():
-    """TVM's runtime from runtime/ with its CUDA library, and the CUDA device."""
+def _tvm_runtime(device: str = "cuda"):
+    """TVM's runtime alone (runtime/ where the folder has one for this Python, else the installed
+    package's), with its CUDA library for `device` "cuda"; and the device ("cuda" or "cpu")."""
     import ctypes
 
     os.environ["TVM_USE_RUNTIME_LIB"] = "1"
-    sys.path.insert(0, str(HERE / "runtime"))
+    if list((HERE / "runtime" / "tvm_ffi").glob(f"core.cpython-{sys.version_info[0]}{sys.version_info[1]}-*.so")):
+        sys.path.insert(0, str(HERE / "runtime"))
+    if device != "cuda":
+        import tvm
+
+        return tvm, tvm.cpu(0)
     for found in sorted(Path(p) for entry in sys.path if entry and Path(entry).is_dir()
                         for p in Path(entry).glob("nvidia/cu*/lib/libcudart.so*")):
         ctypes.CDLL(str(found), mode=ctypes.RTLD_GLOBAL)  # PyTorch's wheel carries CUDA's runtime

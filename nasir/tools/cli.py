@@ -11,6 +11,7 @@
     nasir profile resnet34 --dataset imagenet --variant group16   # time per layer vs its MACs
     nasir search resnet18 --budget 100 --out runs/r18              # faster networks, same capacity
     nasir tune resnet34 --dataset imagenet      # time the best schedules of its convs on this CPU
+    nasir tune resnet34 --target cuda --export tune-out   # GPU candidates, timed there, then --import tune-out
     nasir train resnet18 --pipeline "$(cat runs/r18/best.pipeline)" --data cifar-10-batches-bin/ --out runs/t
     nasir gpu-check gpu-check --arch sm_90      # a folder that checks nasir's CUDA code on a GPU machine
 
@@ -226,14 +227,44 @@ def cmd_search(args) -> int:
 
 
 def cmd_tune(args) -> int:
+    if args.import_dir:
+        return _import_tuning(args)
+    if args.model is None:
+        raise NasirError("nasir tune needs a model (or --import DIR)")
+    if args.target != "llvm" and not args.export:
+        raise NasirError(f"nasir tune --target {args.target} builds candidates here for the target's machine to "
+                         "time: give --export DIR (or compile(model, target=..., tune_trials=N) where the device is)")
+    if args.export and args.target == "llvm":
+        raise NasirError("--export is for --target tvm or cuda (TVM's schedules); llvm tunes here, on this CPU")
     with tempfile.TemporaryDirectory(prefix="nasir-") as tmp:
         model = load(model_file(args.model, args.dataset, tmp))
+    if args.export:
+        from nasir.remote_tuning import export_candidates
+
+        export_candidates(model, args.export, args.target, args.arch, args.trials, progress=progress.print)
+        return 0
     report = nasir.tune(model, cpu=args.cpu, threads=args.threads, database=args.db, progress=True)
     out.print(tuning_table(report))
     timed = sum(1 for n in report.nests if n.timed)
     out.print(f"{len(report.nests)} distinct convs ({timed} timed, {len(report.nests) - timed} from the database) "
               f"in {report.seconds:.0f} s; alone, the cost model's schedules take {report.gain:.3f}x the tuned "
               f"ones' time; database {report.database} ({report.cpu})")
+    return 0
+
+
+def _import_tuning(args) -> int:
+    from nasir.remote_tuning import import_times
+
+    imported = import_times(args.import_dir, args.tuning_dir)
+    table = Table(title=f"records read from {args.import_dir}")
+    for column, justify in (("nest", "left"), ("records", "right"), ("best ms", "right")):
+        table.add_column(column, justify=justify)
+    for name, count in imported.records.items():
+        best = imported.best_ms.get(name)
+        table.add_row(name, str(count), "-" if best is None else f"{best:.4f}")
+    out.print(table)
+    out.print(f"{sum(imported.records.values())} records of {len(imported.records)} nests in {imported.folder}; "
+              "every later compile for this target uses them")
     return 0
 
 
@@ -334,9 +365,21 @@ def parser() -> argparse.ArgumentParser:
     search_args(command("search", cmd_search, "search architecture transforms for faster networks of the same capacity"))
     train_args(command("train", cmd_train, "train a model (or a transformed one) with the papers' recipe"))
     c = command("tune", cmd_tune, "time the best schedules of each distinct conv on this CPU, keep the fastest "
-                                  "for every later compile")
-    model_args(c)
+                                  "for every later compile; or, for TVM's targets, export candidates to time "
+                                  "on the target's machine and import the times")
+    c.add_argument("model", nargs="?", help="a .onnx or .mlir file, or a zoo model name (not with --import)")
+    c.add_argument("--dataset", default="cifar10", help="dataset variant of a zoo model (default cifar10)")
     cpu_arg(c)
+    c.add_argument("--target", choices=("llvm", "tvm", "cuda"), default="llvm",
+                   help="llvm (default): tune here; tvm or cuda: with --export, build candidates for the target")
+    c.add_argument("--arch", help="cuda: the GPU architecture, sm_XY (default: this machine's GPU, else sm_90)")
+    c.add_argument("--export", metavar="DIR", help="tvm/cuda: write candidate schedules, compiled, and a timer to "
+                                                   "DIR (then: python3 DIR/time_candidates.py on the target's machine)")
+    c.add_argument("--trials", type=int, default=32, help="--export: candidates per distinct nest (default 32)")
+    c.add_argument("--import", dest="import_dir", metavar="DIR",
+                   help="read DIR/times.json (the timer's) into the target's tuning records")
+    c.add_argument("--tuning-dir", help="--import: the records' folder (default: the user's cache, "
+                                        "$NASIR_CACHE_DIR/tvm; compile(..., tuning_dir=D) reads another)")
     c.add_argument("--threads", type=int, default=1, help="threads of the timed code (default 1)")
     c.add_argument("--db", help="tuning database file (default: the user's cache, $NASIR_CACHE_DIR/tuning.db or "
                                 "~/.cache/nasir/tuning.db; compile(..., tuning=FILE) reads another)")

@@ -1,0 +1,162 @@
+"""Tuning for a machine that has TVM's runtime and nothing to compile with (a GPU machine here: no
+package registry, 64 MiB carried, too little for TVM's compiler): candidate schedules built on the
+build machine, timed on the target's machine with the runtime alone, the times read back into the
+tuning records (`lowering/nest_to_tvm/tuning.py`) that every later compile for the target uses.
+
+    nasir tune resnet34 --dataset imagenet --target cuda --arch sm_90 --export tune-out --trials 32
+    python3 tune-out/time_candidates.py        # on the GPU machine: tune-out/times.json
+    nasir tune --import tune-out               # back on the build machine: the records
+    nasir.compile(model, target="cuda", arch="sm_90")     # tuned schedules, transferred to other nests
+
+Export (`export_candidates`): for each distinct unscheduled nest (`program.tunable_funcs`), up to
+`trials` candidates drawn from meta_schedule's design spaces (its replay-trace strategy: the design
+spaces' traces replayed with fresh random decisions, post-processed), each proven inside its buffers
+(`bounds.out_of_bounds`), compiled alone for the target (nvcc for cuda) and exported as a library.
+The folder:
+
+    OUT/manifest.json              target, device, per nest its arguments' shapes and its candidates:
+                                   library and schedule trace (TVM's JSON)
+    OUT/tasks/NEST/workload.json   the nest's PrimFunc (TVM's JSON)
+    OUT/tasks/NEST/K.so            candidate K, compiled
+    OUT/time_candidates.py         the timer (nasir/gpu_check/timer.py), OUT/runner.py beside it
+    OUT/runtime/                   TVM's runtime for Python 3.12, for cuda (as `nasir gpu-check`'s)
+
+Import (`import_times`): each candidate with a time becomes a tuning record of its nest for the
+target (`TVMTuning`'s database: `tuning_dir/cuda-sm_90`), as if meta_schedule had measured it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import tvm
+from tvm import s_tir
+from tvm.s_tir import meta_schedule as ms
+
+from nasir.errors import NasirError
+from nasir.lowering.nest_to_tvm.bounds import out_of_bounds
+from nasir.lowering.nest_to_tvm.build import cuda_archs, nvcc_path, require_cuda_compiler, target_of
+from nasir.lowering.nest_to_tvm.cuda import building_kernels
+from nasir.lowering.nest_to_tvm.intrinsics import import_tensor_intrinsics
+from nasir.lowering.nest_to_tvm.program import lower_to_nest, tunable_funcs
+from nasir.lowering.nest_to_tvm.tuning import TVMTuning, target_key, workload
+from nasir.model import Model
+
+MANIFEST = "manifest.json"
+TIMES = "times.json"
+TIMER = "time_candidates.py"
+
+
+def _candidates(func: tvm.tirx.PrimFunc, target: tvm.target.Target, trials: int, seed: int) -> list[s_tir.Schedule]:
+    """Up to `trials` distinct schedules of `func` from meta_schedule's design spaces, post-processed."""
+    context = ms.TuneContext(mod=workload(func), target=target, space_generator="post-order-apply",
+                             search_strategy="replay-trace", task_name="main", num_threads=1, rand_state=seed)
+    spaces = context.generate_design_space()
+    context.pre_tuning(max_trials=trials, num_trials_per_iter=trials, design_spaces=spaces)
+    found = context.generate_measure_candidates() or []
+    context.post_tuning()
+    unique = {tvm.ir.save_json(c.sch.trace.as_json()): c.sch for c in found}
+    return list(unique.values())
+
+
+def _build(sch: s_tir.Schedule, target: tvm.target.Target, archs: list[str]) -> tvm.runtime.Module:
+    if target.kind.name != "cuda":
+        return tvm.compile(sch.mod, target=target)
+    with building_kernels(archs, nvcc_path()):
+        return tvm.compile(sch.mod, target=target)
+
+
+def export_candidates(model: Model, out: str | Path, target: str = "cuda", arch: str | None = None,
+                      trials: int = 32, seed: int = 0, progress: Callable[[str], None] = print) -> Path:
+    """Write the export folder `out` (see the module docstring) for `model`'s distinct unscheduled
+    nests on nasir's `target` ("cuda" for `arch`, or "tvm": this CPU)."""
+    if trials <= 0:
+        raise NasirError(f"trials must be a positive number of candidates per nest, got {trials}")
+    if target == "cuda":
+        require_cuda_compiler()
+    tvm_target = target_of(target, arch)
+    archs = cuda_archs(arch) if target == "cuda" else []
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    import_tensor_intrinsics()
+    tasks = []
+    for name, func in tunable_funcs(lower_to_nest(model.module)).items():
+        folder = out / "tasks" / name
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        (folder / "workload.json").write_text(tvm.ir.save_json(workload(func)))
+        candidates = []
+        for sch in _candidates(func, tvm_target, trials, seed):
+            if out_of_bounds(sch.mod["main"]):
+                continue
+            try:
+                library = _build(sch, tvm_target, archs)
+            except Exception:  # noqa: BLE001 - a candidate nvcc or TVM rejects is left out
+                continue
+            path = folder / f"{len(candidates)}.so"
+            library.export_library(str(path))
+            candidates.append({"library": str(path.relative_to(out)), "trace": tvm.ir.save_json(sch.trace.as_json())})
+        args = [[[int(d) for d in info.shape], str(info.dtype)] for info in ms.arg_info.ArgInfo.from_prim_func(func)]
+        tasks.append({"name": name, "workload": str((folder / "workload.json").relative_to(out)), "args": args,
+                      "candidates": candidates})
+        progress(f"{name}: {len(candidates)} candidates built")
+    manifest = {"target": target, "arch": ",".join(archs) or None, "target_key": target_key(tvm_target),
+                "device": "cuda" if target == "cuda" else "cpu", "tasks": tasks}
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    here = Path(__file__).parent / "gpu_check"
+    shutil.copy(here / "timer.py", out / TIMER)
+    shutil.copy(here / "runner.py", out / "runner.py")
+    if target == "cuda":
+        from nasir.gpu_check import write_runtime
+
+        write_runtime(out, Path.home() / ".cache" / "nasir" / "wheels")
+    count = sum(len(t["candidates"]) for t in tasks)
+    progress(f"wrote {out}: {count} candidates of {len(tasks)} nests; on the target's machine: "
+             f"python3 {out}/{TIMER}, then here: nasir tune --import {out}")
+    return out
+
+
+@dataclass
+class Imported:
+    """What `import_times` stored: records per nest, and the folder of the target's records."""
+
+    records: dict[str, int]
+    best_ms: dict[str, float]
+    folder: Path
+
+
+def import_times(out: str | Path, tuning_dir: str | Path | None = None) -> Imported:
+    """Read `out`/times.json (the timer's) into the target's tuning records under `tuning_dir`
+    (default: the user's); every candidate with a time becomes a record of its nest."""
+    out = Path(out)
+    if not (out / TIMES).exists():
+        raise NasirError(f"{out / TIMES} does not exist: run python3 {out / TIMER} on the target's machine first "
+                         f"and bring {TIMES} back into {out}")
+    manifest = json.loads((out / MANIFEST).read_text())
+    times = json.loads((out / TIMES).read_text())["times"]
+    tuning = TVMTuning(target_of(manifest["target"], manifest["arch"]), tuning_dir)
+    if target_key(tuning.target) != manifest["target_key"]:
+        raise NasirError(f"{out} was exported for {manifest['target_key']}; this machine's target is "
+                         f"{target_key(tuning.target)}: import it where it was exported")
+    records, best = {}, {}
+    for task in manifest["tasks"]:
+        mod = tvm.ir.load_json((out / task["workload"]).read_text())
+        entry = tuning.database.commit_workload(mod)
+        args = ms.arg_info.ArgInfo.from_prim_func(mod["main"])
+        stored = 0
+        for candidate in task["candidates"]:
+            seconds = times.get(task["name"], {}).get(candidate["library"])
+            if not isinstance(seconds, float):
+                continue
+            sch = s_tir.Schedule(mod)
+            s_tir.Trace.apply_json_to_schedule(tvm.ir.load_json(candidate["trace"]), sch)
+            tuning.database.commit_tuning_record(ms.database.TuningRecord(sch.trace, entry, [seconds], tuning.target,
+                                                                          args))
+            stored += 1
+            best[task["name"]] = min(best.get(task["name"], seconds), seconds)
+        records[task["name"]] = stored
+    return Imported(records, {name: s * 1e3 for name, s in best.items()}, tuning.folder)

@@ -1,0 +1,87 @@
+"""Tuning without a compiler on the target's machine (nasir/remote_tuning.py, issue 40 item 5):
+candidates built here, timed by a separate process with TVM's runtime alone, times read back into the
+tuning records that the next compile uses. On the CPU ("tvm") every step runs here; for CUDA the
+export builds fatbins and the timer goes as far as the missing GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from test_schedule_transforms import IR, conv_oracle
+from test_tools import run_main
+
+import nasir
+from nasir import remote_tuning
+from nasir.dialects.context import parse_module
+from nasir.dialects.module import WeightStore
+from nasir.errors import NasirError
+from nasir.lowering.nest_to_tvm import build as tvm_build
+from nasir.lowering.nest_to_tvm.cuda import _stand_in_driver
+from nasir.model import Model
+from nasir.tools import cli
+
+
+@pytest.fixture(scope="module")
+def conv():
+    module, _ = parse_module(IR)
+    return Model(module, WeightStore(w=np.random.default_rng(0).standard_normal((8, 4, 3, 3)).astype(np.float32)))
+
+
+def _time(folder, env=None) -> subprocess.CompletedProcess:
+    """The timer in a process of its own, as on the target's machine (it loads TVM's runtime alone)."""
+    return subprocess.run([sys.executable, str(folder / remote_tuning.TIMER)], capture_output=True, text=True,
+                          env=env, timeout=600)
+
+
+def test_export_time_import_on_the_cpu_gives_the_next_compile_its_records(conv, tmp_path):
+    out = remote_tuning.export_candidates(conv, tmp_path / "out", target="tvm", trials=4, progress=lambda _: None)
+    manifest = json.loads((out / remote_tuning.MANIFEST).read_text())
+    (task,) = manifest["tasks"]
+    assert task["name"] == "conv" and 2 <= len(task["candidates"]) <= 4
+    assert task["args"] == [[[1, 4, 6, 6], "float32"], [[8, 4, 3, 3], "float32"], [[1, 8, 6, 6], "float32"]]
+    with pytest.raises(NasirError, match="times.json does not exist: run python3 .*time_candidates.py"):
+        remote_tuning.import_times(out, tmp_path / "records")
+    timed = _time(out)
+    assert timed.returncode == 0, timed.stderr[-3000:]
+    times = json.loads((out / remote_tuning.TIMES).read_text())["times"]["conv"]
+    assert len(times) == len(task["candidates"]) and all(isinstance(t, float) and t > 0 for t in times.values())
+    imported = remote_tuning.import_times(out, tmp_path / "records")
+    assert imported.records == {"conv": len(times)}
+    assert imported.best_ms["conv"] == pytest.approx(min(times.values()) * 1e3)
+    exe = nasir.compile(conv, target="tvm", tuning_dir=str(tmp_path / "records"))
+    assert exe.meta["tuning"]["tuned"] == 1
+    x = np.random.default_rng(1).standard_normal((1, 4, 6, 6)).astype(np.float32)
+    np.testing.assert_allclose(exe(x), conv_oracle(x, conv.weights["w"]), rtol=1e-4, atol=1e-4)
+
+
+def test_cuda_export_holds_compiled_candidates_and_the_timer_reaches_the_missing_gpu(conv, tmp_path):
+    out = remote_tuning.export_candidates(conv, tmp_path / "out", target="cuda", arch="sm_90", trials=2,
+                                          progress=lambda _: None)
+    manifest = json.loads((out / remote_tuning.MANIFEST).read_text())
+    assert manifest["target_key"] == "cuda-sm_90" and manifest["device"] == "cuda"
+    libraries = [out / c["library"] for t in manifest["tasks"] for c in t["candidates"]]
+    assert libraries and all(b"__global__" not in p.read_bytes() for p in libraries)
+    assert (out / "runtime" / "tvm" / "lib" / "libtvm_runtime_cuda.so").exists()
+    if tvm_build.gpu_arch() is None:
+        env = {**os.environ, "LD_LIBRARY_PATH": f"{_stand_in_driver().parent}:{os.environ.get('LD_LIBRARY_PATH', '')}"}
+        timed = _time(out, env)
+        assert "no cuda device here to time the candidates on" in timed.stdout + timed.stderr, timed.stderr[-3000:]
+
+
+def test_cli_tune_export_and_import(conv, tmp_path, capsys):
+    model = conv.to_onnx(tmp_path / "conv.onnx")
+    code, _, err = run_main(cli.main, capsys, "tune", model, "--target", "tvm", "--export", tmp_path / "out",
+                            "--trials", 2)
+    assert code == 0, err
+    assert _time(tmp_path / "out").returncode == 0
+    code, out, err = run_main(cli.main, capsys, "tune", "--import", tmp_path / "out", "--tuning-dir", tmp_path / "rec")
+    assert code == 0, err
+    assert "records of 1 nests" in out and "every later compile for this target uses them" in out
+    code, _, err = run_main(cli.main, capsys, "tune", model, "--target", "cuda")
+    assert code == 1 and "give --export DIR" in err
