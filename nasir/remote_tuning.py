@@ -8,9 +8,11 @@ tuning records (`lowering/nest_to_tvm/tuning.py`) that every later compile for t
     nasir tune --import tune-out               # back on the build machine: the records
     nasir.compile(model, target="cuda", arch="sm_90")     # tuned schedules, transferred to other nests
 
-Export (`export_candidates`): for each distinct unscheduled nest (`program.tunable_funcs`), up to
-`trials` candidates drawn from meta_schedule's design spaces (its replay-trace strategy: the design
-spaces' traces replayed with fresh random decisions, post-processed), each proven inside its buffers
+Export (`export_candidates`): for each distinct unscheduled nest (`program.tunable_nests`), for a GPU
+nasir's own schedule at each tile of `schedule.GPU.variants` (64 to 512 threads a block by 1 to 8
+channels a thread), then up to `trials` candidates drawn from meta_schedule's design spaces (its
+replay-trace strategy: the design spaces' traces replayed with fresh random decisions,
+post-processed); each proven inside its buffers
 (`bounds.out_of_bounds`), compiled alone for the target (nvcc for cuda) and exported as a library.
 The folder:
 
@@ -19,7 +21,8 @@ The folder:
     OUT/tasks/NEST/workload.json   the nest's PrimFunc (TVM's JSON)
     OUT/tasks/NEST/K.so            candidate K, compiled
     OUT/time_candidates.py         the timer (nasir/gpu_check/timer.py), OUT/runner.py beside it
-    OUT/runtime/                   TVM's runtime for Python 3.12, for cuda (as `nasir gpu-check`'s)
+    OUT/runtime/                   TVM's runtime for Python 3.12, for cuda (as `nasir gpu-check`'s;
+                                   not where OUT is inside such a folder: the timer uses the folder's)
 
 Import (`import_times`): each candidate with a time becomes a tuning record of its nest for the
 target (`TVMTuning`'s database: `tuning_dir/cuda-sm_90`), as if meta_schedule had measured it.
@@ -42,7 +45,8 @@ from nasir.lowering.nest_to_tvm.bounds import out_of_bounds
 from nasir.lowering.nest_to_tvm.build import cuda_archs, nvcc_path, require_cuda_compiler, target_of
 from nasir.lowering.nest_to_tvm.cuda import building_kernels
 from nasir.lowering.nest_to_tvm.intrinsics import import_tensor_intrinsics
-from nasir.lowering.nest_to_tvm.program import lower_to_nest, tunable_funcs
+from nasir.lowering.nest_to_tvm import schedule
+from nasir.lowering.nest_to_tvm.program import lower_to_nest, tunable_nests
 from nasir.lowering.nest_to_tvm.tuning import TVMTuning, target_key, workload
 from nasir.model import Model
 
@@ -51,15 +55,22 @@ TIMES = "times.json"
 TIMER = "time_candidates.py"
 
 
-def _candidates(func: tvm.tirx.PrimFunc, target: tvm.target.Target, trials: int, seed: int) -> list[s_tir.Schedule]:
-    """Up to `trials` distinct schedules of `func` from meta_schedule's design spaces, post-processed."""
+def _candidates(func: tvm.tirx.PrimFunc, op, target: tvm.target.Target, trials: int, seed: int
+                ) -> list[s_tir.Schedule]:
+    """The distinct schedules of `func` (the PrimFunc of `op`) worth timing: on a GPU nasir's own
+    (`schedule.gpu_schedule` at each of `GPU.variants`' tiles), then up to `trials` from
+    meta_schedule's design spaces, post-processed."""
+    found = []
+    if target.kind.name == "cuda":
+        variants = schedule.GPU.of(target).variants(int(target.attrs["max_threads_per_block"]))
+        found = [schedule.gpu_schedule(workload(func)["main"], op, variant) for variant in variants]
     context = ms.TuneContext(mod=workload(func), target=target, space_generator="post-order-apply",
                              search_strategy="replay-trace", task_name="main", num_threads=1, rand_state=seed)
     spaces = context.generate_design_space()
     context.pre_tuning(max_trials=trials, num_trials_per_iter=trials, design_spaces=spaces)
-    found = context.generate_measure_candidates() or []
+    found += [c.sch for c in context.generate_measure_candidates() or []]
     context.post_tuning()
-    unique = {tvm.ir.save_json(c.sch.trace.as_json()): c.sch for c in found}
+    unique = {tvm.ir.save_json(sch.trace.as_json()): sch for sch in found if sch is not None}
     return list(unique.values())
 
 
@@ -84,13 +95,13 @@ def export_candidates(model: Model, out: str | Path, target: str = "cuda", arch:
     out.mkdir(parents=True, exist_ok=True)
     import_tensor_intrinsics()
     tasks = []
-    for name, func in tunable_funcs(lower_to_nest(model.module)).items():
+    for name, (func, op) in tunable_nests(lower_to_nest(model.module)).items():
         folder = out / "tasks" / name
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
         (folder / "workload.json").write_text(tvm.ir.save_json(workload(func)))
         candidates = []
-        for sch in _candidates(func, tvm_target, trials, seed):
+        for sch in _candidates(func, op, tvm_target, trials, seed):
             if out_of_bounds(sch.mod["main"]):
                 continue
             try:
@@ -110,7 +121,7 @@ def export_candidates(model: Model, out: str | Path, target: str = "cuda", arch:
     here = Path(__file__).parent / "gpu_check"
     shutil.copy(here / "timer.py", out / TIMER)
     shutil.copy(here / "runner.py", out / "runner.py")
-    if target == "cuda":
+    if target == "cuda" and not (out.parent / "runtime").is_dir():  # a GPU check folder's runtime serves
         from nasir.gpu_check import write_runtime
 
         write_runtime(out, Path.home() / ".cache" / "nasir" / "wheels")

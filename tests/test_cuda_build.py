@@ -138,7 +138,8 @@ def test_check_weights_are_splitmix64_and_scaled_to_the_fan_in():
 def test_gpu_check_folder(tmp_path):
     """`nasir gpu-check`: runner, plain-torch models, TVM's runtime without its compiler, and per
     case a library that loads with the runtime alone and the output TVM's CPU code gives."""
-    out = gpu_check.write(tmp_path / "check", "sm_90", [("resnet18", "cifar10", "base")], progress=lambda _: None)
+    out = gpu_check.write(tmp_path / "check", "sm_90", [("resnet18", "cifar10", "base")], progress=lambda _: None,
+                          batches=(1, 2))
     case = out / "cases" / "resnet18-cifar10-base"
     assert {p.name for p in out.iterdir()} == {"run.py", "models.py", "runtime", "cases"}
     assert not (out / "runtime" / "tvm" / "lib" / "libtvm_compiler.so").exists()
@@ -147,13 +148,17 @@ def test_gpu_check_folder(tmp_path):
     assert sorted(p.name for p in case.iterdir()) == ["expected.npy", "meta.json", "model.so"]
     assert gpu_check.folder_bytes(out) < 64 * 2**20
     meta = json.loads((case / "meta.json").read_text())
-    assert meta["check"] == {"model": "resnet18", "dataset": "cifar10", "variant": "base", "torch_builder": "resnet18"}
+    assert meta["check"] == {"model": "resnet18", "dataset": "cifar10", "variant": "base", "batch": 1,
+                             "torch_builder": "resnet18"}
     # the expected output is the torch backend's, given the check's weights in place of the model's
     nests = lower_to_nest(zoo.load("resnet18", "cifar10").module)
     store = dict(zip(weight_keys(nests), runner.check_weights(meta)))
     reference = nasir.compile(Model(nests, WeightStore(store)), target="torch")
-    x = runner.check_input(meta)
-    np.testing.assert_allclose(np.load(case / "expected.npy"), reference(x), rtol=1e-4, atol=1e-4)
+    for name in ("resnet18-cifar10-base", "resnet18-cifar10-base-b2"):
+        meta = json.loads((out / "cases" / name / "meta.json").read_text())
+        x = runner.check_input(meta)
+        assert x.shape[0] == meta["check"]["batch"]
+        np.testing.assert_allclose(np.load(out / "cases" / name / "expected.npy"), reference(x), rtol=1e-4, atol=1e-4)
     if tvm_build.gpu_arch() is None:
         loaded = runtime_only_load(case)
         assert "loaded; no CUDA GPU here" in loaded.stdout + loaded.stderr, loaded.stderr[-3000:]

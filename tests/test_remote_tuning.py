@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+from collections import Counter
 
 import numpy as np
 import pytest
+import tvm
+from tvm import s_tir
 from test_schedule_transforms import IR, conv_oracle
 from test_tools import run_main
 
@@ -23,6 +27,8 @@ from nasir.dialects.module import WeightStore
 from nasir.errors import NasirError
 from nasir.lowering.nest_to_tvm import build as tvm_build
 from nasir.lowering.nest_to_tvm.cuda import _stand_in_driver
+from nasir.lowering.nest_to_tvm.program import lower_to_nest, to_relax
+from nasir.lowering.nest_to_tvm.tuning import TVMTuning
 from nasir.model import Model
 from nasir.tools import cli
 
@@ -72,6 +78,35 @@ def test_cuda_export_holds_compiled_candidates_and_the_timer_reaches_the_missing
         env = {**os.environ, "LD_LIBRARY_PATH": f"{_stand_in_driver().parent}:{os.environ.get('LD_LIBRARY_PATH', '')}"}
         timed = _time(out, env)
         assert "no cuda device here to time the candidates on" in timed.stdout + timed.stderr, timed.stderr[-3000:]
+
+
+def _threads(script: str) -> set[int]:
+    return {int(n) for n in re.findall(r'T\.thread_binding\((\d+), thread="threadIdx\.x"', script)}
+
+
+def test_cuda_import_makes_the_fastest_candidate_the_compiled_kernel(conv, tmp_path):
+    """nasir's own GPU schedule at several tiles is among the candidates; the times the GPU machine
+    writes decide which one the next compile uses (here a times.json written as its timer would,
+    naming a candidate with a thread count no other has the fastest)."""
+    out = remote_tuning.export_candidates(conv, tmp_path / "out", target="cuda", arch="sm_90", trials=1,
+                                          progress=lambda _: None)
+    (task,) = json.loads((out / remote_tuning.MANIFEST).read_text())["tasks"]
+    workload = tvm.ir.load_json((out / task["workload"]).read_text())
+    threads = {}
+    for candidate in task["candidates"]:
+        sch = s_tir.Schedule(workload)
+        s_tir.Trace.apply_json_to_schedule(tvm.ir.load_json(candidate["trace"]), sch)
+        threads[candidate["library"]] = frozenset(_threads(sch.mod["main"].script()))
+    counts = Counter(threads.values())
+    chosen = next(library for library, t in threads.items() if counts[t] == 1 and t)
+    assert len(threads) >= 4  # nasir's tiles: 64 to 512 threads by 1 to 8 channels, duplicates dropped
+    times = {library: (1e-5 if library == chosen else 2e-5) for library in threads}
+    (out / remote_tuning.TIMES).write_text(json.dumps({"device": "cuda", "times": {"conv": times}}))
+    remote_tuning.import_times(out, tmp_path / "records")
+    target = tvm_build.target_of("cuda", "sm_90")
+    tuning = TVMTuning(target, tmp_path / "records")
+    kernel = to_relax(lower_to_nest(conv.module), target, tuning)["conv"].script()
+    assert _threads(kernel) == threads[chosen] and tuning.counts["tuned"] == 1
 
 
 def test_cli_tune_export_and_import(conv, tmp_path, capsys):

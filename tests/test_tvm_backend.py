@@ -274,10 +274,12 @@ def test_gpu_schedules_take_threads_and_registers_from_the_target(small_conv):
     4 accumulated channels where 1024 threads and 64K registers a block are allowed (every
     architecture's limits, `build.CUDA_LIMITS`); blocks of 128 threads where a target allows 128;
     1 channel where a thread's share of the block's registers is 32."""
-    assert schedule.GPU.of(H100) == schedule.GPU(threads=256, registers=255) and schedule.GPU.of(H100).channels == 4
+    h100 = schedule.GPU.of(H100)
+    assert (h100.threads, h100.registers, h100.channels) == (256, 255, 4)
     narrow = tvm.target.Target({"kind": "cuda", "arch": "sm_90", "max_threads_per_block": 128,
                                 "registers_per_block": 4096, "max_shared_memory_per_block": 49152})
-    assert schedule.GPU.of(narrow) == schedule.GPU(threads=128, registers=32) and schedule.GPU.of(narrow).channels == 1
+    assert schedule.GPU.of(narrow) == schedule.GPU(threads=128, block_registers=4096)
+    assert (schedule.GPU.of(narrow).registers, schedule.GPU.of(narrow).channels) == (32, 1)
     model = small_conv.transform(next(iter(SCHEDULED)))
     assert 'T.thread_binding(128, thread="threadIdx.x")' in to_relax(lower_to_nest(model.module), narrow).script()
 

@@ -70,15 +70,20 @@ def prim_func(op: nest.ComputeOp) -> tvm.tirx.PrimFunc:
     return te.create_prim_func([*inputs, nest_ops.compute(op, inputs)]).without_attr("global_symbol")
 
 
-def tunable_funcs(module: ModuleOp) -> dict[str, tvm.tirx.PrimFunc]:
-    """The PrimFuncs of the distinct nests of `module` (nest level) that have no schedule attribute,
-    by the symbol of their first layer: what meta_schedule tunes."""
-    funcs: dict[int, tuple[str, tvm.tirx.PrimFunc]] = {}
+def tunable_nests(module: ModuleOp) -> dict[str, tuple[tvm.tirx.PrimFunc, nest.ComputeOp]]:
+    """The distinct nests of `module` (nest level) that have no schedule attribute, by the symbol of
+    their first layer: each one's PrimFunc and first op."""
+    nests: dict[int, tuple[str, tuple[tvm.tirx.PrimFunc, nest.ComputeOp]]] = {}
     for op in main_func(module).body.block.ops:
         if isinstance(op, nest.ComputeOp) and op.schedule is None:
             func = prim_func(op)
-            funcs.setdefault(tvm_ffi.structural_hash(func), (symbol(op.layer_name), func))
-    return dict(funcs.values())
+            nests.setdefault(tvm_ffi.structural_hash(func), (symbol(op.layer_name), (func, op)))
+    return dict(nests.values())
+
+
+def tunable_funcs(module: ModuleOp) -> dict[str, tvm.tirx.PrimFunc]:
+    """The PrimFuncs of `tunable_nests`: what meta_schedule tunes."""
+    return {name: func for name, (func, _) in tunable_nests(module).items()}
 
 
 def _scheduled(op: nest.ComputeOp, gpu: schedule.GPU | None, lanes: int, tuning: TVMTuning | None

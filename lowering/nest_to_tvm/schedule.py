@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import tvm
 from tvm import s_tir, tirx
@@ -77,22 +77,35 @@ MAX_REGISTERS_PER_THREAD = 255
 
 @dataclass(frozen=True)
 class GPU:
-    """What nasir's GPU schedules take from the target: threads per block and registers per thread."""
+    """What nasir's GPU schedules take from the target (threads per block, the registers of a block)
+    and default_gpu's tile: the output channels a thread would accumulate (`wanted_channels`)."""
 
     threads: int
-    registers: int
+    block_registers: int
+    wanted_channels: int = GPU_TILE["channels"]
 
     @classmethod
     def of(cls, target: tvm.target.Target) -> GPU:
         """The limits of `target` (a cuda target: `build.target_of`'s attributes)."""
         threads = min(GPU_TILE["threads"], int(target.attrs["max_threads_per_block"]))
-        return cls(threads, min(MAX_REGISTERS_PER_THREAD, int(target.attrs["registers_per_block"]) // threads))
+        return cls(threads, int(target.attrs["registers_per_block"]))
+
+    @property
+    def registers(self) -> int:
+        """The registers a thread may hold: its share of the block's, at most what ptxas gives one."""
+        return min(MAX_REGISTERS_PER_THREAD, self.block_registers // self.threads)
 
     @property
     def channels(self) -> int:
-        """The most output channels a thread of default_gpu accumulates."""
-        return max(1, min(GPU_TILE["channels"], self.registers // GPU_TILE["registers_per_channel"]))
+        """The most output channels a thread of default_gpu accumulates: those wanted, as many as
+        its registers hold."""
+        return max(1, min(self.wanted_channels, self.registers // GPU_TILE["registers_per_channel"]))
 
+    def variants(self, max_threads: int) -> list[GPU]:
+        """default_gpu's tiles worth timing on a GPU (tuning candidates): blocks of 64 to 512
+        threads (at most `max_threads`) by register tiles of 1 to 8 channels."""
+        return [replace(self, threads=t, wanted_channels=c) for t in (64, 128, 256, 512) if t <= max_threads
+                for c in (1, 2, 4, 8)]
 
 
 def _bind_gpu(sch: s_tir.Schedule, loops: list, gpu: GPU) -> None:
@@ -151,6 +164,12 @@ def _divisor(extent: int, wanted: int) -> int:
 
 
 def default_gpu(func: tirx.PrimFunc, op: nest.ComputeOp, gpu: GPU, bind: bool = True) -> tirx.PrimFunc | None:
+    """`func` scheduled by `gpu_schedule` (None where it does not apply)."""
+    sch = gpu_schedule(func, op, gpu, bind)
+    return None if sch is None else sch.mod["main"]
+
+
+def gpu_schedule(func: tirx.PrimFunc, op: nest.ComputeOp, gpu: GPU, bind: bool = True) -> s_tir.Schedule | None:
     """The GPU schedule of an unscheduled contraction (None for other nests, or where TVM refuses
     a primitive: dlight's rules then schedule it). The parallel dims but the output channel are
     fused into one position loop p; the channel c is split into a register tile c.i, threads c.t
@@ -208,7 +227,7 @@ def default_gpu(func: tirx.PrimFunc, op: nest.ComputeOp, gpu: GPU, bind: bool = 
             sch.unroll(sch.get_loops(block)[-1])
     except Exception:  # noqa: BLE001 - TVM's schedule errors: leave the nest to dlight
         return None
-    return sch.mod["main"]
+    return sch
 
 
 def apply(func: tirx.PrimFunc, op: nest.ComputeOp, gpu: GPU | None, schedule: Schedule | None = None

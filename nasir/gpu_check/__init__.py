@@ -13,6 +13,9 @@ only Python 3.12, numpy, PyTorch and a CUDA driver (see runner.py, copied as run
     OUT/cases/NAME/expected.npy     its output on the check's input and weights, by TVM's CPU code
 
     nasir.gpu_check.write("gpu-check", arch="sm_90")          # every zoo model + ResNet-34's variants
+    nasir.gpu_check.write("gpu-check", cases=[("resnet34", "imagenet", "base")], batches=(1, 16))
+
+A tuning export (`nasir tune --target cuda --export OUT/tune`) inside the folder uses its runtime.
 """
 
 from __future__ import annotations
@@ -46,12 +49,14 @@ def default_cases() -> list[tuple[str, str, str]]:
                     for variant in VARIANTS if variant not in ("base", "nest")]
 
 
-def case_name(model: str, dataset: str, variant: str) -> str:
-    return f"{model}-{dataset}-{variant}"
+def case_name(model: str, dataset: str, variant: str, batch: int = 1) -> str:
+    return f"{model}-{dataset}-{variant}" + (f"-b{batch}" if batch != 1 else "")
 
 
-def write_case(folder: Path, model_name: str, dataset: str, variant: str, arch: str) -> dict:
-    """One case: the GPU library, its meta.json and the expected output (TVM's CPU code)."""
+def write_case(folder: Path, model_name: str, dataset: str, variant: str, arch: str, batch: int = 1,
+               tuning_dir: str = "none") -> dict:
+    """One case: the GPU library (at `batch`; with the records of `tuning_dir`, default none), its
+    meta.json and the expected output (TVM's CPU code)."""
     import numpy as np
 
     import nasir
@@ -62,13 +67,14 @@ def write_case(folder: Path, model_name: str, dataset: str, variant: str, arch: 
     model = zoo.load(model_name, dataset)
     if variant != "base":
         model = model.transform(ALL_VARIANTS[variant])
-    gpu = nasir.compile(model, target="cuda", arch=arch, tuning_dir="none")
+    model = model.at_batch(batch)
+    gpu = nasir.compile(model, target="cuda", arch=arch, tuning_dir=tuning_dir)
     cpu = nasir.compile(model, target="tvm", tuning_dir="none")
     if cpu.meta["weights"] != gpu.meta["weights"]:
         raise AssertionError(f"{model_name} {variant}: the CPU and GPU libraries take other weights")
     weights = check_weights(gpu.meta)
     expected = TVMExecutable(cpu.library, cpu.meta, weights)(check_input(gpu.meta))
-    meta = {**gpu.meta, "check": {"model": model_name, "dataset": dataset, "variant": variant,
+    meta = {**gpu.meta, "check": {"model": model_name, "dataset": dataset, "variant": variant, "batch": batch,
                                   "torch_builder": zoo.torch_builder(model_name)}}
     gpu.save(folder, weights=False)
     (folder / "meta.json").write_text(json.dumps(meta, indent=1))
@@ -116,21 +122,25 @@ def folder_bytes(folder: Path) -> int:
 
 
 def write(out: str | Path, arch: str = "sm_90", cases: list[tuple[str, str, str]] | None = None,
-          cache: Path | None = None, progress: Callable[[str], None] = print) -> Path:
+          cache: Path | None = None, progress: Callable[[str], None] = print, batches: tuple[int, ...] = (1,),
+          tuning_dir: str = "none") -> Path:
     """Write the check folder `out` for GPUs of `arch` (see the module docstring); `cases`:
-    (model, dataset, variant) triples, default `default_cases()`."""
+    (model, dataset, variant) triples, default `default_cases()`, each at every batch of `batches`
+    (a case at batch B > 1 is named NAME-bB), built with the tuning records of `tuning_dir` (default
+    none: nasir's and dlight's default schedules)."""
     out = Path(out)
     (out / "cases").mkdir(parents=True, exist_ok=True)
     here = Path(__file__).parent
     shutil.copy(here / "runner.py", out / "run.py")
     shutil.copy(here.parent / "zoo" / "models.py", out / "models.py")
     write_runtime(out, cache or Path.home() / ".cache" / "nasir" / "wheels")
-    for model, dataset, variant in cases or default_cases():
-        name = case_name(model, dataset, variant)
-        progress(f"{name}: building for {arch}")
-        folder = out / "cases" / name
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir()
-        write_case(folder, model, dataset, variant, arch)
+    for batch in batches:
+        for model, dataset, variant in cases or default_cases():
+            name = case_name(model, dataset, variant, batch)
+            progress(f"{name}: building for {arch}")
+            folder = out / "cases" / name
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            write_case(folder, model, dataset, variant, arch, batch, tuning_dir)
     progress(f"wrote {out} ({folder_bytes(out) / 2**20:.1f} MiB); on the GPU machine: python3 {out}/run.py")
     return out

@@ -71,13 +71,16 @@ def check_input(meta: dict) -> np.ndarray:
 
 
 def _tvm_runtime(device: str = "cuda"):
-    """TVM's runtime alone (runtime/ where the folder has one for this Python, else the installed
-    package's), with its CUDA library for `device` "cuda"; and the device ("cuda" or "cpu")."""
+    """TVM's runtime alone (runtime/ where this folder or the one above has one for this Python,
+    else the installed package's), with its CUDA library for `device` "cuda"; and the device
+    ("cuda" or "cpu")."""
     import ctypes
 
     os.environ["TVM_USE_RUNTIME_LIB"] = "1"
-    if list((HERE / "runtime" / "tvm_ffi").glob(f"core.cpython-{sys.version_info[0]}{sys.version_info[1]}-*.so")):
-        sys.path.insert(0, str(HERE / "runtime"))
+    core = f"core.cpython-{sys.version_info[0]}{sys.version_info[1]}-*.so"
+    runtime = next((f / "runtime" for f in (HERE, HERE.parent) if list((f / "runtime" / "tvm_ffi").glob(core))), None)
+    if runtime is not None:
+        sys.path.insert(0, str(runtime))
     if device != "cuda":
         import tvm
 

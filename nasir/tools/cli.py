@@ -99,7 +99,8 @@ def cmd_gpu_check(args) -> int:
         if not cases:
             raise NasirError(f"--cases {args.cases!r} matches none of the cases "
                              f"({', '.join(gpu_check.case_name(*c) for c in gpu_check.default_cases())})")
-    gpu_check.write(args.out, args.arch, cases, progress=progress.print)
+    batches = tuple(int(b) for b in args.batches.split(","))
+    gpu_check.write(args.out, args.arch, cases, progress=progress.print, batches=batches, tuning_dir=args.tuning_dir)
     return 0
 
 
@@ -388,6 +389,10 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("out", help="the folder to write (then: python3 OUT/run.py on the GPU machine)")
     c.add_argument("--arch", default="sm_90", help="the GPU architecture, sm_XY (default sm_90: H100/H200)")
     c.add_argument("--cases", help="only the cases whose name (model-dataset-variant) matches this regex")
+    c.add_argument("--batches", default="1", help="batch sizes, each case built at each (default 1; e.g. 1,16)")
+    c.add_argument("--tuning-dir", default="none",
+                   help="build with the tuning records in this folder (nasir tune --import's; default none: "
+                        "the default schedules)")
     return p
 
 
