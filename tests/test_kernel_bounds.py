@@ -13,7 +13,7 @@ from tvm import relax, s_tir, te, tirx
 
 from nasir.errors import LoweringError
 from nasir.lowering.nest_to_tvm import build as tvm_build
-from nasir.lowering.nest_to_tvm.bounds import check_kernels, out_of_bounds
+from nasir.lowering.nest_to_tvm.bounds import check_kernels, out_of_bounds, threads_per_block
 
 N = 1000
 
@@ -94,3 +94,15 @@ def test_dlight_matmul_stages_the_stem_outside_the_image_and_is_declined():
         assert any("dimension 2" in f and "in [-3, 225], the buffer has 224" in f for f in found), found
         assert tvm_build.DeclineOnError(dl.gpu.Matmul()).apply(func, target, False) is None
         assert out_of_bounds(tvm_build.DeclineOnError(dl.gpu.Fallback()).apply(func, target, False).mod["main"]) == []
+
+
+def test_a_block_of_more_threads_than_the_target_allows_is_a_build_error():
+    """A launch of more threads a block than the GPU allows fails only when run; the check refuses it
+    at build time (here a kernel of 256 threads a block for a target that allows 128)."""
+    mod = _bad_module()
+    mod["layer1_shifted"] = _kernel(lambda a, i: a[i]).with_attr("tirx.is_scheduled", True)
+    assert threads_per_block(mod["layer1_shifted"]) == 256
+    check_kernels(mod, 256)
+    with pytest.raises(LoweringError, match=r"kernel 'layer1_shifted' runs 256 threads a block \(threadIdx.x 256\); "
+                                            r"the target allows 128"):
+        check_kernels(mod, 128)

@@ -16,11 +16,13 @@ A padded conv's read `if_then_else(0 <= oh + kh - 1 < 56, x[.., oh + kh - 1, ..]
 the branch that reads is taken only where the condition holds.
 
     out_of_bounds(func)          # [] or the accesses that may leave their buffers, described
-    check_kernels(mod)           # LoweringError naming the kernel and its first bad access
+    check_kernels(mod, 1024)     # LoweringError naming the kernel and its first bad access, or its
+                                 # threads a block where they exceed the target's (a refused launch)
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -42,6 +44,7 @@ class _Checker:
     def __init__(self) -> None:
         self.analyzer = Analyzer()
         self.found: list[str] = []
+        self.threads: dict[str, int] = {}  # threadIdx.x/y/z -> the largest extent bound to it
 
     @contextmanager
     def _assuming(self, condition) -> Iterator[None]:
@@ -106,6 +109,9 @@ class _Checker:
                 self.stmt(s.init)
             self.stmt(s.body)
         elif isinstance(s, tirx.For):
+            tag = s.thread_binding.thread_tag if s.thread_binding is not None else ""
+            if tag.startswith("threadIdx"):
+                self.threads[tag] = max(self.threads.get(tag, 1), int(s.extent))
             span = s.extent if s.step is None else s.extent * s.step  # a step's values lie within either reading
             self.analyzer.bind(s.loop_var, tvm.ir.Range.from_min_extent(s.min, span), allow_override=True)
             self.stmt(s.body)
@@ -135,32 +141,47 @@ class _Checker:
             self.stmt(s.body)
 
 
-def out_of_bounds(func: tirx.PrimFunc) -> list[str]:
-    """The accesses of `func` (a scheduled PrimFunc) that cannot be proven inside their buffers."""
+def _walk(func: tirx.PrimFunc) -> _Checker:
     checker = _Checker()
     checker.stmt(func.body)
-    return checker.found
+    return checker
 
 
-def check_kernels(mod: tvm.IRModule) -> None:
-    """Raise a LoweringError naming the first PrimFunc of `mod` with an access outside its buffers."""
+def out_of_bounds(func: tirx.PrimFunc) -> list[str]:
+    """The accesses of `func` (a scheduled PrimFunc) that cannot be proven inside their buffers."""
+    return _walk(func).found
+
+
+def threads_per_block(func: tirx.PrimFunc) -> int:
+    """The threads a block of `func` (scheduled) runs: the product of its threadIdx extents."""
+    return math.prod(_walk(func).threads.values())
+
+
+def check_kernels(mod: tvm.IRModule, max_threads: int | None = None) -> None:
+    """Raise a LoweringError naming the first PrimFunc of `mod` with an access outside its buffers,
+    or with more threads a block than `max_threads` (a launch the GPU would refuse)."""
     for gv, func in mod.functions.items():
         if isinstance(func, tirx.PrimFunc):
-            found = out_of_bounds(func)
-            if found:
-                more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+            walked = _walk(func)
+            if walked.found:
+                more = f" (and {len(walked.found) - 1} more)" if len(walked.found) > 1 else ""
                 raise LoweringError(f"kernel '{gv.name_hint}' may access memory outside its buffers: "
-                                    f"{found[0]}{more}")
+                                    f"{walked.found[0]}{more}")
+            threads = math.prod(walked.threads.values())
+            if max_threads is not None and threads > max_threads:
+                raise LoweringError(f"kernel '{gv.name_hint}' runs {threads} threads a block "
+                                    f"({', '.join(f'{t} {n}' for t, n in sorted(walked.threads.items()))}); "
+                                    f"the target allows {max_threads}")
 
 
-def checking_bounds(failures: list | None = None) -> tvm.transform.Pass:
+def checking_bounds(max_threads: int | None = None, failures: list | None = None) -> tvm.transform.Pass:
     """A module pass: `check_kernels` on the module, which it returns unchanged. Its LoweringError is
     also put in `failures` (TVM turns an exception raised in a pass into a RuntimeError of its own)."""
 
     @tvm.transform.module_pass(opt_level=0, name="nasir.CheckKernelBounds")
     def check(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         try:
-            check_kernels(mod)
+            check_kernels(mod, max_threads)
         except LoweringError as e:
             if failures is not None:
                 failures.append(e)

@@ -7,7 +7,8 @@ Targets are TVM's dicts: "tvm" is `{"kind": "llvm", "num-cores": ...}` (see `hos
 `{"kind": "cuda", "arch": ...}` with the host code for this machine's CPU. TVM's default Relax
 pipeline of the target schedules the PrimFuncs (for CUDA: dlight's default GPU rules bind their
 parallel loops to blockIdx/threadIdx; a rule that fails on a function leaves it to the next,
-`DeclineOnError`; then every kernel's accesses are proven inside their buffers, `bounds.py`).
+`DeclineOnError`; then every kernel's accesses are proven inside their buffers and its threads
+a block within the target's, `bounds.py`).
 CUDA kernels are compiled by nvcc for the target's architecture during the build (cuda.py: the
 library holds a fatbin and loads with TVM's runtime alone). What is missing for a target is one
 `BackendUnavailableError` naming it.
@@ -148,7 +149,8 @@ def cuda_pipeline(target: tvm.target.Target, failures: list | None = None) -> tv
     rules = [dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()]
     legalize = [relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(), relax.transform.FoldConstant(),
                 relax.transform.FuseOps(), relax.transform.FuseTIR(),
-                dl.ApplyDefaultSchedule(*(DeclineOnError(r) for r in rules[:-1]), rules[-1]), checking_bounds(failures)]
+                dl.ApplyDefaultSchedule(*(DeclineOnError(r) for r in rules[:-1]), rules[-1]),
+                checking_bounds(int(target.attrs["max_threads_per_block"]), failures)]
 
     @tvm.transform.module_pass(opt_level=0)
     def pipeline(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
