@@ -13,13 +13,14 @@ nasir's own schedule at each tile of `schedule.GPU.variants` (64 to 512 threads 
 channels a thread), then up to `trials` candidates drawn from meta_schedule's design spaces (its
 replay-trace strategy: the design spaces' traces replayed with fresh random decisions,
 post-processed); each proven inside its buffers
-(`bounds.out_of_bounds`), compiled alone for the target (nvcc for cuda) and exported as a library.
+(`bounds.out_of_bounds`); the nest's candidates compiled together for the target (one nvcc run;
+a kernel ptxas refuses is left out) into one library, a function per candidate.
 The folder:
 
-    OUT/manifest.json              target, device, per nest its arguments' shapes and its candidates:
-                                   library and schedule trace (TVM's JSON)
+    OUT/manifest.json              target, device, per nest its arguments' shapes, its library and
+                                   its candidates: function name and schedule trace (TVM's JSON)
     OUT/tasks/NEST/workload.json   the nest's PrimFunc (TVM's JSON)
-    OUT/tasks/NEST/K.so            candidate K, compiled
+    OUT/tasks/NEST/candidates.so   the candidates, compiled: functions c0, c1, ...
     OUT/time_candidates.py         the timer (nasir/gpu_check/timer.py), OUT/runner.py beside it
     OUT/runtime/                   TVM's runtime for Python 3.12, for cuda (as `nasir gpu-check`'s;
                                    not where OUT is inside such a folder: the timer uses the folder's)
@@ -43,7 +44,7 @@ from tvm.s_tir import meta_schedule as ms
 from nasir.errors import NasirError
 from nasir.lowering.nest_to_tvm.bounds import out_of_bounds
 from nasir.lowering.nest_to_tvm.build import cuda_archs, nvcc_path, require_cuda_compiler, target_of
-from nasir.lowering.nest_to_tvm.cuda import building_kernels
+from nasir.lowering.nest_to_tvm.cuda import KernelsRejected, building_kernels
 from nasir.lowering.nest_to_tvm.intrinsics import import_tensor_intrinsics
 from nasir.lowering.nest_to_tvm import schedule
 from nasir.lowering.nest_to_tvm.program import lower_to_nest, tunable_nests
@@ -74,11 +75,25 @@ def _candidates(func: tvm.tirx.PrimFunc, op, target: tvm.target.Target, trials: 
     return list(unique.values())
 
 
-def _build(sch: s_tir.Schedule, target: tvm.target.Target, archs: list[str]) -> tvm.runtime.Module:
-    if target.kind.name != "cuda":
-        return tvm.compile(sch.mod, target=target)
-    with building_kernels(archs, nvcc_path()):
-        return tvm.compile(sch.mod, target=target)
+def _build(candidates: dict[str, s_tir.Schedule], target: tvm.target.Target, archs: list[str]
+           ) -> tuple[tvm.runtime.Module, list[str]]:
+    """One library of the `candidates` (name -> schedule) that build: a function of each name, and
+    those names. Built together (one nvcc run for a nest's candidates); a kernel nvcc or ptxas
+    rejects is left out and the rest built again."""
+    names = list(candidates)
+    while names:
+        mod = tvm.IRModule({name: candidates[name].mod["main"].with_attr("global_symbol", name) for name in names})
+        if target.kind.name != "cuda":
+            return tvm.compile(mod, target=target), names
+        try:
+            with building_kernels(archs, nvcc_path()):
+                return tvm.compile(mod, target=target), names
+        except KernelsRejected as e:
+            rejected = {kernel.removesuffix("_kernel") for kernel in e.kernels} & set(names)
+            if not rejected:
+                raise
+            names = [name for name in names if name not in rejected]
+    raise NasirError("no candidate of the nest builds")
 
 
 def export_candidates(model: Model, out: str | Path, target: str = "cuda", arch: str | None = None,
@@ -100,20 +115,14 @@ def export_candidates(model: Model, out: str | Path, target: str = "cuda", arch:
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
         (folder / "workload.json").write_text(tvm.ir.save_json(workload(func)))
-        candidates = []
-        for sch in _candidates(func, op, tvm_target, trials, seed):
-            if out_of_bounds(sch.mod["main"]):
-                continue
-            try:
-                library = _build(sch, tvm_target, archs)
-            except Exception:  # noqa: BLE001 - a candidate nvcc or TVM rejects is left out
-                continue
-            path = folder / f"{len(candidates)}.so"
-            library.export_library(str(path))
-            candidates.append({"library": str(path.relative_to(out)), "trace": tvm.ir.save_json(sch.trace.as_json())})
+        inside = [sch for sch in _candidates(func, op, tvm_target, trials, seed) if not out_of_bounds(sch.mod["main"])]
+        library, built = _build({f"c{k}": sch for k, sch in enumerate(inside)}, tvm_target, archs)
+        library.export_library(str(folder / "candidates.so"))
+        candidates = [{"function": f"c{k}", "trace": tvm.ir.save_json(sch.trace.as_json())}
+                      for k, sch in enumerate(inside) if f"c{k}" in built]
         args = [[[int(d) for d in info.shape], str(info.dtype)] for info in ms.arg_info.ArgInfo.from_prim_func(func)]
         tasks.append({"name": name, "workload": str((folder / "workload.json").relative_to(out)), "args": args,
-                      "candidates": candidates})
+                      "library": str((folder / "candidates.so").relative_to(out)), "candidates": candidates})
         progress(f"{name}: {len(candidates)} candidates built")
     manifest = {"target": target, "arch": ",".join(archs) or None, "target_key": target_key(tvm_target),
                 "device": "cuda" if target == "cuda" else "cpu", "tasks": tasks}
@@ -160,7 +169,7 @@ def import_times(out: str | Path, tuning_dir: str | Path | None = None) -> Impor
         args = ms.arg_info.ArgInfo.from_prim_func(mod["main"])
         stored = 0
         for candidate in task["candidates"]:
-            seconds = times.get(task["name"], {}).get(candidate["library"])
+            seconds = times.get(task["name"], {}).get(candidate["function"])
             if not isinstance(seconds, float):
                 continue
             sch = s_tir.Schedule(mod)

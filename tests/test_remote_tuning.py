@@ -71,8 +71,8 @@ def test_cuda_export_holds_compiled_candidates_and_the_timer_reaches_the_missing
                                           progress=lambda _: None)
     manifest = json.loads((out / remote_tuning.MANIFEST).read_text())
     assert manifest["target_key"] == "cuda-sm_90" and manifest["device"] == "cuda"
-    libraries = [out / c["library"] for t in manifest["tasks"] for c in t["candidates"]]
-    assert libraries and all(b"__global__" not in p.read_bytes() for p in libraries)
+    (task,) = manifest["tasks"]
+    assert task["candidates"] and b"__global__" not in (out / task["library"]).read_bytes()
     assert (out / "runtime" / "tvm" / "lib" / "libtvm_runtime_cuda.so").exists()
     if tvm_build.gpu_arch() is None:
         env = {**os.environ, "LD_LIBRARY_PATH": f"{_stand_in_driver().parent}:{os.environ.get('LD_LIBRARY_PATH', '')}"}
@@ -96,11 +96,11 @@ def test_cuda_import_makes_the_fastest_candidate_the_compiled_kernel(conv, tmp_p
     for candidate in task["candidates"]:
         sch = s_tir.Schedule(workload)
         s_tir.Trace.apply_json_to_schedule(tvm.ir.load_json(candidate["trace"]), sch)
-        threads[candidate["library"]] = frozenset(_threads(sch.mod["main"].script()))
+        threads[candidate["function"]] = frozenset(_threads(sch.mod["main"].script()))
     counts = Counter(threads.values())
-    chosen = next(library for library, t in threads.items() if counts[t] == 1 and t)
+    chosen = next(function for function, t in threads.items() if counts[t] == 1 and t)
     assert len(threads) >= 4  # nasir's tiles: 64 to 512 threads by 1 to 8 channels, duplicates dropped
-    times = {library: (1e-5 if library == chosen else 2e-5) for library in threads}
+    times = {function: (1e-5 if function == chosen else 2e-5) for function in threads}
     (out / remote_tuning.TIMES).write_text(json.dumps({"device": "cuda", "times": {"conv": times}}))
     remote_tuning.import_times(out, tmp_path / "records")
     target = tvm_build.target_of("cuda", "sm_90")
@@ -120,3 +120,24 @@ def test_cli_tune_export_and_import(conv, tmp_path, capsys):
     assert "records of 1 nests" in out and "every later compile for this target uses them" in out
     code, _, err = run_main(cli.main, capsys, "tune", model, "--target", "cuda")
     assert code == 1 and "give --export DIR" in err
+
+
+def test_a_candidate_ptxas_refuses_is_left_out_and_the_rest_built():
+    """dlight's GeneralReduction on ResNet-34's first grouped conv keeps the whole output in shared
+    memory (800 KB a block): built beside nasir's schedule of the same conv, it is dropped."""
+    from tvm.s_tir import dlight as dl
+
+    import nasir.zoo as zoo
+    from nasir.lowering.nest_to_tvm import schedule
+    from nasir.lowering.nest_to_tvm.program import tunable_nests
+    from nasir.lowering.nest_to_tvm.tuning import workload
+    from nasir.variants import ALL_VARIANTS
+
+    nests = tunable_nests(lower_to_nest(zoo.load("resnet34", "imagenet").transform(ALL_VARIANTS["group2"]).module))
+    func, op = nests["layer1_layer1_0_conv1_Conv"]
+    target = tvm_build.target_of("cuda", "sm_90")
+    with target:
+        too_big = dl.gpu.GeneralReduction().apply(workload(func)["main"], target, False)
+    fits = schedule.gpu_schedule(workload(func)["main"], op, schedule.GPU.of(target))
+    library, built = remote_tuning._build({"c0": too_big, "c1": fits}, target, ["sm_90"])
+    assert built == ["c1"]

@@ -86,6 +86,14 @@ def load_cuda_runtime() -> None:
         raise BackendUnavailableError(f"target 'cuda' needs TVM's CUDA runtime library: {e}") from None
 
 
+class KernelsRejected(LoweringError):
+    """nvcc or ptxas refused a module's kernels; `kernels` names those the message names."""
+
+    def __init__(self, message: str, kernels: list[str]) -> None:
+        super().__init__(message)
+        self.kernels = kernels
+
+
 def _rejected_kernels(message: str) -> list[str]:
     """The kernels ptxas names in `message` (its errors start "Entry function 'NAME' ...")."""
     return sorted(set(re.findall(r"[Ee]ntry function '(\w+)'", message)))
@@ -103,8 +111,8 @@ def compile_kernels(source: str, archs: list[str], nvcc: str) -> bytes:
             kernels = _rejected_kernels(done.stderr)
             named = f"kernel {', '.join(kernels)}" if kernels else "the model's kernels"
             errors = [line.strip() for line in done.stderr.splitlines() if "error" in line] or [done.stderr.strip()]
-            raise LoweringError(f"nvcc could not compile {named} for {', '.join(archs)}: "
-                                f"{'; '.join(errors)[:2000]}")
+            raise KernelsRejected(f"nvcc could not compile {named} for {', '.join(archs)}: "
+                                  f"{'; '.join(errors)[:2000]}", kernels)
         return fatbin.read_bytes()
 
 

@@ -2,9 +2,9 @@
 `nasir tune --target cuda --export OUT` wrote (nasir.remote_tuning).
 
 Needs Python, numpy and TVM's runtime (the folder's runtime/, or an installed apache-tvm): not nasir,
-TVM's compiler, nvcc or NVRTC. Each candidate is a library of one kernel compiled on the build
-machine; it is loaded, run on zeros (the arguments' shapes are in manifest.json) and timed with
-TVM's time_evaluator. The medians go to times.json, which `nasir tune --import OUT` reads back into
+TVM's compiler, nvcc or NVRTC. Each nest's candidates are the functions of one library compiled
+on the build machine; each is run on zeros (the arguments' shapes are in manifest.json) and timed
+with TVM's time_evaluator. The medians go to times.json, which `nasir tune --import OUT` reads back into
 the tuning records. A candidate that fails to load or run is recorded with its error and no time.
 
     python3 time_candidates.py                  # every candidate: times.json
@@ -27,11 +27,9 @@ sys.path.insert(0, str(HERE))
 from runner import _tvm_runtime  # noqa: E402 - the GPU check's runner, beside this file
 
 
-def time_candidate(tvm, device, library: Path, args: list, repeat: int) -> float:
-    """Median seconds of one run of the kernel in `library` on `args` (shape, dtype pairs)."""
-    module = tvm.runtime.load_module(str(library))
-    tensors = [tvm.runtime.tensor(np.zeros(shape, dtype), device) for shape, dtype in args]
-    timer = module.time_evaluator(module.entry_name or "main", device, number=5, repeat=repeat, min_repeat_ms=2)
+def time_candidate(module, function: str, device, tensors: list, repeat: int) -> float:
+    """Median seconds of one run of `function` of the loaded library `module` on `tensors`."""
+    timer = module.time_evaluator(function, device, number=5, repeat=repeat, min_repeat_ms=2)
     return float(np.median(timer(*tensors).results))
 
 
@@ -47,12 +45,14 @@ def main(argv: list[str] | None = None) -> None:
     begin = time.perf_counter()
     for task in manifest["tasks"]:
         timed = times.setdefault(task["name"], {})
+        module = tvm.runtime.load_module(str(HERE / task["library"]))
+        tensors = [tvm.runtime.tensor(np.zeros(shape, dtype), device) for shape, dtype in task["args"]]
         for candidate in task["candidates"]:
             try:
-                timed[candidate["library"]] = time_candidate(tvm, device, HERE / candidate["library"], task["args"],
-                                                             args.repeat)
+                timed[candidate["function"]] = time_candidate(module, candidate["function"], device, tensors,
+                                                              args.repeat)
             except Exception as e:  # noqa: BLE001 - TVM's runtime errors: the candidate has no time
-                timed[candidate["library"]] = f"error: {str(e).strip().splitlines()[-1][:300]}"
+                timed[candidate["function"]] = f"error: {str(e).strip().splitlines()[-1][:300]}"
         best = min((t for t in timed.values() if isinstance(t, float)), default=None)
         print(f"{task['name']}: {len(timed)} candidates, best {best * 1e3:.4f} ms" if best is not None
               else f"{task['name']}: no candidate ran", flush=True)
