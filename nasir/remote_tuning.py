@@ -32,9 +32,15 @@ target (`TVMTuning`'s database: `tuning_dir/cuda-sm_90`), as if meta_schedule ha
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import tempfile
+import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
+from functools import lru_cache
+from multiprocessing import get_context
 from pathlib import Path
 
 import tvm
@@ -96,10 +102,43 @@ def _build(candidates: dict[str, s_tir.Schedule], target: tvm.target.Target, arc
     raise NasirError("no candidate of the nest builds")
 
 
+@lru_cache(maxsize=1)
+def _nests(model_path: str) -> dict:
+    """`tunable_nests` of the model saved at `model_path` (once per worker process)."""
+    from nasir.api import load
+
+    import_tensor_intrinsics()
+    return tunable_nests(lower_to_nest(load(model_path).module))
+
+
+def _export_nest(model_path: str, name: str, out: Path, target: str, arch: str | None, trials: int,
+                 seed: int) -> dict:
+    """One nest's candidates drawn, checked, built and written under `out`/tasks/`name`; its
+    manifest entry. Runs in a worker process."""
+    func, op = _nests(model_path)[name]
+    tvm_target = target_of(target, arch)
+    folder = out / "tasks" / name
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    (folder / "workload.json").write_text(tvm.ir.save_json(workload(func)))
+    inside = [sch for sch in _candidates(func, op, tvm_target, trials, seed) if not out_of_bounds(sch.mod["main"])]
+    archs = cuda_archs(arch) if target == "cuda" else []
+    library, built = _build({f"c{k}": sch for k, sch in enumerate(inside)}, tvm_target, archs)
+    library.export_library(str(folder / "candidates.so"))
+    candidates = [{"function": f"c{k}", "trace": tvm.ir.save_json(sch.trace.as_json())}
+                  for k, sch in enumerate(inside) if f"c{k}" in built]
+    args = [[[int(d) for d in info.shape], str(info.dtype)] for info in ms.arg_info.ArgInfo.from_prim_func(func)]
+    return {"name": name, "workload": str((folder / "workload.json").relative_to(out)), "args": args,
+            "library": str((folder / "candidates.so").relative_to(out)), "candidates": candidates}
+
+
 def export_candidates(model: Model, out: str | Path, target: str = "cuda", arch: str | None = None,
-                      trials: int = 32, seed: int = 0, progress: Callable[[str], None] = print) -> Path:
+                      trials: int = 32, seed: int = 0, workers: int | None = None,
+                      progress: Callable[[str], None] = print) -> Path:
     """Write the export folder `out` (see the module docstring) for `model`'s distinct unscheduled
-    nests on nasir's `target` ("cuda" for `arch`, or "tvm": this CPU)."""
+    nests on nasir's `target` ("cuda" for `arch`, or "tvm": this CPU), `workers` nests at a time
+    (processes; default: a CPU each). nvcc takes most of the time (seconds a candidate, its kernels
+    unrolled): ResNet-34 at 224 px has 18 distinct nests."""
     if trials <= 0:
         raise NasirError(f"trials must be a positive number of candidates per nest, got {trials}")
     if target == "cuda":
@@ -108,22 +147,18 @@ def export_candidates(model: Model, out: str | Path, target: str = "cuda", arch:
     archs = cuda_archs(arch) if target == "cuda" else []
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    import_tensor_intrinsics()
-    tasks = []
-    for name, (func, op) in tunable_nests(lower_to_nest(model.module)).items():
-        folder = out / "tasks" / name
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
-        (folder / "workload.json").write_text(tvm.ir.save_json(workload(func)))
-        inside = [sch for sch in _candidates(func, op, tvm_target, trials, seed) if not out_of_bounds(sch.mod["main"])]
-        library, built = _build({f"c{k}": sch for k, sch in enumerate(inside)}, tvm_target, archs)
-        library.export_library(str(folder / "candidates.so"))
-        candidates = [{"function": f"c{k}", "trace": tvm.ir.save_json(sch.trace.as_json())}
-                      for k, sch in enumerate(inside) if f"c{k}" in built]
-        args = [[[int(d) for d in info.shape], str(info.dtype)] for info in ms.arg_info.ArgInfo.from_prim_func(func)]
-        tasks.append({"name": name, "workload": str((folder / "workload.json").relative_to(out)), "args": args,
-                      "library": str((folder / "candidates.so").relative_to(out)), "candidates": candidates})
-        progress(f"{name}: {len(candidates)} candidates built")
+    names = list(tunable_nests(lower_to_nest(model.module)))
+    begin = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="nasir-tune-") as tmp, \
+            ProcessPoolExecutor(workers or os.cpu_count() or 1, mp_context=get_context("spawn")) as pool:
+        saved = str(model.save(Path(tmp) / "model.mlir"))
+        futures = {pool.submit(_export_nest, saved, name, out, target, arch, trials, seed): name for name in names}
+        done = {}
+        for k, future in enumerate(as_completed(futures), 1):
+            done[futures[future]] = future.result()
+            progress(f"{futures[future]} ({k} of {len(names)}): {len(done[futures[future]]['candidates'])} "
+                     f"candidates built, {time.perf_counter() - begin:.0f} s")
+    tasks = [done[name] for name in names]
     manifest = {"target": target, "arch": ",".join(archs) or None, "target_key": target_key(tvm_target),
                 "device": "cuda" if target == "cuda" else "cpu", "tasks": tasks}
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1))

@@ -242,7 +242,8 @@ def cmd_tune(args) -> int:
     if args.export:
         from nasir.remote_tuning import export_candidates
 
-        export_candidates(model, args.export, args.target, args.arch, args.trials, progress=progress.print)
+        export_candidates(model, args.export, args.target, args.arch, args.trials, workers=args.workers,
+                          progress=progress.print)
         return 0
     report = nasir.tune(model, cpu=args.cpu, threads=args.threads, database=args.db, progress=True)
     out.print(tuning_table(report))
@@ -377,6 +378,7 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--export", metavar="DIR", help="tvm/cuda: write candidate schedules, compiled, and a timer to "
                                                    "DIR (then: python3 DIR/time_candidates.py on the target's machine)")
     c.add_argument("--trials", type=int, default=32, help="--export: candidates per distinct nest (default 32)")
+    c.add_argument("--workers", type=int, help="--export: nests built at a time, in processes (default: the CPUs)")
     c.add_argument("--import", dest="import_dir", metavar="DIR",
                    help="read DIR/times.json (the timer's) into the target's tuning records")
     c.add_argument("--tuning-dir", help="--import: the records' folder (default: the user's cache, "
