@@ -12,10 +12,9 @@ Export (`export_candidates`): for each distinct unscheduled nest (`program.tunab
 nasir's own schedule at each tile of `schedule.GPU.variants` (64 to 512 threads a block by 1 to 8
 channels a thread), then up to `trials` candidates drawn from meta_schedule's design spaces (its
 replay-trace strategy: the design spaces' traces replayed with fresh random decisions,
-post-processed); each proven inside its buffers
-(`bounds.out_of_bounds`); the nest's candidates compiled together for the target (one nvcc run;
-a kernel ptxas refuses is left out) into one library, a function per candidate.
-The folder:
+post-processed); each proven inside its buffers (`bounds.out_of_bounds`); the nest's candidates
+compiled together for the target (one nvcc run; a kernel ptxas refuses is left out) into one
+library, a function per candidate; nests in worker processes. The folder:
 
     OUT/manifest.json              target, device, per nest its arguments' shapes, its library and
                                    its candidates: function name and schedule trace (TVM's JSON)
