@@ -13,7 +13,8 @@ cannot be proven within `[0, extent)` in some dimension is out of bounds:
                                                                        dimension 0 has 1024
 
 A padded conv's read `if_then_else(0 <= oh + kh - 1 < 56, x[.., oh + kh - 1, ..], 0)` is inside:
-the branch that reads is taken only where the condition holds.
+the branch that reads is taken only where the condition holds. (A `select` evaluates both branches,
+but TVM's pipeline turns one whose branches read memory into `if_then_else`, RewriteUnsafeSelect.)
 
     out_of_bounds(func)          # [] or the accesses that may leave their buffers, described
     check_kernels(mod, 1024)     # LoweringError naming the kernel and its first bad access, or its
