@@ -190,7 +190,7 @@ def export_candidates(model: Model, out: str | Path, target: str = "cuda", arch:
     if target == "cuda" and not (out.parent / "runtime").is_dir():  # a GPU check folder's runtime serves
         from nasir.gpu_check import write_runtime
 
-        write_runtime(out, Path.home() / ".cache" / "nasir" / "wheels")
+        write_runtime(out)
     count = sum(len(t["candidates"]) for t in tasks)
     progress(f"wrote {out}: {count} candidates of {len(tasks)} nests; on the target's machine: "
              f"python3 {out}/{TIMER}, then here: nasir tune --import {out}")

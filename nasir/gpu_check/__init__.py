@@ -102,7 +102,11 @@ def _ffi_wheel(cache: Path) -> Path:
     return found[0]
 
 
-def write_runtime(out: Path, cache: Path) -> None:
+WHEEL_CACHE = Path.home() / ".cache" / "nasir" / "wheels"
+"""Where the FFI wheel for the GPU machine's Python is kept once fetched."""
+
+
+def write_runtime(out: Path, cache: Path = WHEEL_CACHE) -> None:
     """TVM's runtime pieces for the GPU machine under `out`/runtime."""
     import tvm
 
@@ -133,7 +137,7 @@ def write(out: str | Path, arch: str = "sm_90", cases: list[tuple[str, str, str]
     here = Path(__file__).parent
     shutil.copy(here / "runner.py", out / "run.py")
     shutil.copy(here.parent / "zoo" / "models.py", out / "models.py")
-    write_runtime(out, cache or Path.home() / ".cache" / "nasir" / "wheels")
+    write_runtime(out, cache or WHEEL_CACHE)
     for batch in batches:
         for model, dataset, variant in cases or default_cases():
             name = case_name(model, dataset, variant, batch)
