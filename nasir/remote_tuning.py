@@ -9,16 +9,18 @@ tuning records (`lowering/nest_to_tvm/tuning.py`) that every later compile for t
     nasir.compile(model, target="cuda", arch="sm_90")     # tuned schedules, transferred to other nests
 
 Export (`export_candidates`): for each distinct unscheduled nest (`program.tunable_nests`), for a GPU
-nasir's own schedule at each tile of `schedule.GPU.variants` (64 to 512 threads a block by 1 to 8
-channels a thread), then up to `trials` candidates drawn from meta_schedule's design spaces (its
-replay-trace strategy: the design spaces' traces replayed with fresh random decisions,
-post-processed); each proven inside its buffers (`bounds.out_of_bounds`) and lowered by TVM's TIR
+nasir's own schedules, "registers" at each tile of `schedule.GPU.variants` (64 to 512 threads a
+block by 1 to 8 channels a thread) and "shared" (the reduction staged through shared memory,
+`staged.py`) at each of `Staged.variants`, then up to `trials` candidates drawn from
+meta_schedule's design spaces (its replay-trace strategy: the design spaces' traces replayed with
+fresh random decisions, post-processed); each proven inside its buffers (`bounds.out_of_bounds`) and lowered by TVM's TIR
 pipeline (`_lowers`); the nest's candidates compiled together for the target (one nvcc run; a
 kernel ptxas refuses is left out) into one library, a function per candidate; nests in worker
 processes (a nest whose build fails is left out, to the default schedules). The folder:
 
     OUT/manifest.json              target, device, per nest its arguments' shapes, its library and
-                                   its candidates: function name and schedule trace (TVM's JSON)
+                                   its candidates: function name, family and schedule trace
+                                   (TVM's JSON)
     OUT/tasks/NEST/workload.json   the nest's PrimFunc (TVM's JSON)
     OUT/tasks/NEST/candidates.so   the candidates, compiled: functions c0, c1, ...
     OUT/time_candidates.py         the timer (nasir/gpu_check/timer.py), OUT/runner.py beside it
@@ -26,7 +28,9 @@ processes (a nest whose build fails is left out, to the default schedules). The 
                                    not where OUT is inside such a folder: the timer uses the folder's)
 
 Import (`import_times`): each candidate with a time becomes a tuning record of its nest for the
-target (`TVMTuning`'s database: `tuning_dir/cuda-sm_90`), as if meta_schedule had measured it.
+target (`TVMTuning`'s database: `tuning_dir/cuda-sm_90`), as if meta_schedule had measured it; the
+fastest of each family per nest is reported beside the fastest of all (which of nasir's schedule
+families should be the default for which nest is the GPU's to say).
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ from nasir.lowering.nest_to_tvm.cuda import KernelsRejected, building_kernels
 from nasir.lowering.nest_to_tvm.intrinsics import import_tensor_intrinsics
 from nasir.lowering.nest_to_tvm import schedule
 from nasir.lowering.nest_to_tvm.program import lower_to_nest, tunable_nests
+from nasir.lowering.nest_to_tvm.staged import Staged, staged_schedule
 from nasir.lowering.nest_to_tvm.tuning import TVMTuning, target_key, workload
 from nasir.model import Model
 
@@ -63,21 +68,29 @@ TIMER = "time_candidates.py"
 
 
 def _candidates(func: tvm.tirx.PrimFunc, op, target: tvm.target.Target, trials: int, seed: int
-                ) -> list[s_tir.Schedule]:
-    """The distinct schedules of `func` (the PrimFunc of `op`) worth timing: on a GPU nasir's own
-    (`schedule.gpu_schedule` at each of `GPU.variants`' tiles), then up to `trials` from
-    meta_schedule's design spaces, post-processed."""
+                ) -> list[tuple[str, s_tir.Schedule]]:
+    """The distinct schedules of `func` (the PrimFunc of `op`) worth timing, each with its family: on
+    a GPU nasir's own, "registers" (`schedule.gpu_schedule` at each of `GPU.variants`' tiles) and
+    "shared" (`staged.staged_schedule` at each of `Staged.variants`'), then up to `trials` of
+    "meta_schedule" (samples of its design spaces, post-processed)."""
     found = []
     if target.kind.name == "cuda":
-        variants = schedule.GPU.of(target).variants(int(target.attrs["max_threads_per_block"]))
-        found = [schedule.gpu_schedule(workload(func)["main"], op, variant) for variant in variants]
+        max_threads = int(target.attrs["max_threads_per_block"])
+        main = workload(func)["main"]
+        found = [("registers", schedule.gpu_schedule(main, op, variant))
+                 for variant in schedule.GPU.of(target).variants(max_threads)]
+        found += [("shared", staged_schedule(main, op, tile, int(target.attrs["max_shared_memory_per_block"])))
+                  for tile in Staged.variants(max_threads)]
     context = ms.TuneContext(mod=workload(func), target=target, space_generator="post-order-apply",
                              search_strategy="replay-trace", task_name="main", num_threads=1, rand_state=seed)
     spaces = context.generate_design_space()
     context.pre_tuning(max_trials=trials, num_trials_per_iter=trials, design_spaces=spaces)
-    found += [c.sch for c in context.generate_measure_candidates() or []]
+    found += [("meta_schedule", c.sch) for c in context.generate_measure_candidates() or []]
     context.post_tuning()
-    unique = {tvm.ir.save_json(sch.trace.as_json()): sch for sch in found if sch is not None}
+    unique = {}
+    for family, sch in found:
+        if sch is not None:
+            unique.setdefault(tvm.ir.save_json(sch.trace.as_json()), (family, sch))
     return list(unique.values())
 
 
@@ -138,13 +151,13 @@ def _export_nest(model_path: str, name: str, out: Path, target: str, arch: str |
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     (folder / "workload.json").write_text(tvm.ir.save_json(workload(func)))
-    inside = [sch for sch in _candidates(func, op, tvm_target, trials, seed)
+    inside = [(family, sch) for family, sch in _candidates(func, op, tvm_target, trials, seed)
               if not out_of_bounds(sch.mod["main"]) and _lowers(sch, tvm_target)]
     archs = cuda_archs(arch) if target == "cuda" else []
-    library, built = _build({f"c{k}": sch for k, sch in enumerate(inside)}, tvm_target, archs)
+    library, built = _build({f"c{k}": sch for k, (_, sch) in enumerate(inside)}, tvm_target, archs)
     library.export_library(str(folder / "candidates.so"))
-    candidates = [{"function": f"c{k}", "trace": tvm.ir.save_json(sch.trace.as_json())}
-                  for k, sch in enumerate(inside) if f"c{k}" in built]
+    candidates = [{"function": f"c{k}", "family": family, "trace": tvm.ir.save_json(sch.trace.as_json())}
+                  for k, (family, sch) in enumerate(inside) if f"c{k}" in built]
     args = [[[int(d) for d in info.shape], str(info.dtype)] for info in ms.arg_info.ArgInfo.from_prim_func(func)]
     return {"name": name, "workload": str((folder / "workload.json").relative_to(out)), "args": args,
             "library": str((folder / "candidates.so").relative_to(out)), "candidates": candidates}
@@ -204,6 +217,8 @@ class Imported:
     records: dict[str, int]
     best_ms: dict[str, float]
     folder: Path
+    family_best_ms: dict[str, dict[str, float]]
+    """Per nest, the fastest candidate of each schedule family (registers, shared, meta_schedule)."""
 
 
 def import_times(out: str | Path, tuning_dir: str | Path | None = None) -> Imported:
@@ -219,7 +234,7 @@ def import_times(out: str | Path, tuning_dir: str | Path | None = None) -> Impor
     if target_key(tuning.target) != manifest["target_key"]:
         raise NasirError(f"{out} was exported for {manifest['target_key']}; this machine's target is "
                          f"{target_key(tuning.target)}: import it where it was exported")
-    records, best = {}, {}
+    records, best, families = {}, {}, {}
     for task in manifest["tasks"]:
         mod = tvm.ir.load_json((out / task["workload"]).read_text())
         entry = tuning.database.commit_workload(mod)
@@ -235,5 +250,9 @@ def import_times(out: str | Path, tuning_dir: str | Path | None = None) -> Impor
                                                                           args))
             stored += 1
             best[task["name"]] = min(best.get(task["name"], seconds), seconds)
+            family = families.setdefault(task["name"], {})
+            kind = candidate["family"]
+            family[kind] = min(family.get(kind, seconds), seconds)
         records[task["name"]] = stored
-    return Imported(records, {name: s * 1e3 for name, s in best.items()}, tuning.folder)
+    return Imported(records, {name: s * 1e3 for name, s in best.items()}, tuning.folder,
+                    {name: {kind: s * 1e3 for kind, s in kinds.items()} for name, kinds in families.items()})

@@ -169,34 +169,91 @@ GPU_SCHEDULE_CASES = [("resnet18", "cifar10", "base"), ("mobilenet_v2", "imagene
                       ("resnet34", "cifar10", "depthwise"), ("resnext29_2x64d", "cifar10", "base")]
 
 
-@pytest.mark.parametrize("name,dataset,variant", GPU_SCHEDULE_CASES, ids=["-".join(c) for c in GPU_SCHEDULE_CASES])
-def test_default_gpu_schedule_computes_the_nest(name, dataset, variant):
-    """Every contraction gets nasir's GPU schedule (register tile, epilogue in the write-back);
-    with its loops left unbound it runs on the CPU and equals the unscheduled nest."""
-    import tvm
-
+def _distinct_contractions(name: str, dataset: str, variant: str) -> list:
+    """One contraction nest of each domain of the model."""
     from nasir.dialects import nest
     from nasir.dialects.module import main_func
-    from nasir.lowering.nest_to_tvm import schedule
-    from nasir.dialects.shapes import shape_of
-    from nasir.lowering.nest_to_tvm.program import prim_func
 
     model = zoo.load(name, dataset)
     if variant != "base":
         model = model.transform(ALL_VARIANTS[variant])
     nests = [op for op in main_func(lower_to_nest(model.module)).body.block.ops
              if isinstance(op, nest.ComputeOp) and op.kind == "mac"]
-    for op in {str(op.domain): op for op in nests}.values():  # one of each shape
-        gpu = schedule.GPU.of(tvm_build.target_of("cuda", "sm_90"))
+    return list({str(op.domain): op for op in nests}.values())
+
+
+def _assert_computes_the_nest(op, scheduled) -> None:
+    """`scheduled` (a PrimFunc of `op`, its loops unbound) run on the CPU equals `op`'s unscheduled
+    PrimFunc (TVM's llvm target) on the same random inputs."""
+    import tvm
+
+    from nasir.dialects.shapes import shape_of
+    from nasir.lowering.nest_to_tvm.program import prim_func
+
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal(shape_of(v)).astype(np.float32) for v in [*op.inputs, op.result]]
+    outputs = []
+    for f in (prim_func(op), scheduled):
+        built = tvm.compile(f.with_attr("global_symbol", "main"), target="llvm")
+        tensors = [tvm.runtime.tensor(a) for a in args]
+        built(*tensors)
+        outputs.append(tensors[-1].numpy())
+    np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-5, atol=1e-5, err_msg=op.layer_name)
+
+
+@pytest.mark.parametrize("name,dataset,variant", GPU_SCHEDULE_CASES, ids=["-".join(c) for c in GPU_SCHEDULE_CASES])
+def test_default_gpu_schedule_computes_the_nest(name, dataset, variant):
+    """Every contraction gets nasir's GPU schedule (register tile, epilogue in the write-back);
+    with its loops left unbound it runs on the CPU and equals the unscheduled nest."""
+    from nasir.lowering.nest_to_tvm import schedule
+    from nasir.lowering.nest_to_tvm.program import prim_func
+
+    gpu = schedule.GPU.of(tvm_build.target_of("cuda", "sm_90"))
+    for op in _distinct_contractions(name, dataset, variant):
         bound = schedule.default_gpu(prim_func(op), op, gpu)
         assert bound is not None and "threadIdx.x" in bound.script(), op.layer_name
-        func = schedule.default_gpu(prim_func(op), op, gpu, bind=False)
-        rng = np.random.default_rng(0)
-        args = [rng.standard_normal(shape_of(v)).astype(np.float32) for v in [*op.inputs, op.result]]
-        outputs = []
-        for f in (prim_func(op), func):
-            built = tvm.compile(f.with_attr("global_symbol", "main"), target="llvm")
-            tensors = [tvm.runtime.tensor(a) for a in args]
-            built(*tensors)
-            outputs.append(tensors[-1].numpy())
-        np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-5, atol=1e-5, err_msg=op.layer_name)
+        _assert_computes_the_nest(op, schedule.default_gpu(prim_func(op), op, gpu, bind=False))
+
+
+@pytest.mark.parametrize("name,dataset,variant", GPU_SCHEDULE_CASES, ids=["-".join(c) for c in GPU_SCHEDULE_CASES])
+def test_staged_gpu_schedule_computes_the_nest_inside_its_buffers(name, dataset, variant):
+    """nasir's shared-memory schedule (staged.py) applies to every contraction of these models, at
+    every tile of `Staged.variants`: its copies fit the target's shared memory, every access of the
+    bound kernel is proven inside its buffer (the padded window's copy too), and with its loops
+    left unbound it equals the unscheduled nest."""
+    from nasir.lowering.nest_to_tvm.bounds import out_of_bounds
+    from nasir.lowering.nest_to_tvm.program import prim_func
+    from nasir.lowering.nest_to_tvm.staged import Staged, shared_bytes_of, staged_schedule
+
+    target = tvm_build.target_of("cuda", "sm_90")
+    limit = int(target.attrs["max_shared_memory_per_block"])
+    for op in _distinct_contractions(name, dataset, variant):
+        for tile in Staged.variants(1024)[:2]:
+            bound = staged_schedule(prim_func(op), op, tile, limit)
+            assert bound is not None, op.layer_name
+            func = bound.mod["main"]
+            assert 0 < shared_bytes_of(func) <= limit and 'scope="shared"' in func.script(), op.layer_name
+            assert out_of_bounds(func) == [], op.layer_name
+            _assert_computes_the_nest(op, staged_schedule(prim_func(op), op, tile, limit, bind=False).mod["main"])
+
+
+def test_staged_schedule_shrinks_its_chunk_to_the_shared_memory_and_builds():
+    """ResNet-34's 7x7 stem staged 3 input channels a step needs 56 KB of shared memory a block:
+    under CUDA's 48 KB it stages 1 (18 KB); under 1 KB nothing fits and there is no staged
+    schedule. The staged kernels of every distinct ResNet-34 nest pass ptxas for sm_90."""
+    from nasir import remote_tuning
+    from nasir.lowering.nest_to_tvm.program import prim_func
+    from nasir.lowering.nest_to_tvm.staged import Staged, shared_bytes_of, staged_schedule
+    from nasir.lowering.nest_to_tvm.tuning import workload
+
+    nests = _distinct_contractions("resnet34", "imagenet", "base")
+    stem = nests[0]
+    assert stem.layer_name == "conv1_Conv"
+    assert shared_bytes_of(staged_schedule(prim_func(stem), stem, Staged(), 1 << 20).mod["main"]) == 56448
+    assert shared_bytes_of(staged_schedule(prim_func(stem), stem, Staged(), 49152).mod["main"]) == 18816
+    assert staged_schedule(prim_func(stem), stem, Staged(), 1024) is None
+    target = tvm_build.target_of("cuda", "sm_90")
+    candidates = {f"c{k}": staged_schedule(workload(prim_func(op))["main"], op, Staged(), 49152)
+                  for k, op in enumerate(nests)}
+    _, built = remote_tuning._build(candidates, target, ["sm_90"])
+    assert built == list(candidates)

@@ -85,12 +85,15 @@ def _threads(script: str) -> set[int]:
 
 
 def test_cuda_import_makes_the_fastest_candidate_the_compiled_kernel(conv, tmp_path):
-    """nasir's own GPU schedule at several tiles is among the candidates; the times the GPU machine
-    writes decide which one the next compile uses (here a times.json written as its timer would,
-    naming a candidate with a thread count no other has the fastest)."""
+    """nasir's own GPU schedules at several tiles (both families: registers, shared) are among the
+    candidates; the times the GPU machine writes decide which one the next compile uses (here a
+    times.json written as its timer would, naming a candidate with a thread count no other has the
+    fastest), and the import reports each family's fastest."""
     out = remote_tuning.export_candidates(conv, tmp_path / "out", target="cuda", arch="sm_90", trials=1,
                                           progress=lambda _: None)
     (task,) = json.loads((out / remote_tuning.MANIFEST).read_text())["tasks"]
+    families = Counter(candidate["family"] for candidate in task["candidates"])
+    assert set(families) == {"registers", "shared", "meta_schedule"} and families["shared"] >= 2
     workload = tvm.ir.load_json((out / task["workload"]).read_text())
     threads = {}
     for candidate in task["candidates"]:
@@ -102,7 +105,10 @@ def test_cuda_import_makes_the_fastest_candidate_the_compiled_kernel(conv, tmp_p
     assert len(threads) >= 4  # nasir's tiles: 64 to 512 threads by 1 to 8 channels, duplicates dropped
     times = {function: (1e-5 if function == chosen else 2e-5) for function in threads}
     (out / remote_tuning.TIMES).write_text(json.dumps({"device": "cuda", "times": {"conv": times}}))
-    remote_tuning.import_times(out, tmp_path / "records")
+    imported = remote_tuning.import_times(out, tmp_path / "records")
+    family = next(c["family"] for c in task["candidates"] if c["function"] == chosen)
+    assert imported.family_best_ms["conv"] == {kind: pytest.approx(1e-2 if kind == family else 2e-2)
+                                               for kind in families}
     target = tvm_build.target_of("cuda", "sm_90")
     tuning = TVMTuning(target, tmp_path / "records")
     kernel = to_relax(lower_to_nest(conv.module), target, tuning)["conv"].script()
@@ -118,6 +124,7 @@ def test_cli_tune_export_and_import(conv, tmp_path, capsys):
     code, out, err = run_main(cli.main, capsys, "tune", "--import", tmp_path / "out", "--tuning-dir", tmp_path / "rec")
     assert code == 0, err
     assert "records of 1 nests" in out and "every later compile for this target uses them" in out
+    assert "meta_schedule ms" in out  # each family's fastest (on a CPU, meta_schedule's alone)
     code, _, err = run_main(cli.main, capsys, "tune", model, "--target", "cuda")
     assert code == 1 and "give --export DIR" in err
 
@@ -151,5 +158,5 @@ def test_a_candidate_tvm_cannot_lower_is_left_out():
 
     func, op = tunable_nests(lower_to_nest(zoo.load("resnet34", "imagenet").module))["avgpool_GlobalAveragePool"]
     target = tvm_build.target_of("cuda", "sm_90")
-    lowered = [remote_tuning._lowers(sch, target) for sch in remote_tuning._candidates(func, op, target, 32, 0)]
+    lowered = [remote_tuning._lowers(sch, target) for _, sch in remote_tuning._candidates(func, op, target, 32, 0)]
     assert 0 < lowered.count(False) < len(lowered)

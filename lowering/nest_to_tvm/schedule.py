@@ -17,8 +17,9 @@ reduction loop are fused and split over blockIdx.x / threadIdx.x (`GPU`: threads
 registers per thread from the target); the PrimFunc's other blocks
 (epilogue, layout, avg's count) are bound the same way. Unscheduled contractions on a GPU get
 `default_gpu`: each thread accumulates a register tile of output channels x positions, the
-epilogue applied as the tile is written; other unscheduled nests are left to TVM's default
-pipeline (dlight's default rules). Packed operand layouts (`pack`) are the llvm backend's and are
+epilogue applied as the tile is written (`staged.py` has the schedule that stages the reduction
+through shared memory instead, a tuning candidate); other unscheduled nests are left to TVM's
+default pipeline (dlight's default rules). Packed operand layouts (`pack`) are the llvm backend's and are
 not mapped. `program` marks a scheduled PrimFunc `tirx.is_scheduled` and opaque,
 so TVM neither reschedules it nor fuses it into a neighbour.
 
@@ -51,14 +52,15 @@ def _error(op: nest.ComputeOp, what: str, e: Exception) -> LoweringError:
                          f" ({first[-1] if first else type(e).__name__})")
 
 
-def _blocks(sch: s_tir.Schedule) -> list:
+def blocks(sch: s_tir.Schedule) -> list:
+    """The blocks of the PrimFunc, in order (under its root block)."""
     return list(sch.get_child_blocks(sch.get_sblock("root")))
 
 
-def _combiner_block(sch: s_tir.Schedule, op: nest.ComputeOp):
+def combiner_block(sch: s_tir.Schedule, op: nest.ComputeOp):
     """The block computing the combiner (TE stage `nest_ops.combiner_stage(op)`)."""
     name = nest_ops.combiner_stage(op).replace(".", "_")
-    for block in _blocks(sch):
+    for block in blocks(sch):
         if sch.get(block).name_hint == name:
             return block
     raise LoweringError(f"tvm backend: nest '{op.layer_name}': its PrimFunc has no block '{name}'")
@@ -108,10 +110,10 @@ class GPU:
                 for c in (1, 2, 4, 8)]
 
 
-def _bind_gpu(sch: s_tir.Schedule, loops: list, gpu: GPU) -> None:
+def _bind_gpu(sch: s_tir.Schedule, loops: list, threads: int) -> None:
     """Fuse `loops` (adjacent, outermost first) and spread them over blockIdx.x / threadIdx.x."""
     fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
-    bx, tx = sch.split(fused, [None, gpu.threads])
+    bx, tx = sch.split(fused, [None, threads])
     sch.bind(bx, "blockIdx.x")
     sch.bind(tx, "threadIdx.x")
 
@@ -133,7 +135,7 @@ def _primitive(op: nest.ComputeOp, what: str) -> Iterator[None]:
         raise _error(op, what, e) from None
 
 
-def _output_channels(op: nest.ComputeOp) -> list[int]:
+def output_channels(op: nest.ComputeOp) -> list[int]:
     """The parallel dims the weight reads and the data does not (a conv's `co`, a gemm's `n`)."""
     data, weight = (affine.map_dims(m) for m in op.access_maps[:2])
     return [d for d in range(op.domain.num_parallel.data) if d in weight and d not in data]
@@ -149,7 +151,7 @@ def default_cpu(op: nest.ComputeOp, lanes: int) -> Schedule | None:
     if op.kind != "mac" or not op.domain.reduction:
         return None
     names = op.domain.dim_names
-    channels = [d for d in _output_channels(op) if op.domain.dims[d][1] % lanes == 0]
+    channels = [d for d in output_channels(op) if op.domain.dims[d][1] % lanes == 0]
     if not channels:
         return None
     dim = names[channels[-1]]
@@ -158,7 +160,7 @@ def default_cpu(op: nest.ComputeOp, lanes: int) -> Schedule | None:
                     vector=Loop.inner(dim))
 
 
-def _divisor(extent: int, wanted: int) -> int:
+def divisor(extent: int, wanted: int) -> int:
     """The largest divisor of `extent` that is at most `wanted`."""
     return max(d for d in range(1, min(extent, wanted) + 1) if extent % d == 0)
 
@@ -167,6 +169,22 @@ def default_gpu(func: tirx.PrimFunc, op: nest.ComputeOp, gpu: GPU, bind: bool = 
     """`func` scheduled by `gpu_schedule` (None where it does not apply)."""
     sch = gpu_schedule(func, op, gpu, bind)
     return None if sch is None else sch.mod["main"]
+
+
+def accumulate_in_registers(sch: s_tir.Schedule, block, thread_loop, threads: int | None) -> None:
+    """`block` (a reduction) accumulates in registers: its result is written back, each thread's
+    part after `thread_loop`, through the PrimFunc's other blocks (the epilogue, inlined into the
+    write-back; one TVM cannot inline bound on its own, `threads` a block, unless `threads` is None:
+    loops left unbound)."""
+    write_back = sch.cache_write(block, 0, "local")
+    own = {sch.get(block).name_hint, sch.get(write_back).name_hint}
+    for consumer in [b for b in blocks(sch) if sch.get(b).name_hint not in own]:
+        try:
+            sch.reverse_compute_inline(consumer)
+        except Exception:  # noqa: BLE001 - a consumer TVM cannot inline is bound on its own
+            if threads is not None:
+                _bind_gpu(sch, _spatial_loops(sch, consumer), threads)
+    sch.reverse_compute_at(write_back, thread_loop)
 
 
 def gpu_schedule(func: tirx.PrimFunc, op: nest.ComputeOp, gpu: GPU, bind: bool = True) -> s_tir.Schedule | None:
@@ -185,20 +203,20 @@ def gpu_schedule(func: tirx.PrimFunc, op: nest.ComputeOp, gpu: GPU, bind: bool =
     if op.kind != "mac" or not op.domain.reduction:
         return None
     npar = op.domain.num_parallel.data
-    channel = next(reversed(_output_channels(op)), None)
+    channel = next(reversed(output_channels(op)), None)
     sch = s_tir.Schedule(func)
     try:
-        block = _combiner_block(sch, op)
+        block = combiner_block(sch, op)
         loops = list(sch.get_loops(block))
         extents = [e for _, e in op.domain.dims]
         others = [d for d in range(npar) if d != channel]
         positions = math.prod(extents[d] for d in others)
         channels = 1 if channel is None else extents[channel]
-        c_i = _divisor(channels, gpu.channels)
+        c_i = divisor(channels, gpu.channels)
         while positions * channels // c_i < GPU_TILE["min_threads"] and c_i > 1:
-            c_i = _divisor(channels, c_i - 1)
-        p_t = _divisor(positions, gpu.threads)
-        c_t = _divisor(channels // c_i, gpu.threads // p_t)
+            c_i = divisor(channels, c_i - 1)
+        p_t = divisor(positions, gpu.threads)
+        c_t = divisor(channels // c_i, gpu.threads // p_t)
         order = [loops[d] for d in others] + ([loops[channel]] if channel is not None else [])
         sch.reorder(*order, *loops[npar:])
         p = sch.fuse(*(loops[d] for d in others)) if len(others) > 1 else loops[others[0]]
@@ -213,15 +231,7 @@ def gpu_schedule(func: tirx.PrimFunc, op: nest.ComputeOp, gpu: GPU, bind: bool =
         if bind:
             sch.bind(bx, "blockIdx.x")
             sch.bind(tx, "threadIdx.x")
-        write_back = sch.cache_write(block, 0, "local")
-        own = {sch.get(block).name_hint, sch.get(write_back).name_hint}
-        for consumer in [b for b in _blocks(sch) if sch.get(b).name_hint not in own]:
-            try:
-                sch.reverse_compute_inline(consumer)
-            except Exception:  # noqa: BLE001 - a consumer TVM cannot inline is bound on its own
-                if bind:
-                    _bind_gpu(sch, _spatial_loops(sch, consumer), gpu)
-        sch.reverse_compute_at(write_back, tx)
+        accumulate_in_registers(sch, block, tx, gpu.threads if bind else None)
         sch.decompose_reduction(block, loops[npar])
         if channel is not None:
             sch.unroll(sch.get_loops(block)[-1])
@@ -236,7 +246,7 @@ def apply(func: tirx.PrimFunc, op: nest.ComputeOp, gpu: GPU | None, schedule: Sc
     a CPU (`gpu` None) or a GPU."""
     schedule = schedule or op.get_schedule()
     sch = s_tir.Schedule(func)
-    block = _combiner_block(sch, op)
+    block = combiner_block(sch, op)
     loops = dict(zip(op.domain.dim_names, sch.get_loops(block)))
     reduction = {name for name, _ in op.domain.reduction}
     extents = dict(schedule.loops(op.domain))
@@ -264,10 +274,10 @@ def apply(func: tirx.PrimFunc, op: nest.ComputeOp, gpu: GPU | None, schedule: Sc
             if not prefix:
                 raise LoweringError(f"tvm backend: nest '{op.layer_name}': on a GPU a scheduled nest needs "
                                     f"a parallel loop outside its reductions (its order: {', '.join(order)})")
-            _bind_gpu(sch, prefix, gpu)
-            for other in _blocks(sch):
+            _bind_gpu(sch, prefix, gpu.threads)
+            for other in blocks(sch):
                 if sch.get(other).name_hint != sch.get(block).name_hint:
-                    _bind_gpu(sch, _spatial_loops(sch, other), gpu)
+                    _bind_gpu(sch, _spatial_loops(sch, other), gpu.threads)
         elif schedule.parallel is not None:
             sch.parallel(loops[schedule.parallel])
     return sch.mod["main"]

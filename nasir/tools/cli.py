@@ -259,11 +259,13 @@ def _import_tuning(args) -> int:
 
     imported = import_times(args.import_dir, args.tuning_dir)
     table = Table(title=f"records read from {args.import_dir}")
-    for column, justify in (("nest", "left"), ("records", "right"), ("best ms", "right")):
-        table.add_column(column, justify=justify)
+    families = sorted({kind for kinds in imported.family_best_ms.values() for kind in kinds})
+    for column in ("nest", "records", "best ms", *(f"{kind} ms" for kind in families)):
+        table.add_column(column, justify="left" if column == "nest" else "right")
     for name, count in imported.records.items():
-        best = imported.best_ms.get(name)
-        table.add_row(name, str(count), "-" if best is None else f"{best:.4f}")
+        kinds = imported.family_best_ms.get(name, {})
+        table.add_row(name, str(count), *(f"{ms:.4f}" if ms is not None else "-"
+                                          for ms in [imported.best_ms.get(name), *map(kinds.get, families)]))
     out.print(table)
     out.print(f"{sum(imported.records.values())} records of {len(imported.records)} nests in {imported.folder}; "
               "every later compile for this target uses them")
