@@ -19,9 +19,10 @@ kernel ptxas refuses is left out) into one library, a function per candidate; ne
 processes (a nest whose build fails is left out, to the default schedules). The folder:
 
     OUT/manifest.json              target, device, per nest its arguments' shapes, its library and
-                                   its candidates: function name, family and schedule trace
-                                   (TVM's JSON)
+                                   its candidates: function name and family
     OUT/tasks/NEST/workload.json   the nest's PrimFunc (TVM's JSON)
+    OUT/tasks/NEST/traces.json.gz  each candidate's schedule trace (TVM's JSON), for the import
+                                   (compressed: a ResNet-34 export's traces are 10 MB as text)
     OUT/tasks/NEST/candidates.so   the candidates, compiled: functions c0, c1, ...
     OUT/time_candidates.py         the timer (nasir/gpu_check/timer.py), OUT/runner.py beside it
     OUT/runtime/                   TVM's runtime for Python 3.12, for cuda (as `nasir gpu-check`'s;
@@ -35,6 +36,7 @@ families should be the default for which nest is the GPU's to say).
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -65,6 +67,7 @@ from nasir.model import Model
 MANIFEST = "manifest.json"
 TIMES = "times.json"
 TIMER = "time_candidates.py"
+TRACES = "traces.json.gz"
 
 
 def _candidates(func: tvm.tirx.PrimFunc, op, target: tvm.target.Target, trials: int, seed: int
@@ -156,10 +159,13 @@ def _export_nest(model_path: str, name: str, out: Path, target: str, arch: str |
     archs = cuda_archs(arch) if target == "cuda" else []
     library, built = _build({f"c{k}": sch for k, (_, sch) in enumerate(inside)}, tvm_target, archs)
     library.export_library(str(folder / "candidates.so"))
-    candidates = [{"function": f"c{k}", "family": family, "trace": tvm.ir.save_json(sch.trace.as_json())}
-                  for k, (family, sch) in enumerate(inside) if f"c{k}" in built]
+    candidates = [{"function": f"c{k}", "family": family} for k, (family, _) in enumerate(inside) if f"c{k}" in built]
+    traces = {f"c{k}": tvm.ir.save_json(sch.trace.as_json()) for k, (_, sch) in enumerate(inside) if f"c{k}" in built}
+    with gzip.open(folder / TRACES, "wt") as f:
+        json.dump(traces, f)
     args = [[[int(d) for d in info.shape], str(info.dtype)] for info in ms.arg_info.ArgInfo.from_prim_func(func)]
-    return {"name": name, "workload": str((folder / "workload.json").relative_to(out)), "args": args,
+    return {"name": name, "workload": str((folder / "workload.json").relative_to(out)),
+            "traces": str((folder / TRACES).relative_to(out)), "args": args,
             "library": str((folder / "candidates.so").relative_to(out)), "candidates": candidates}
 
 
@@ -210,6 +216,13 @@ def export_candidates(model: Model, out: str | Path, target: str = "cuda", arch:
     return out
 
 
+def candidate_traces(out: Path, task: dict) -> dict[str, str]:
+    """The schedule traces (TVM's JSON) of the candidates of `task` (an entry of `out`'s manifest),
+    by function name."""
+    with gzip.open(out / task["traces"], "rt") as f:
+        return json.load(f)
+
+
 @dataclass
 class Imported:
     """What `import_times` stored: records per nest, and the folder of the target's records."""
@@ -239,13 +252,14 @@ def import_times(out: str | Path, tuning_dir: str | Path | None = None) -> Impor
         mod = tvm.ir.load_json((out / task["workload"]).read_text())
         entry = tuning.database.commit_workload(mod)
         args = ms.arg_info.ArgInfo.from_prim_func(mod["main"])
+        traces = candidate_traces(out, task)
         stored = 0
         for candidate in task["candidates"]:
             seconds = times.get(task["name"], {}).get(candidate["function"])
             if not isinstance(seconds, float):
                 continue
             sch = s_tir.Schedule(mod)
-            s_tir.Trace.apply_json_to_schedule(tvm.ir.load_json(candidate["trace"]), sch)
+            s_tir.Trace.apply_json_to_schedule(tvm.ir.load_json(traces[candidate["function"]]), sch)
             tuning.database.commit_tuning_record(ms.database.TuningRecord(sch.trace, entry, [seconds], tuning.target,
                                                                           args))
             stored += 1

@@ -96,9 +96,10 @@ def test_cuda_import_makes_the_fastest_candidate_the_compiled_kernel(conv, tmp_p
     assert set(families) == {"registers", "shared", "meta_schedule"} and families["shared"] >= 2
     workload = tvm.ir.load_json((out / task["workload"]).read_text())
     threads = {}
+    traces = remote_tuning.candidate_traces(out, task)
     for candidate in task["candidates"]:
         sch = s_tir.Schedule(workload)
-        s_tir.Trace.apply_json_to_schedule(tvm.ir.load_json(candidate["trace"]), sch)
+        s_tir.Trace.apply_json_to_schedule(tvm.ir.load_json(traces[candidate["function"]]), sch)
         threads[candidate["function"]] = frozenset(_threads(sch.mod["main"].script()))
     counts = Counter(threads.values())
     chosen = next(function for function, t in threads.items() if counts[t] == 1 and t)
