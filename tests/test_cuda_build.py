@@ -88,6 +88,7 @@ def test_dlight_schedule_over_the_shared_memory_is_declined():
 
     from nasir.dialects import nest
     from nasir.dialects.module import main_func
+    from nasir.lowering.nest_to_tvm.bounds import shared_bytes
     from nasir.lowering.nest_to_tvm.program import prim_func
 
     model = zoo.load("resnet34", "imagenet").transform(ALL_VARIANTS["group2"])
@@ -97,7 +98,7 @@ def test_dlight_schedule_over_the_shared_memory_is_declined():
     target = tvm_build.target_of("cuda", "sm_90")
     with target:
         raw = dl.gpu.GeneralReduction().apply(func, target, False)
-        assert tvm_build.shared_bytes(raw) == 2 * 32 * 56 * 56 * 4
+        assert shared_bytes(raw.mod["main"]) == 2 * 32 * 56 * 56 * 4
         assert tvm_build.DeclineOnError(dl.gpu.GeneralReduction()).apply(func, target, False) is None
 
 
@@ -221,9 +222,9 @@ def test_staged_gpu_schedule_computes_the_nest_inside_its_buffers(name, dataset,
     every tile of `Staged.variants`: its copies fit the target's shared memory, every access of the
     bound kernel is proven inside its buffer (the padded window's copy too), and with its loops
     left unbound it equals the unscheduled nest."""
-    from nasir.lowering.nest_to_tvm.bounds import out_of_bounds
+    from nasir.lowering.nest_to_tvm.bounds import out_of_bounds, shared_bytes
     from nasir.lowering.nest_to_tvm.program import prim_func
-    from nasir.lowering.nest_to_tvm.staged import Staged, shared_bytes_of, staged_schedule
+    from nasir.lowering.nest_to_tvm.staged import Staged, staged_schedule
 
     target = tvm_build.target_of("cuda", "sm_90")
     limit = int(target.attrs["max_shared_memory_per_block"])
@@ -232,7 +233,7 @@ def test_staged_gpu_schedule_computes_the_nest_inside_its_buffers(name, dataset,
             bound = staged_schedule(prim_func(op), op, tile, limit)
             assert bound is not None, op.layer_name
             func = bound.mod["main"]
-            assert 0 < shared_bytes_of(func) <= limit and 'scope="shared"' in func.script(), op.layer_name
+            assert 0 < shared_bytes(func) <= limit and 'scope="shared"' in func.script(), op.layer_name
             assert out_of_bounds(func) == [], op.layer_name
             _assert_computes_the_nest(op, staged_schedule(prim_func(op), op, tile, limit, bind=False).mod["main"])
 
@@ -243,14 +244,15 @@ def test_staged_schedule_shrinks_its_chunk_to_the_shared_memory_and_builds():
     schedule. The staged kernels of every distinct ResNet-34 nest pass ptxas for sm_90."""
     from nasir import remote_tuning
     from nasir.lowering.nest_to_tvm.program import prim_func
-    from nasir.lowering.nest_to_tvm.staged import Staged, shared_bytes_of, staged_schedule
+    from nasir.lowering.nest_to_tvm.bounds import shared_bytes
+    from nasir.lowering.nest_to_tvm.staged import Staged, staged_schedule
     from nasir.lowering.nest_to_tvm.tuning import workload
 
     nests = _distinct_contractions("resnet34", "imagenet", "base")
     stem = nests[0]
     assert stem.layer_name == "conv1_Conv"
-    assert shared_bytes_of(staged_schedule(prim_func(stem), stem, Staged(), 1 << 20).mod["main"]) == 56448
-    assert shared_bytes_of(staged_schedule(prim_func(stem), stem, Staged(), 49152).mod["main"]) == 18816
+    assert shared_bytes(staged_schedule(prim_func(stem), stem, Staged(), 1 << 20).mod["main"]) == 56448
+    assert shared_bytes(staged_schedule(prim_func(stem), stem, Staged(), 49152).mod["main"]) == 18816
     assert staged_schedule(prim_func(stem), stem, Staged(), 1024) is None
     target = tvm_build.target_of("cuda", "sm_90")
     candidates = {f"c{k}": staged_schedule(workload(prim_func(op))["main"], op, Staged(), 49152)

@@ -106,3 +106,24 @@ def test_a_block_of_more_threads_than_the_target_allows_is_a_build_error():
     with pytest.raises(LoweringError, match=r"kernel 'layer1_shifted' runs 256 threads a block \(threadIdx.x 256\); "
                                             r"the target allows 128"):
         check_kernels(mod, 128)
+
+
+def test_a_kernel_over_the_targets_shared_memory_is_a_build_error():
+    """ResNet-34's stem staged through shared memory 3 input channels a step (staged.py, allowed
+    1 MB) needs 56448 bytes a block, over CUDA's 48 KB: refused before nvcc, naming the kernel."""
+    import nasir.zoo as zoo
+    from nasir.dialects import nest
+    from nasir.dialects.module import main_func
+    from nasir.lowering.nest_to_tvm.bounds import shared_bytes
+    from nasir.lowering.nest_to_tvm.program import lower_to_nest, prim_func
+    from nasir.lowering.nest_to_tvm.staged import Staged, staged_schedule
+
+    stem = next(op for op in main_func(lower_to_nest(zoo.load("resnet34", "imagenet").module)).body.block.ops
+                if isinstance(op, nest.ComputeOp))
+    kernel = staged_schedule(prim_func(stem), stem, Staged(), 1 << 20).mod["main"]
+    assert shared_bytes(kernel) == 56448
+    mod = tvm.IRModule({"conv1_Conv": kernel})
+    check_kernels(mod, 1024, 56448)
+    with pytest.raises(LoweringError, match=r"kernel 'conv1_Conv' needs 56448 bytes of shared memory a block; "
+                                            r"the target allows 49152"):
+        check_kernels(mod, 1024, 49152)

@@ -161,3 +161,30 @@ def test_a_candidate_tvm_cannot_lower_is_left_out():
     target = tvm_build.target_of("cuda", "sm_90")
     lowered = [remote_tuning._lowers(sch, target) for _, sch in remote_tuning._candidates(func, op, target, 32, 0)]
     assert 0 < lowered.count(False) < len(lowered)
+
+
+def test_a_record_whose_kernel_breaks_the_targets_limits_is_not_used(tmp_path):
+    """A tuning record replayed for a GPU must fit the target (here ResNet-34's stem staged through
+    56 KB of shared memory a block, over CUDA's 48 KB): such a record is passed over and the nest
+    gets the default schedule, where one within the limit (18 KB) is used."""
+    import nasir.zoo as zoo
+    from nasir.lowering.nest_to_tvm.program import tunable_nests
+    from nasir.lowering.nest_to_tvm.staged import Staged, staged_schedule
+    from nasir.lowering.nest_to_tvm.tuning import workload
+
+    func, op = tunable_nests(lower_to_nest(zoo.load("resnet34", "imagenet").module))["conv1_Conv"]
+    target = tvm_build.target_of("cuda", "sm_90")
+    for limit, used in ((1 << 20, "default"), (49152, "tuned")):
+        tuning = TVMTuning(target, tmp_path / str(limit))
+        sch = staged_schedule(workload(func)["main"], op, Staged(), limit)
+        entry = tuning.database.commit_workload(workload(func))
+        tuning.database.commit_tuning_record(_measured_record(sch, entry, target, func))
+        tuning.schedule(func)
+        assert tuning.counts == {used: 1}, limit
+
+
+def _measured_record(sch, entry, target, func):
+    """A tuning record of `sch` for `entry`, measured at 10 us."""
+    from tvm.s_tir import meta_schedule as ms
+
+    return ms.database.TuningRecord(sch.trace, entry, [1e-5], target, ms.arg_info.ArgInfo.from_prim_func(func))

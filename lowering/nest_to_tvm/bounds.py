@@ -12,13 +12,18 @@ cannot be proven within `[0, extent)` in some dimension is out of bounds:
         i = blockIdx.x * 256 + threadIdx.x                          -> A: index i + 1 in [1, 1024],
                                                                        dimension 0 has 1024
 
+Two limits of the target are checked beside: the threads a block runs (a launch over the GPU's
+limit is refused only when run) and the shared memory a block allocates, measured after TVM's
+compaction of each buffer to a block's region, as ptxas will see it (`shared_bytes`).
+
 A padded conv's read `if_then_else(0 <= oh + kh - 1 < 56, x[.., oh + kh - 1, ..], 0)` is inside:
 the branch that reads is taken only where the condition holds. (A `select` evaluates both branches,
 but TVM's pipeline turns one whose branches read memory into `if_then_else`, RewriteUnsafeSelect.)
 
-    out_of_bounds(func)          # [] or the accesses that may leave their buffers, described
-    check_kernels(mod, 1024)     # LoweringError naming the kernel and its first bad access, or its
-                                 # threads a block where they exceed the target's (a refused launch)
+    out_of_bounds(func)              # [] or the accesses that may leave their buffers, described
+    check_kernels(mod, 1024, 49152)  # LoweringError naming the kernel and its first bad access, or
+                                     # its threads a block where they exceed the target's (a refused
+                                     # launch), or its shared memory (a kernel ptxas refuses)
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from contextlib import contextmanager
 
 import tvm
 from tvm import s_tir, tirx
+from tvm.s_tir import analysis
 from tvm.ir import Call, TensorLoad
 from tvm.ir.prim.expr import IntImm, Let, Not, Ramp, Select
 from tvm.sym.analyzer import Analyzer, ProofStrength
@@ -158,31 +164,53 @@ def threads_per_block(func: tirx.PrimFunc) -> int:
     return math.prod(_walk(func).threads.values())
 
 
-def check_kernels(mod: tvm.IRModule, max_threads: int | None = None) -> None:
-    """Raise a LoweringError naming the first PrimFunc of `mod` with an access outside its buffers,
-    or with more threads a block than `max_threads` (a launch the GPU would refuse)."""
+def shared_bytes(func: tirx.PrimFunc) -> int:
+    """The shared memory a block of `func` (scheduled) allocates, after TVM compacts each buffer to
+    the region a block uses (its TIR pipeline's CompactBufferAllocation): what ptxas will see."""
+    compacted = tvm.transform.Sequential([
+        s_tir.transform.LowerInitBlock(), s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
+        s_tir.transform.ConvertBlocksToOpaque(), s_tir.transform.CompactBufferAllocation(),
+        s_tir.transform.LowerOpaqueBlock(),
+    ])(tvm.IRModule({"main": func}))["main"]
+    return int(analysis.calculate_allocated_bytes(compacted)["main"].get("shared", 0))
+
+
+def violations(func: tirx.PrimFunc, max_threads: int | None = None, max_shared_bytes: int | None = None
+               ) -> list[str]:
+    """What keeps `func` (a scheduled kernel) from running as built: its accesses that may leave
+    their buffers, more threads a block than `max_threads` (a launch the GPU refuses), more shared
+    memory a block than `max_shared_bytes` (a kernel ptxas refuses)."""
+    walked = _walk(func)
+    found = [f"may access memory outside its buffers: {walked.found[0]}"
+             + (f" (and {len(walked.found) - 1} more)" if len(walked.found) > 1 else "")] if walked.found else []
+    threads = math.prod(walked.threads.values())
+    if max_threads is not None and threads > max_threads:
+        found.append(f"runs {threads} threads a block "
+                     f"({', '.join(f'{t} {n}' for t, n in sorted(walked.threads.items()))}); "
+                     f"the target allows {max_threads}")
+    if max_shared_bytes is not None and (shared := shared_bytes(func)) > max_shared_bytes:
+        found.append(f"needs {shared} bytes of shared memory a block; the target allows {max_shared_bytes}")
+    return found
+
+
+def check_kernels(mod: tvm.IRModule, max_threads: int | None = None, max_shared_bytes: int | None = None) -> None:
+    """Raise a LoweringError naming the first PrimFunc of `mod` with a violation (`violations`)."""
     for gv, func in mod.functions.items():
-        if isinstance(func, tirx.PrimFunc):
-            walked = _walk(func)
-            if walked.found:
-                more = f" (and {len(walked.found) - 1} more)" if len(walked.found) > 1 else ""
-                raise LoweringError(f"kernel '{gv.name_hint}' may access memory outside its buffers: "
-                                    f"{walked.found[0]}{more}")
-            threads = math.prod(walked.threads.values())
-            if max_threads is not None and threads > max_threads:
-                raise LoweringError(f"kernel '{gv.name_hint}' runs {threads} threads a block "
-                                    f"({', '.join(f'{t} {n}' for t, n in sorted(walked.threads.items()))}); "
-                                    f"the target allows {max_threads}")
+        if isinstance(func, tirx.PrimFunc) and (found := violations(func, max_threads, max_shared_bytes)):
+            raise LoweringError(f"kernel '{gv.name_hint}' {found[0]}")
 
 
-def checking_bounds(max_threads: int | None = None, failures: list | None = None) -> tvm.transform.Pass:
-    """A module pass: `check_kernels` on the module, which it returns unchanged. Its LoweringError is
-    also put in `failures` (TVM turns an exception raised in a pass into a RuntimeError of its own)."""
+def checking_bounds(target: tvm.target.Target, failures: list | None = None) -> tvm.transform.Pass:
+    """A module pass: `check_kernels` on the module at the limits of `target` (a cuda target), which
+    it returns unchanged. Its LoweringError is also put in `failures` (TVM turns an exception raised
+    in a pass into a RuntimeError of its own)."""
+    max_threads, max_shared_bytes = (int(target.attrs[a]) for a in ("max_threads_per_block",
+                                                                       "max_shared_memory_per_block"))
 
     @tvm.transform.module_pass(opt_level=0, name="nasir.CheckKernelBounds")
     def check(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         try:
-            check_kernels(mod, max_threads)
+            check_kernels(mod, max_threads, max_shared_bytes)
         except LoweringError as e:
             if failures is not None:
                 failures.append(e)

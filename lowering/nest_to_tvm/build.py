@@ -16,7 +16,6 @@ library holds a fatbin and loads with TVM's runtime alone). What is missing for 
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import shutil
@@ -28,7 +27,7 @@ from tvm.relax.backend.cuda import pipeline as cuda
 from tvm.s_tir import dlight as dl
 
 from nasir.errors import BackendUnavailableError, NasirError
-from nasir.lowering.nest_to_tvm.bounds import checking_bounds, out_of_bounds
+from nasir.lowering.nest_to_tvm.bounds import checking_bounds, violations
 from nasir.lowering.nest_to_tvm.cuda import building_kernels, load_cuda_runtime
 
 CUDA_ARCH = "sm_90"
@@ -106,18 +105,6 @@ def target_of(name: str, arch: str | None = None) -> tvm.target.Target:
     return tvm.target.Target(host_cpu())
 
 
-def shared_bytes(sch: tvm.s_tir.Schedule) -> int:
-    """The shared memory one thread block of the scheduled function `sch` allocates, in bytes."""
-
-    def allocated(block_rv) -> int:
-        block = sch.get(block_rv)
-        here = sum(math.prod(int(d) for d in b.shape) * tvm.runtime.DataType(b.dtype).bits // 8
-                   for b in block.alloc_buffers if b.scope().startswith("shared"))
-        return here + sum(allocated(child) for child in sch.get_child_blocks(block_rv))
-
-    return allocated(sch.get_sblock("root"))
-
-
 class DeclineOnError(dl.ScheduleRule):
     """A dlight rule that declines (None) a function it fails on, whose schedule needs more shared
     memory per thread block than the target has, or whose schedule reads outside a buffer
@@ -138,7 +125,7 @@ class DeclineOnError(dl.ScheduleRule):
             return None
         limit = int(target.attrs["max_shared_memory_per_block"])
         schedules = scheduled if isinstance(scheduled, list) else [scheduled]
-        if scheduled is None or any(shared_bytes(s) > limit or out_of_bounds(s.mod["main"]) for s in schedules):
+        if scheduled is None or any(violations(s.mod["main"], max_shared_bytes=limit) for s in schedules):
             return None
         return scheduled
 
@@ -150,7 +137,7 @@ def cuda_pipeline(target: tvm.target.Target, failures: list | None = None) -> tv
     legalize = [relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(), relax.transform.FoldConstant(),
                 relax.transform.FuseOps(), relax.transform.FuseTIR(),
                 dl.ApplyDefaultSchedule(*(DeclineOnError(r) for r in rules[:-1]), rules[-1]),
-                checking_bounds(int(target.attrs["max_threads_per_block"]), failures)]
+                checking_bounds(target, failures)]
 
     @tvm.transform.module_pass(opt_level=0)
     def pipeline(mod: tvm.IRModule, _ctx) -> tvm.IRModule:

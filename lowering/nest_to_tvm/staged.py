@@ -17,7 +17,7 @@ from there. A 3x3 conv, 56 px, 64 channels, tile 4 x 16 channels, 1 x 14 positio
 TVM's `cache_read` copies only the window's points inside the input (the padding stays the
 combiner's guard), compacts each copy to the region a block reads and synchronises the block around
 it. The tile is fitted to the nest (every split exact), and the shared memory of the compacted
-copies (`shared_bytes_of`) to the target's limit (`max_shared_memory_per_block`): `chunk` halves
+copies (`bounds.shared_bytes`) to the target's limit (`max_shared_memory_per_block`): `chunk` halves
 until they fit. Applies to a contraction with a
 reduction dim both operands read, the one staged: a conv's `ci` (a grouped conv's within its
 group), a gemm's `k`, a depthwise conv's `kh` (its window's rows: neighbouring positions share them).
@@ -31,11 +31,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import tvm
 from tvm import s_tir, tirx
-from tvm.s_tir import analysis
 
 from nasir.dialects import affine, nest
+from nasir.lowering.nest_to_tvm.bounds import shared_bytes
 from nasir.lowering.nest_to_tvm.schedule import (accumulate_in_registers, combiner_block, divisor,
                                                  output_channels)
 
@@ -116,7 +115,7 @@ def staged_schedule(func: tirx.PrimFunc, op: nest.ComputeOp, tile: Staged, max_s
         return None
     fitted = _fit(op, dims, tile)
     while (sch := _scheduled(func, op, dims, fitted, bind)) is not None:
-        if shared_bytes_of(sch.mod["main"]) <= max_shared_bytes:
+        if shared_bytes(sch.mod["main"]) <= max_shared_bytes:
             return sch
         chunk = fitted[dims.staged][0]
         if chunk == 1:
@@ -171,14 +170,3 @@ def _stage(sch: s_tir.Schedule, block, operand: int, step, threads: int, bind: b
     _, t = sch.split(fused, [None, threads])
     if bind:
         sch.bind(t, "threadIdx.x")
-
-
-def shared_bytes_of(func: tirx.PrimFunc) -> int:
-    """The shared memory a block of `func` (scheduled) allocates, after TVM compacts each buffer to
-    the region a block uses (its TIR pipeline's CompactBufferAllocation)."""
-    compacted = tvm.transform.Sequential([
-        s_tir.transform.LowerInitBlock(), s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
-        s_tir.transform.ConvertBlocksToOpaque(), s_tir.transform.CompactBufferAllocation(),
-        s_tir.transform.LowerOpaqueBlock(),
-    ])(tvm.IRModule({"main": func}))["main"]
-    return int(analysis.calculate_allocated_bytes(compacted)["main"].get("shared", 0))

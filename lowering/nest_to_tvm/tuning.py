@@ -39,6 +39,7 @@ from tvm.target import codegen
 from tvm.ir.utils import derived_object
 
 from nasir.errors import BackendUnavailableError, NasirError
+from nasir.lowering.nest_to_tvm.bounds import violations
 from nasir.lowering.nest_to_tvm.intrinsics import import_tensor_intrinsics
 from nasir.lowering.schedule.tuned import cache_dir
 
@@ -199,7 +200,7 @@ class TVMTuning:
         mod = workload(func)
         record = self.database.query_tuning_record(mod, self.target, "main") \
             if self.database.has_workload(mod) else None
-        sch = None if record is None else _replay(record.trace, func)
+        sch = None if record is None else self._replay(record.trace, func)
         if sch is not None:
             self.counts["tuned"] += 1
             return sch.mod["main"]
@@ -209,6 +210,16 @@ class TVMTuning:
             return None
         self.counts["transferred"] += 1
         return sch.mod["main"]
+
+    def _replay(self, trace: s_tir.Trace, func: tirx.PrimFunc) -> s_tir.Schedule | None:
+        """`trace` replayed on `func` (`_replay`); None where it does not apply or, on a GPU, where
+        the kernel it makes breaks the target's limits (`bounds.violations`: a transferred tile's
+        shared memory or threads, an access outside a buffer)."""
+        sch = _replay(trace, func)
+        if sch is None or self.target.kind.name != "cuda":
+            return sch
+        limits = (int(self.target.attrs[a]) for a in ("max_threads_per_block", "max_shared_memory_per_block"))
+        return None if violations(sch.mod["main"], *limits) else sch
 
     def _best_by_class(self) -> dict[str, dict[int, tuple[float, ms.database.TuningRecord]]]:
         """Per class (`nest_class`), the best record (mean seconds, record) of each of its workloads;
@@ -235,7 +246,7 @@ class TVMTuning:
     def _transferred(self, func: tirx.PrimFunc) -> s_tir.Schedule | None:
         fitted = []
         for record in self._same_class(func):
-            sch = _replay(record.trace, func)
+            sch = self._replay(record.trace, func)
             if sch is not None:
                 fitted.append(sch)
                 if len(fitted) == CANDIDATES or not self.can_time:
