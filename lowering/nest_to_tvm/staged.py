@@ -55,7 +55,7 @@ class Staged:
     @staticmethod
     def variants(max_threads: int) -> list[Staged]:
         """The tiles worth timing on a GPU (tuning candidates): blocks of 128 to 256 threads, 2 to 8
-        channels by 8 to 32 channel threads, rows of 1 or 2 positions a thread, chunks of 4 to 16."""
+        channels by 4 to 32 channel threads, rows of 1 or 2 positions a thread, chunks of 4 to 16."""
         tiles = [Staged(256, 4, 16, 1, 8), Staged(256, 4, 8, 2, 8), Staged(128, 4, 8, 1, 16),
                  Staged(256, 2, 16, 2, 8), Staged(256, 8, 8, 1, 8), Staged(128, 2, 16, 1, 8),
                  Staged(256, 4, 32, 1, 4), Staged(128, 8, 4, 2, 8)]
