@@ -66,6 +66,30 @@ def test_export_time_import_on_the_cpu_gives_the_next_compile_its_records(conv, 
     np.testing.assert_allclose(exe(x), conv_oracle(x, conv.weights["w"]), rtol=1e-4, atol=1e-4)
 
 
+def test_the_timer_goes_on_after_a_candidate_that_fails(conv, tmp_path):
+    """Each nest is timed in a process of its own (on a GPU one illegal address poisons the process's
+    CUDA context): after a candidate that fails (here a function the library does not have) the
+    nest's next candidates are timed in a fresh process; a library that does not load fails its
+    candidates and not the other nests'."""
+    out = remote_tuning.export_candidates(conv, tmp_path / "out", target="tvm", trials=4, progress=lambda _: None)
+    manifest = json.loads((out / remote_tuning.MANIFEST).read_text())
+    (task,) = manifest["tasks"]
+    functions = [c["function"] for c in task["candidates"]]
+    task["candidates"].insert(1, {"function": "missing", "family": "meta_schedule"})
+    broken = {**task, "name": "broken", "library": "tasks/none.so"}
+    manifest["tasks"].append(broken)
+    (out / remote_tuning.MANIFEST).write_text(json.dumps(manifest))
+    timed = _time(out)
+    assert timed.returncode == 0, timed.stderr[-3000:]
+    assert "conv: " in timed.stdout and "(1 failed)" in timed.stdout
+    times = json.loads((out / remote_tuning.TIMES).read_text())["times"]
+    assert list(times["conv"]) == [functions[0], "missing", *functions[1:]]
+    assert times["conv"]["missing"].startswith("error: ") and "missing" in times["conv"]["missing"]
+    assert all(isinstance(times["conv"][f], float) for f in functions)
+    assert set(times["broken"]) == {"missing", *functions}
+    assert all(t.startswith("error: its timing process ended with code 1") for t in times["broken"].values())
+
+
 def test_cuda_export_holds_compiled_candidates_and_the_timer_reaches_the_missing_gpu(conv, tmp_path):
     out = remote_tuning.export_candidates(conv, tmp_path / "out", target="cuda", arch="sm_90", trials=2,
                                           progress=lambda _: None)
