@@ -13,8 +13,9 @@ nasir's own schedules, "registers" at each tile of `schedule.GPU.variants` (64 t
 block by 1 to 8 channels a thread) and "shared" (the reduction staged through shared memory,
 `staged.py`) at each of `Staged.variants`, then up to `trials` candidates drawn from
 meta_schedule's design spaces (its replay-trace strategy: the design spaces' traces replayed with
-fresh random decisions, post-processed); each proven inside its buffers (`bounds.out_of_bounds`) and lowered by TVM's TIR
-pipeline (`_lowers`); the nest's candidates compiled together for the target (one nvcc run; a
+fresh random decisions, post-processed); each proven inside its buffers and, for a GPU, within the
+target's threads and shared memory a block (`bounds.violations`) and lowered by TVM's TIR pipeline
+(`_lowers`); the nest's candidates compiled together for the target (one nvcc run; a
 kernel ptxas refuses is left out) into one library, a function per candidate; nests in worker
 processes (a nest whose build fails is left out, to the default schedules). The folder:
 
@@ -54,7 +55,7 @@ from tvm import s_tir
 from tvm.s_tir import meta_schedule as ms
 
 from nasir.errors import NasirError
-from nasir.lowering.nest_to_tvm.bounds import out_of_bounds
+from nasir.lowering.nest_to_tvm.bounds import target_limits, violations
 from nasir.lowering.nest_to_tvm.build import cuda_archs, nvcc_path, require_cuda_compiler, target_of
 from nasir.lowering.nest_to_tvm.cuda import KernelsRejected, building_kernels
 from nasir.lowering.nest_to_tvm.intrinsics import import_tensor_intrinsics
@@ -78,11 +79,11 @@ def _candidates(func: tvm.tirx.PrimFunc, op, target: tvm.target.Target, trials: 
     "meta_schedule" (samples of its design spaces, post-processed)."""
     found = []
     if target.kind.name == "cuda":
-        max_threads = int(target.attrs["max_threads_per_block"])
+        max_threads, max_shared_bytes = target_limits(target)
         main = workload(func)["main"]
         found = [("registers", schedule.gpu_schedule(main, op, variant))
                  for variant in schedule.GPU.of(target).variants(max_threads)]
-        found += [("shared", staged_schedule(main, op, tile, int(target.attrs["max_shared_memory_per_block"])))
+        found += [("shared", staged_schedule(main, op, tile, max_shared_bytes))
                   for tile in Staged.variants(max_threads)]
     context = ms.TuneContext(mod=workload(func), target=target, space_generator="post-order-apply",
                              search_strategy="replay-trace", task_name="main", num_threads=1, rand_state=seed)
@@ -154,8 +155,9 @@ def _export_nest(model_path: str, name: str, out: Path, target: str, arch: str |
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     (folder / "workload.json").write_text(tvm.ir.save_json(workload(func)))
+    limits = target_limits(tvm_target) if target == "cuda" else ()
     inside = [(family, sch) for family, sch in _candidates(func, op, tvm_target, trials, seed)
-              if not out_of_bounds(sch.mod["main"]) and _lowers(sch, tvm_target)]
+              if not violations(sch.mod["main"], *limits) and _lowers(sch, tvm_target)]
     archs = cuda_archs(arch) if target == "cuda" else []
     library, built = _build({f"c{k}": sch for k, (_, sch) in enumerate(inside)}, tvm_target, archs)
     library.export_library(str(folder / "candidates.so"))

@@ -175,6 +175,12 @@ def shared_bytes(func: tirx.PrimFunc) -> int:
     return int(analysis.calculate_allocated_bytes(compacted)["main"].get("shared", 0))
 
 
+def target_limits(target: tvm.target.Target) -> tuple[int, int]:
+    """The threads and the shared memory (bytes) a block may have on `target` (a cuda target:
+    `build.target_of`'s attributes), in `violations`' order."""
+    return int(target.attrs["max_threads_per_block"]), int(target.attrs["max_shared_memory_per_block"])
+
+
 def violations(func: tirx.PrimFunc, max_threads: int | None = None, max_shared_bytes: int | None = None
                ) -> list[str]:
     """What keeps `func` (a scheduled kernel) from running as built: its accesses that may leave
@@ -204,8 +210,7 @@ def checking_bounds(target: tvm.target.Target, failures: list | None = None) -> 
     """A module pass: `check_kernels` on the module at the limits of `target` (a cuda target), which
     it returns unchanged. Its LoweringError is also put in `failures` (TVM turns an exception raised
     in a pass into a RuntimeError of its own)."""
-    max_threads, max_shared_bytes = (int(target.attrs[a]) for a in ("max_threads_per_block",
-                                                                       "max_shared_memory_per_block"))
+    max_threads, max_shared_bytes = target_limits(target)
 
     @tvm.transform.module_pass(opt_level=0, name="nasir.CheckKernelBounds")
     def check(mod: tvm.IRModule, _ctx) -> tvm.IRModule:

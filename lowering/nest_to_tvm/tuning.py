@@ -39,7 +39,7 @@ from tvm.target import codegen
 from tvm.ir.utils import derived_object
 
 from nasir.errors import BackendUnavailableError, NasirError
-from nasir.lowering.nest_to_tvm.bounds import violations
+from nasir.lowering.nest_to_tvm.bounds import target_limits, violations
 from nasir.lowering.nest_to_tvm.intrinsics import import_tensor_intrinsics
 from nasir.lowering.schedule.tuned import cache_dir
 
@@ -218,8 +218,7 @@ class TVMTuning:
         sch = _replay(trace, func)
         if sch is None or self.target.kind.name != "cuda":
             return sch
-        limits = (int(self.target.attrs[a]) for a in ("max_threads_per_block", "max_shared_memory_per_block"))
-        return None if violations(sch.mod["main"], *limits) else sch
+        return None if violations(sch.mod["main"], *target_limits(self.target)) else sch
 
     def _best_by_class(self) -> dict[str, dict[int, tuple[float, ms.database.TuningRecord]]]:
         """Per class (`nest_class`), the best record (mean seconds, record) of each of its workloads;
