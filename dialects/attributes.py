@@ -145,3 +145,5 @@ SCRATCH_OFFSET = IntKey("nasir.scratch_offset", "arena offset of a bufferized op
 WEIGHT = StrKey("nasir.weight", "the weight a view of the weights buffer is (nest-bufferize)")
 LAYER = StrKey("nasir.layer", "the layer a kernel call computes (convert-nest-to-loops)")
 MACS = IntKey("nasir.macs", "multiply-accumulates of a kernel call")
+VECTORS = RecordsKey("nasir.vectors", "the vectorised nests of each kernel: {kernel, layer, lanes}, lanes the "
+                     "extent of the nest's vector loop as its schedule gives it (convert-nest-to-loops)")

@@ -17,6 +17,13 @@ dictionary with the CPU's name and any field to override:
 `nasir.compile(..., cpu=...)` and `nasir-opt --cpu` set it; `target_of(module)` reads it (the
 host, or the CPU named by the environment variable NASIR_CPU, where a module has none), so
 default-schedule, convert-nest-to-loops, the LLVM IR and the JIT all see the same CPU.
+
+The environment variable NASIR_HOST_CPU makes nasir treat this machine as another CPU with no
+wider vectors (`NASIR_HOST_CPU=x86-64-v3` on an AVX-512 machine: an AVX2 CPU). "host" then means
+that CPU everywhere: the default target, the schedules, the peak probe, and which code runs here
+(AVX-512 code raises `ForeignCPUError`, as on an AVX2 machine). The test suite runs its
+both-width tests this way too (`make test`), so a failure that only an AVX2 machine would show
+shows on any x86 machine.
 """
 
 from __future__ import annotations
@@ -37,6 +44,8 @@ from nasir.errors import NasirError
 """Module attribute: the CPU a module is compiled for (see the module docstring)."""
 CPU_ENV = "NASIR_CPU"
 """Environment variable naming the CPU of modules that name none (default: the host)."""
+HOST_ENV = "NASIR_HOST_CPU"
+"""Environment variable naming the CPU this machine is treated as (see the module docstring)."""
 
 KiB = 1024
 
@@ -131,9 +140,29 @@ def _initialize_llvm() -> None:
     llvm.initialize_native_asmprinter()
 
 
-@cache
 def host_target() -> CPUTarget:
-    """The CPU this process runs on."""
+    """The CPU this process runs on, or the one NASIR_HOST_CPU names (see the module docstring)."""
+    return _host_as(os.environ.get(HOST_ENV) or None)
+
+
+@cache
+def _host_as(name: str | None) -> CPUTarget:
+    """The machine's own CPU (`name` None), or the CPU LLVM calls `name` with this machine's caches
+    (the code runs here), which must have no wider vectors than this machine."""
+    machine = _machine()
+    if name is None or name in ("host", machine.cpu):
+        return machine
+    named = _named(name, machine)
+    named = dataclasses.replace(named, l1_bytes=machine.l1_bytes, l2_bytes=machine.l2_bytes, l3_bytes=machine.l3_bytes)
+    if named.lanes > machine.lanes:
+        raise NasirError(f"{HOST_ENV}={name}: this machine ({machine.cpu}, {machine.lanes} lanes) cannot run "
+                         f"{named.lanes}-lane code; name a CPU with vectors no wider than its own (x86-64-v3: AVX2)")
+    return named
+
+
+@cache
+def _machine() -> CPUTarget:
+    """The CPU this process runs on, as LLVM sees it."""
     import llvmlite.binding as llvm
 
     _initialize_llvm()
@@ -178,12 +207,17 @@ print(16 if 'zmm' in asm else 8 if 'ymm' in asm else 4)
 on a CPU name it does not know)."""
 
 
-@cache
 def cpu_target(name: str = "host") -> CPUTarget:
     """The description of the CPU LLVM calls `name` ("host": this machine's)."""
     host = host_target()
     if name in ("host", host.cpu):
         return host
+    return _named(name, host)
+
+
+@cache
+def _named(name: str, host: CPUTarget) -> CPUTarget:
+    """The description of a CPU LLVM knows by `name`, for code made on `host`."""
     probe = subprocess.run([sys.executable, "-c", PROBE, name], capture_output=True, text=True)
     if probe.returncode != 0 or "not a recognized processor" in probe.stderr:
         raise NasirError(f"unknown CPU '{name}': give a CPU name LLVM knows (znver3, x86-64-v3, "

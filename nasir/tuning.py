@@ -26,7 +26,8 @@ from nasir.lowering.pipeline import LLVM_PIPELINE
 from nasir.lowering.schedule.default_schedule import tunable
 from nasir.lowering.schedule.schedules import candidate_schedules
 from nasir.lowering.schedule.tuned import TuningDatabase, default_tuning_db, nest_signature
-from nasir.lowering.target import resolve_target, set_target, target_of
+from nasir.errors import NasirError
+from nasir.lowering.target import CPUTarget, host_target, resolve_target, set_target, target_of
 from nasir.model import Model
 
 TOP = 4
@@ -85,12 +86,24 @@ def tunable_nests(model: Model, cpu: str | None) -> tuple[Model, dict[str, list[
     return level, groups
 
 
+def timeable_target(cpu: str | None) -> CPUTarget:
+    """The target `cpu` names (see `resolve_target`), if this machine can run and so time its code;
+    else NasirError."""
+    target, host = resolve_target(cpu), host_target()
+    if target.lanes > host.lanes:
+        raise NasirError(f"cannot tune for {target.cpu} on this CPU ({host.cpu}, {host.lanes} lanes): its "
+                         f"{target.lanes}-lane code does not run here, so it cannot be timed; run nasir tune "
+                         f"on a {target.cpu} machine")
+    return target
+
+
 def tune(model: Model, cpu: str | None = None, threads: int = 1, database: str | Path | None = None,
          kernel_cache: str | Path | None = None, top: int = TOP, progress: bool = False) -> TuningReport:
     """Tune every distinct nest of `model` that the database lacks for `cpu` (default: NASIR_CPU,
-    else the host), timed with `threads`; the database is `database` (default: the user's)."""
+    else the host), timed with `threads`; the database is `database` (default: the user's). A CPU
+    with wider vectors than this machine's cannot be timed here: NasirError."""
     start = time.perf_counter()
-    target = resolve_target(cpu)
+    target = timeable_target(cpu)
     db = TuningDatabase(database or default_tuning_db())
     kernels = KernelTimes(Path(kernel_cache or default_kernel_cache()), target.cpu, threads)
     level, groups = tunable_nests(model, target.cpu)

@@ -23,6 +23,7 @@ from nasir.dialects.attributes import (
     PROFILE,
     PROFILE_OFFSET,
     TARGET,
+    VECTORS,
     WEIGHT_OFFSETS,
     WEIGHTS_BYTES,
     WORKSPACE_BYTES,
@@ -31,7 +32,7 @@ from nasir.dialects.module import WeightStore, attach_weights, io_names, io_shap
 from nasir.errors import BoundsError, ForeignCPUError, NasirError
 from nasir.lowering.bufferize import ALIGN
 from nasir.lowering.loops_to_llvm.convert import BOUNDS_GLOBALS
-from nasir.lowering.loops_to_llvm.llvm_ir import optimize, to_llvm_ir
+from nasir.lowering.loops_to_llvm.llvm_ir import float_vectors, optimize, to_llvm_ir
 from nasir.lowering.passes import gc_paused, run_pipeline
 from nasir.lowering.pipeline import LLVM_PIPELINE
 from nasir.lowering.target import CPUTarget, host_target, set_target, target_of
@@ -61,7 +62,7 @@ class LLVMExecutable(Executable):
     target = "llvm"
 
     def __init__(self, native, meta: dict, weights: np.ndarray, optimized_module=None, threads: int = 1,
-                 compiled_for: CPUTarget | None = None):
+                 compiled_for: CPUTarget | None = None, code_vectors: dict[str, set[int]] | None = None):
         super().__init__(meta["input_names"], [tuple(s) for s in meta["input_shapes"]], meta["output_names"])
         self.native = native
         self.meta = meta
@@ -73,6 +74,10 @@ class LLVMExecutable(Executable):
         self.compiled_for = compiled_for
         """The CPU this code was compiled for (see `nasir.lowering.target`); None for code
         loaded from disk (meta's "cpu" and "lanes" name it)."""
+        self.code_vectors = code_vectors
+        """The float32 vector widths of each function of the code as nasir generated it (before
+        LLVM's optimisation, `llvm_ir.float_vectors`); meta's "vectors" says which widths the
+        schedules gave each kernel. None for code loaded from disk."""
         n_args = len(self.input_shapes) + len(self.output_shapes) + 2
         self._entry = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * n_args)(native.entry_address)
         self.threads = threads
@@ -202,11 +207,13 @@ def executable_of(module: ModuleOp, lowered: ModuleOp, threads: int = 1, start: 
         meta["bounds_checks"] = BOUNDS_CHECKS.get(lowered)
     if PROFILE.on(lowered):
         meta["profile"] = {"offset": PROFILE_OFFSET.get(lowered), "calls": PROFILE.get(lowered)}
+    meta["vectors"] = VECTORS.get(lowered, [])
     weights = pack_weights(weights_of(lowered), offsets, meta["weights_bytes"])
-    optimized = optimize(to_llvm_ir(lowered), target)
+    ir_text = to_llvm_ir(lowered)
+    optimized = optimize(ir_text, target)
     native = JITModule(optimized, target)
     meta["compile_seconds"] = time.perf_counter() - start
-    return LLVMExecutable(native, meta, weights, optimized, threads, target)
+    return LLVMExecutable(native, meta, weights, optimized, threads, target, float_vectors(ir_text))
 
 
 def load(path: str | Path, threads: int = 1) -> LLVMExecutable:

@@ -13,6 +13,7 @@ prints how many cases of each kind ran (conftest.py). A failure hypothesis finds
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import onnx
 import onnxruntime as ort
 from conftest import CASES, WIDTHS
@@ -23,6 +24,7 @@ from onnx import TensorProto, helper, numpy_helper
 import nasir
 
 CPUS = [cpu for cpu, _ in WIDTHS.values()]
+pytestmark = pytest.mark.widths  # draws its CPU from both widths (conftest.py)
 
 
 def cases(n: int):

@@ -34,6 +34,7 @@ from nasir.fuzz.graphs import Case, SeededDraw, random_case
 from nasir.lowering.choices import FAMILIES, LAYOUTS, transition_name
 
 CPUS = [cpu for cpu, _ in WIDTHS.values()]
+pytestmark = pytest.mark.widths  # draws its CPU from both widths (conftest.py)
 REGRESSIONS = Path(__file__).parent / "regressions"
 EXAMPLES = 6
 """Drawn cases of one run, besides the @example seeds (all of them: about 3 minutes of one core)."""

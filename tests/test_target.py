@@ -9,13 +9,23 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import check_foreign_code
 from test_llvm_backend import build, rand
 
 import nasir
 from nasir.dialects import nest, nn
 from nasir.dialects.attributes import TARGET
 from nasir.errors import ForeignCPUError, NasirError
-from nasir.lowering.target import cpu_target, host_target, set_target, target_of
+from nasir.lowering import target
+from nasir.lowering.target import (
+    CPU_ENV,
+    HOST_ENV,
+    cpu_target,
+    host_target,
+    resolve_target,
+    set_target,
+    target_of,
+)
 from nasir.runtime.llvm_executable import compile_llvm
 
 
@@ -116,3 +126,69 @@ def test_nasir_opt_and_the_cli_take_a_cpu(tmp_path):
     cli = subprocess.run([sys.executable, "-m", "nasir.tools.cli", "run", str(src), "--cpu", "x86-64-v3"],
                          capture_output=True, text=True)
     assert cli.returncode == 0, cli.stderr
+
+
+@pytest.fixture
+def as_avx2(monkeypatch):
+    """This machine treated as an AVX2 CPU (NASIR_HOST_CPU), whatever it is."""
+    monkeypatch.setenv(HOST_ENV, "x86-64-v3")
+    monkeypatch.delenv(CPU_ENV, raising=False)
+    return host_target()
+
+
+def test_the_host_can_be_treated_as_an_avx2_cpu(as_avx2):
+    """NASIR_HOST_CPU=x86-64-v3: "host" is an 8-lane, 16-register CPU with this machine's caches;
+    default compiles make 8-lane code that runs, 16-lane code refuses to, as on an AVX2 machine."""
+    machine = target._machine()
+    assert (as_avx2.cpu, as_avx2.lanes, as_avx2.registers) == ("x86-64-v3", 8, 16)
+    assert cpu_target("host") is as_avx2 and resolve_target(None) is as_avx2
+    assert (as_avx2.l1_bytes, as_avx2.l2_bytes, as_avx2.l3_bytes) == (machine.l1_bytes, machine.l2_bytes,
+                                                                     machine.l3_bytes)
+    model, x, ref = conv_model()
+    exe = nasir.compile(model)
+    assert exe.meta["lanes"] == 8 and exe.runs_here
+    assert max(w for ws in exe.code_vectors.values() for w in ws) == 8
+    np.testing.assert_allclose(exe(x), ref, rtol=1e-4, atol=1e-4)
+    wide = nasir.compile(model, cpu="x86-64-v4")
+    with pytest.raises(ForeignCPUError, match=r"compiled for x86-64-v4 \(16-lane vectors\) and cannot run on "
+                                              r"this CPU \(x86-64-v3, 8 lanes\)"):
+        wide(x)
+    check_foreign_code(wide)
+    cli = subprocess.run([sys.executable, "-m", "nasir.tools.cli", "tune", "resnet18", "--cpu", "x86-64-v4"],
+                         capture_output=True, text=True)
+    assert cli.returncode == 1 and cli.stderr.strip().splitlines() == [
+        "nasir: error: cannot tune for x86-64-v4 on this CPU (x86-64-v3, 8 lanes): its 16-lane code does not "
+        "run here, so it cannot be timed; run nasir tune on a x86-64-v4 machine"]
+
+
+def test_the_foreign_code_check_fails_where_a_kernel_lacks_its_schedules_vectors(as_avx2):
+    """conftest's check of code that cannot run here: each vectorised nest's kernel computes with
+    its schedule's width. A kernel said to be vectorised at a width it does not use fails it."""
+    model, _, _ = conv_model()
+    wide = nasir.compile(model, cpu="x86-64-v4")
+    [conv] = wide.meta["vectors"]
+    assert conv["layer"] == "conv" and conv["lanes"] == 16
+    conv["lanes"] = 4
+    with pytest.raises(AssertionError, match=r"conv: its schedule vectorises 4 lanes, kernel @conv computes with \[16\]"):
+        check_foreign_code(wide)
+    conv["lanes"] = 32
+    with pytest.raises(AssertionError, match="a vector loop of 32 lanes for a 16-lane CPU"):
+        check_foreign_code(wide)
+
+
+def test_a_host_cpu_this_machine_cannot_run_is_a_clear_error(monkeypatch):
+    """NASIR_HOST_CPU may only narrow the vectors (an AVX-512 name on an AVX2 machine is refused);
+    an unknown name is the unknown-CPU error."""
+    avx2 = cpu_target("x86-64-v3")
+    monkeypatch.setattr(target, "_machine", lambda: avx2)
+    target._host_as.cache_clear()
+    monkeypatch.setenv(HOST_ENV, "x86-64-v4")
+    try:
+        with pytest.raises(NasirError, match=r"^NASIR_HOST_CPU=x86-64-v4: this machine \(x86-64-v3, 8 lanes\) cannot "
+                                             r"run 16-lane code; name a CPU with vectors no wider than its own"):
+            host_target()
+        monkeypatch.setenv(HOST_ENV, "pentium9000")
+        with pytest.raises(NasirError, match="unknown CPU 'pentium9000'"):
+            host_target()
+    finally:
+        target._host_as.cache_clear()

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import foreign, lanes_of
 from test_llvm_backend import build, rand
 
 import nasir
@@ -20,7 +21,7 @@ from nasir.errors import NasirError
 from nasir.lowering.schedule.default_schedule import tunable
 from nasir.lowering.schedule.schedules import candidate_schedules, schedule_for
 from nasir.lowering.schedule.tuned import TuningDatabase, nest_signature
-from nasir.lowering.target import resolve_target
+from nasir.lowering.target import host_target, resolve_target
 from nasir.runtime.llvm_executable import compile_llvm
 from nasir.tuning import tunable_nests, tune, with_schedule
 
@@ -87,9 +88,15 @@ def test_compiles_take_the_databases_schedule_for_their_cpu_only(tmp_path):
     np.testing.assert_allclose(exe(x), reference(x), rtol=1e-4, atol=1e-4)
 
 
-def test_tune_keeps_the_fastest_timed_schedule_and_a_second_run_times_nothing(tmp_path):
+def test_tune_keeps_the_fastest_timed_schedule_and_a_second_run_times_nothing(tmp_path, cpu):
     model = two_convs()
     db, kernels = tmp_path / "tuning.db", tmp_path / "kernels.db"
+    if foreign(cpu):
+        with pytest.raises(NasirError, match=f"^cannot tune for {cpu} on this CPU .* does not run here, so it "
+                                             f"cannot be timed; run nasir tune on a {cpu} machine$"):
+            tune(model, database=db, kernel_cache=kernels)
+        assert not db.exists(), "nothing written"
+        return
     first = tune(model, database=db, kernel_cache=kernels)
     assert len(first.nests) == 2 and all(len(n.timed) == 4 for n in first.nests)
     for n in first.nests:
@@ -112,11 +119,17 @@ def test_tune_is_an_llvm_option():
         nasir.compile(two_convs(), target="torch", tune=True)
 
 
-def test_the_cli_tunes_a_model_and_names_its_database(tmp_path):
+def test_the_cli_tunes_a_model_and_names_its_database(tmp_path, cpu):
+    """NASIR_CPU (the `cpu` fixture) names the CPU; one that this machine cannot run is a one-line error."""
     path = two_convs().save(tmp_path / "m.mlir")
     db = tmp_path / "t.db"
     done = subprocess.run([sys.executable, "-m", "nasir.tools.cli", "tune", str(path), "--db", str(db)],
                           capture_output=True, text=True, timeout=600)
+    if foreign(cpu):
+        assert done.returncode == 1 and done.stderr.strip().splitlines() == [
+            f"nasir: error: cannot tune for {cpu} on this CPU ({host_target().cpu}, {host_target().lanes} lanes): "
+            f"its {lanes_of(cpu)}-lane code does not run here, so it cannot be timed; run nasir tune on a {cpu} machine"]
+        return
     assert done.returncode == 0, done.stderr
     assert "2 distinct convs (2 timed, 0 from the database)" in " ".join(done.stdout.split())
     assert str(db) in done.stdout.replace("\n", "")

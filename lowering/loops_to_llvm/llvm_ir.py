@@ -8,6 +8,7 @@ target, `nasir.target`), parsed by LLVM and optimised with the new pass manager 
 
 from __future__ import annotations
 
+import re
 from typing import IO
 
 from llvmlite.ir import types
@@ -33,6 +34,18 @@ def to_llvm_ir(module: ModuleOp) -> str:
         if isinstance(op, llvm.FuncOp) and op.body.blocks and op.linkage.linkage.data == "internal":
             ir_module.get_global(op.sym_name.data).linkage = "internal"
     return _print_opaque(ir_module)
+
+
+def float_vectors(ir_text: str) -> dict[str, set[int]]:
+    """The float32 vector widths each function of LLVM IR text computes with:
+
+        define internal void @conv.par0(ptr %0) { ... <16 x float> ... <8 x float> ... }
+        -> {"conv.par0": {16, 8}}
+    """
+    widths = {}
+    for header, body in re.findall(r'^define [^@]*@"?([^"(]+)"?\(([\s\S]*?)^}', ir_text, re.MULTILINE):
+        widths[header] = {int(w) for w in re.findall(r"<(\d+) x float>", body)}
+    return widths
 
 
 def _print_opaque(ir_module) -> str:

@@ -10,7 +10,8 @@ A kernel follows the nest's schedule (data, see `nasir.dialects.schedule.Schedul
 
 - loops in `Schedule.loops(domain)` order; parallel loops outside the first reduction loop are the
   "outer" loops, `parallel` among them becomes `scf.parallel` (spread over threads);
-- the vector loop (innermost) becomes lanes of `vector<W x f32>` values; other parallel loops placed
+- the vector loop (innermost) becomes lanes of `vector<W x f32>` values (the module's
+  `nasir.vectors` lists each kernel's W, for checks of code that cannot run here); other parallel loops placed
   inside the reductions must be fully unrolled (a register tile): one accumulator per tile point,
   carried through the reduction loops as `scf.for` iter_args;
 - `unroll` replicates loop bodies; split tails (factor not dividing the extent) are guarded:
@@ -48,8 +49,9 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
-from nasir.dialects.attributes import FUSE_ROWS, LAYER, MACS, SCRATCH_OFFSET
+from nasir.dialects.attributes import FUSE_ROWS, LAYER, MACS, SCRATCH_OFFSET, VECTORS
 from nasir.dialects.module import main_func, sanitize
+from nasir.dialects import nest
 from nasir.dialects.nest import macs
 from nasir.errors import LoweringError
 from nasir.lowering.nest_to_loops.kernels import (
@@ -62,7 +64,7 @@ from nasir.lowering.nest_to_loops.kernels import (
     make_kernel,
     scratch_view,
 )
-from nasir.lowering.nest_to_loops.spec import nest_spec
+from nasir.lowering.nest_to_loops.spec import Spec, nest_spec
 from nasir.lowering.target import target_of
 
 
@@ -72,7 +74,9 @@ class ConvertNestToLoopsPass(ModulePass):
     Max combiners and clamps (ReLU, clip, ...) are compares and selects that keep NaN, as torch and
     ONNX Runtime do (arith.maxnumf would drop it). Kernel arguments are `noalias` but the operand a
     nest writes over (`nasir.in_place`) and its result; a kernel that would write workspace bytes
-    another of its arguments holds is refused (a memory plan out of step with the kernels)."""
+    another of its arguments holds is refused (a memory plan out of step with the kernels). The
+    module's `nasir.vectors` lists each kernel's vectorised nests and the lanes of their vector
+    loops: `[{kernel = "conv", layer = "conv", lanes = 16}]`."""
 
     name = "convert-nest-to-loops"
 
@@ -84,6 +88,7 @@ class ConvertNestToLoopsPass(ModulePass):
         taken: set[str] = {"main"}
         shared: dict[tuple, str] = {}
         kernels: list[func.FuncOp] = []
+        vectors: list[dict] = []
         groups = [mat for mat in fn.body.block.ops if isinstance(mat, bufferization.MaterializeInDestinationOp)]
         fused_inputs = _fused_inputs(groups)
         held: dict[SSAValue, tuple] = {}
@@ -107,12 +112,14 @@ class ConvertNestToLoopsPass(ModulePass):
                 if args.refs[0] not in held:
                     raise LoweringError(f"nest '{layer}': {FUSE_ROWS.name} needs its input written by a nest")
                 spec, producer_args, producer_key, producer_layer, producer_macs = held.pop(args.refs[0])
+                specs = [(producer_layer, spec), (layer, nest_spec(compute))]
                 made = len(producer_args.refs)
                 args = producer_args.then(args)  # the pool's other operands (an epilogue's) and result
                 key, layer, count = (producer_key, key), f"{producer_layer}+{layer}", producer_macs + count
                 kernel = lambda name, types, aliased, c=compute, p=spec, n=made: make_kernel(  # noqa: E731
                     name, types, lambda b, a: emit_row_fused(b, p, nest_spec(c), a[:n], a[n:], target), aliased)
             else:
+                specs = [(layer, nest_spec(compute))] if isinstance(compute, nest.ComputeOp) else []
                 kernel = lambda name, types, aliased, c=compute: kernel_for(  # noqa: E731
                     name, c, types, aliased, target)
             args.check_disjoint(layer)
@@ -120,6 +127,8 @@ class ConvertNestToLoopsPass(ModulePass):
             if name is None:
                 name = shared[key] = _fresh_name(layer, taken)
                 kernels.append(kernel(name, [r.type for r in args.refs], args.aliased))
+                vectors += [{"kernel": name, "layer": nest_layer, "lanes": lanes}
+                            for nest_layer, s in specs if (lanes := vector_lanes(s)) > 1]
             call = func.CallOp(name, args.refs, [])
             LAYER.set(call, layer)
             MACS.set(call, count)
@@ -130,6 +139,14 @@ class ConvertNestToLoopsPass(ModulePass):
                                 f"{', '.join(repr(h[3]) for h in held.values())} (a fused pool's producer fused in turn)")
         for k in kernels:
             op.body.block.add_op(k)
+        if vectors:
+            VECTORS.set(op, vectors)
+
+
+def vector_lanes(spec: Spec) -> int:
+    """The extent of `spec`'s vector loop (1 for a nest without one)."""
+    vector = spec.schedule.vector
+    return dict(spec.schedule.loops(spec.domain))[vector] if vector is not None else 1
 
 
 def _fused_inputs(groups: list[bufferization.MaterializeInDestinationOp]) -> set[SSAValue]:

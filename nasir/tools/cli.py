@@ -38,6 +38,7 @@ from nasir.variants import ALL_VARIANTS
 from nasir.errors import FrontendError, NasirError
 from nasir.tools.console import ToolConsole, end_on_closed_pipe, fail, show, step
 from nasir.tools.reference import compare, onnxruntime_outputs, seeded_inputs
+from nasir.tuning import timeable_target
 
 out = ToolConsole(highlight=False)
 progress = ToolConsole(stderr=True, highlight=False)
@@ -237,6 +238,8 @@ def cmd_tune(args) -> int:
                          "time: give --export DIR (or compile(model, target=..., tune_trials=N) where the device is)")
     if args.export and args.target == "llvm":
         raise NasirError("--export is for --target tvm or cuda (TVM's schedules); llvm tunes here, on this CPU")
+    if not args.export:
+        timeable_target(args.cpu)  # before the model's import: a CPU whose code cannot run here is refused
     with tempfile.TemporaryDirectory(prefix="nasir-") as tmp:
         model = load(model_file(args.model, args.dataset, tmp))
     if args.export:
