@@ -241,15 +241,31 @@ def conv_bn_relu_conv(seed=0):
 
 
 def test_bottleneck_co_propagates_through_bn_relu_into_next_conv():
+    """init=inherit keeps the 4 of 8 filters that carry most after the batch norm (filter norm
+    times |scale| / sqrt(var + eps), computed here by hand), and the next conv reads exactly
+    those channels."""
     net, m = conv_bn_relu_conv()
     b = m.transform("bottleneck{dim=co factor=2 layers=c1 init=inherit}")
     assert macs(b, "c1") * 2 == macs(m, "c1") and macs(b, "c2") * 2 == macs(m, "c2")
     t = net.t
-    x = F.conv2d(torch.from_numpy(net.x), t("c1.weight")[:4], t("c1.bias")[:4], padding=1)
-    x = F.relu(F.batch_norm(x, t("bn1.mean")[:4], t("bn1.var")[:4], t("bn1.scale")[:4], t("bn1.bias")[:4],
+    size = t("c1.weight").flatten(1).norm(dim=1) * t("bn1.scale").abs() / (t("bn1.var") + 1e-5).sqrt()
+    keep = torch.sort(torch.topk(size, 4).indices).values
+    assert keep.tolist() != [0, 1, 2, 3], "the seed's filters make the first four not the largest"
+    x = F.conv2d(torch.from_numpy(net.x), t("c1.weight")[keep], t("c1.bias")[keep], padding=1)
+    x = F.relu(F.batch_norm(x, t("bn1.mean")[keep], t("bn1.var")[keep], t("bn1.scale")[keep], t("bn1.bias")[keep],
                             eps=1e-5))
-    ref = F.conv2d(x, t("c2.weight")[:, :4], t("c2.bias"), padding=1)
+    ref = F.conv2d(x, t("c2.weight")[:, keep], t("c2.bias"), padding=1)
     torch.testing.assert_close(run(b, net.x), ref, **TOL)
+
+
+def test_bottleneck_co_keeps_the_first_filters_of_each_group_without_trained_weights():
+    """Without init=inherit (fresh weights) the kept channels are the first Co/B of each group."""
+    net, m = conv_bn_relu_conv()
+    b = m.transform("bottleneck{dim=co factor=2 layers=c1}")
+    t = net.t
+    mean = t("bn1.mean")[:4]
+    bn = [v for k, v in b.weights.items() if k.startswith("bn1.mean")]
+    assert any(np.allclose(v, mean.numpy()) for v in bn)
 
 
 def test_bottleneck_co_kaiming_reinitialises_with_seed():

@@ -2,8 +2,10 @@
 
 Architecture transform on nest IR (see `nasir.transforms.arch`); `bottleneck{dim=D factor=B}`:
 
-- `dim=co`: the conv keeps the first Co/B filters (of each group: with G groups, output channel
-  g*Co + j survives iff j < Co/B). Weight rows and bias shrink to match; the new channel count is
+- `dim=co`: the conv keeps Co/B filters of each group: under `init=inherit` those that carry
+  most (the largest filter norms, times the size a batch norm that reads the conv gives each
+  channel: |scale| / sqrt(var + eps)), else the first ones (output channel g*Co + j survives iff
+  j < Co/B). Weight rows and bias shrink to match; the new channel count is
   carried forward: element-wise and pool nests and nn.batch_norm shrink (their per-channel weights
   sliced to the surviving channels), and the next conv reads fewer input channels (its weight
   columns: the surviving ones under `init=inherit`). The walk refuses (LegalityError naming layer,
@@ -38,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 from xdsl.ir import SSAValue
 
-from nasir.dialects import nest
+from nasir.dialects import nest, nn
 from nasir.errors import LegalityError, PassError
 from nasir.transforms.arch import ArchPass, Edit, divides
 from nasir.transforms.nest_spec import Form, NestSpec, is_conv, is_weight, spatial_axis
@@ -92,7 +94,12 @@ def _channels_out(edit: Edit, op: nest.ComputeOp, spec: NestSpec, b: int, why: s
     co = spec.extent("co")
     co2 = co // b
     groups = spec.extent("g") if spec.has("g") else 1
-    kept = np.array([g * co + j for g in range(groups) for j in range(co2)])
+    scores = _filter_scores(edit, op, spec, groups * co) if edit.init == "inherit" else None
+    if scores is None:
+        kept = np.array([g * co + j for g in range(groups) for j in range(co2)])
+    else:  # per group, the co2 filters that matter most, in their order
+        kept = np.concatenate([g * co + np.sort(np.argsort(-scores[g * co:(g + 1) * co], kind="stable")[:co2])
+                               for g in range(groups)])
     for f in spec.all_forms():
         if f.uses("co") and f.coeff("g"):
             f.set("g", f.coeff("co") * co2)
@@ -110,6 +117,26 @@ def _channels_out(edit: Edit, op: nest.ComputeOp, spec: NestSpec, b: int, why: s
         spec.inputs[k] = edit.reshaped(value, spec.input_shape(k), take, op, spec.name)
     new = edit.replace(op, spec.build())
     edit.propagate_channels(new.results[0], kept, groups * co, why)
+
+
+def _filter_scores(edit: Edit, op: nest.ComputeOp, spec: NestSpec, channels: int) -> np.ndarray | None:
+    """How much each output channel of a conv with trained weights carries: its filter's L2 norm,
+    times |scale| / sqrt(var + eps) of a batch norm that alone reads the conv (the channel's size
+    after normalisation); None without the trained weight."""
+    weight = edit.value(spec.inputs[1])
+    axes = [a for a, f in enumerate(spec.forms[1]) if f.uses("co")]
+    if weight is None or len(axes) != 1:
+        return None
+    w = np.moveaxis(np.asarray(weight, np.float64), axes[0], 0).reshape(weight.shape[axes[0]], -1)
+    if len(w) != channels:
+        return None
+    scores = np.linalg.norm(w, axis=1)
+    users = [u.operation for u in op.results[0].uses]
+    if len(users) == 1 and isinstance(users[0], nn.BatchNormOp):
+        scale, _, _, var = (edit.value(v) for v in users[0].operands[1:])
+        if scale is not None and var is not None and scale.shape == var.shape == (channels,):
+            scores = scores * np.abs(scale) / np.sqrt(var + users[0].epsilon.value.data)
+    return scores
 
 
 def _channels_in(edit: Edit, op: nest.ComputeOp, spec: NestSpec, b: int) -> None:

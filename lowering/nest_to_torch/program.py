@@ -12,6 +12,8 @@ same program serves Fisher Potential and training (`Model.to_torch`);
 training-mode batch-norm leaves its running statistics alone (its output is the same either way).
 
     program = TorchProgram(module).train()      # module: nn and/or nest ops, with its weight store
+    program.taps = {"layer1_layer1.0_Add"}      # forward() keeps these layers' results in
+    program(x); program.tapped                  # program.tapped (distillation's block outputs)
 """
 
 from __future__ import annotations
@@ -65,6 +67,9 @@ class TorchProgram(torch.nn.Module):
         stats = {o.owner.key for op in self.func.walk() if isinstance(op, nn.BatchNormOp)
                  for o in op.operands[3:] if isinstance(o.owner, nn.WeightOp)}
         self.steps: list[tuple[Operation, object, list[SSAValue]]] = []
+        self.taps: set[str] = set()
+        """Layer names whose results `forward` keeps in `tapped` (name -> tensor)."""
+        self.tapped: dict[str, torch.Tensor] = {}
         for op in self.func.body.block.ops:
             if isinstance(op, nn.WeightOp):
                 if op.key not in store:
@@ -98,12 +103,15 @@ class TorchProgram(torch.nn.Module):
         for op in self.func.body.block.ops:
             if isinstance(op, nn.WeightOp):
                 env[op.result] = self.weight(op.key)
+        self.tapped = {}
         for op, fn, operands in self.steps:
             args = [env[o] for o in operands]
             if self.training and isinstance(op, nn.BatchNormOp):
                 env[op.result] = self._train_batch_norm(op, args)
             else:
                 env[op.result] = fn(op, args)
+            if self.taps and getattr(op, "layer_name", "") in self.taps:
+                self.tapped[op.layer_name] = env[op.result]
         ret = self.func.body.block.last_op
         outs = [env[o] for o in ret.operands]
         return outs[0] if len(outs) == 1 else tuple(outs)

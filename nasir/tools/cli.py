@@ -298,8 +298,13 @@ def cmd_train(args) -> int:
     pipeline = from_nn(args.pipeline or "")
     with step(progress, f"transforming: {pipeline}"):
         model = model.transform(pipeline)
+    teacher = None
+    if args.teacher:
+        with tempfile.TemporaryDirectory(prefix="nasir-") as tmp:
+            teacher = load(model_file(args.teacher, args.dataset, tmp, args.image_size)).transform(from_nn(""))
     result = nasir.train(model, args.data, epochs=args.epochs, batch=args.batch, lr=args.lr, seed=args.seed,
-                         out=args.out, resume=not args.restart, threads=args.threads, title=Path(args.model).stem)
+                         out=args.out, resume=not args.restart, threads=args.threads, title=Path(args.model).stem,
+                         teacher=teacher)
     saved = result.apply_to(model).save(Path(args.out) / "trained.mlir")
     if result.resumed:
         out.print(f"resumed from {result.resumed}")
@@ -418,6 +423,8 @@ def train_args(c: argparse.ArgumentParser) -> None:
     c.add_argument("--threads", type=int, help="torch threads (default: torch's)")
     c.add_argument("--out", default="nasir-train", help="output folder: checkpoint, metrics, curves, trained model (default nasir-train)")
     c.add_argument("--restart", action="store_true", help="ignore a checkpoint in OUT and start over")
+    c.add_argument("--teacher", help="a trained model (.mlir + .npz, or .onnx with its weights) to distil from: "
+                   "its soft outputs and the attention maps of the block outputs both networks share")
 
 
 def search_args(c: argparse.ArgumentParser) -> None:

@@ -8,10 +8,12 @@ returns a `TrainResult` whose trained weights go back into any batch of the same
     result.accuracy                       # top-1 on the test split, batch-norm in eval mode
     trained = result.apply_to(model)      # a nasir.Model with the trained weights (compile it)
 
-The rooms: `loop` (the recipe and the epochs), `checkpoint` (one file per run, resumable after a
-kill), `report` (progress, metrics.csv, curves.png).
+The rooms: `loop` (the recipe and the epochs), `distill` (the loss against a trained teacher:
+`train(student, data, teacher=original)`), `checkpoint` (one file per run, resumable after a kill),
+`report` (progress, metrics.csv, curves.png).
 """
 
+from nasir.training.distill import Distillation
 from nasir.training.loop import Recipe, TrainResult, train
 
-__all__ = ["Recipe", "TrainResult", "train"]
+__all__ = ["Distillation", "Recipe", "TrainResult", "train"]

@@ -34,6 +34,7 @@ from nasir.errors import NasirError
 from nasir.fisher import torch_threads
 from nasir.model import Model
 from nasir.training import checkpoint
+from nasir.training.distill import Distillation, block_outputs, distillation_loss
 from nasir.training.report import TrainProgress, plot_curves, write_metrics
 
 
@@ -86,13 +87,16 @@ class TrainResult:
 def train(model: Model, data: str | Path | Dataset, *, epochs: int = 200, batch: int = 128, lr: float = 0.1,
           momentum: float = 0.9, weight_decay: float = 5e-4, augment: bool | None = None, seed: int = 0,
           out: str | Path | None = None, resume: bool = True, progress: bool = True, threads: int | None = None,
-          title: str = "train", on_epoch: Callable[[dict], None] | None = None) -> TrainResult:
+          title: str = "train", on_epoch: Callable[[dict], None] | None = None,
+          teacher: Model | Distillation | None = None) -> TrainResult:
     """Train `model` on `data` (a source of `nasir.data.load_dataset`, or a `Dataset`) with the
     recipe (`Recipe`; see the module docstring) and return the `TrainResult`.
 
     `out`: the run's folder (checkpoint.pt, metrics.csv, curves.png, written after every epoch);
     with `resume` a checkpoint there is continued from. `threads`: torch's thread count for the
-    run. `on_epoch(row)` is called after each epoch is saved."""
+    run. `on_epoch(row)` is called after each epoch is saved. `teacher`: a trained network `model`
+    learns from besides the labels (its outputs and attention maps at the block outputs both
+    share; `nasir.training.distill`), or a `Distillation` with other constants."""
     recipe = Recipe(epochs, batch, lr, momentum, weight_decay, augment, seed)
     recipe.check()
     shape = model.input_shapes[0]
@@ -102,13 +106,24 @@ def train(model: Model, data: str | Path | Dataset, *, epochs: int = 200, batch:
         raise NasirError(f"{dataset.name} has {dataset.num_classes} classes but the model has {classes} outputs")
     batch = min(batch, len(dataset.train[0]))
     net = model.at_batch(batch)
+    spec = Distillation(teacher) if isinstance(teacher, Model) else teacher
+    if spec is not None and (spec.teacher.input_shapes[0][1:] != shape[1:]
+                             or spec.teacher.output_shapes[0][-1] != classes):
+        raise NasirError(f"the teacher takes {spec.teacher.input_shapes[0][1:]} and gives {spec.teacher.output_shapes[0][-1]} "
+                         f"outputs; the network trained takes {shape[1:]} and gives {classes}")
     folder = Path(out) if out is not None else None
     fingerprint = {"model": hashlib.sha256(net.text().encode()).hexdigest(), "data": dataset.name,
                    "train_examples": len(dataset.train[0]), "recipe": json.dumps(asdict(recipe), sort_keys=True)}
+    if spec is not None:
+        fingerprint["teacher"] = spec.fingerprint()
     start = time.perf_counter()
     with torch_threads(threads):
         torch.manual_seed(seed)
         program = net.to_torch().train()
+        teacher_program = None
+        if spec is not None:
+            teacher_program = spec.teacher.at_batch(batch).to_torch().eval()
+            program.taps = teacher_program.taps = set(block_outputs(net, spec.teacher)) if spec.beta else set()
         optimizer = torch.optim.SGD(program.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
         history: list[dict] = []
         resumed = None
@@ -130,7 +145,7 @@ def train(model: Model, data: str | Path | Dataset, *, epochs: int = 200, batch:
                 for group in optimizer.param_groups:
                     group["lr"] = recipe.lr_at(epoch)
                 loss, accuracy = _train_epoch(program, optimizer, dataset, batch, augmenting,
-                                              np.random.default_rng([seed, epoch]), bar)
+                                              np.random.default_rng([seed, epoch]), bar, teacher_program, spec)
                 test_loss, test_accuracy = evaluate(program, *dataset.test, batch)
                 row = {"epoch": epoch + 1, "lr": recipe.lr_at(epoch), "train_loss": loss, "train_accuracy": accuracy,
                        "test_loss": test_loss, "test_accuracy": test_accuracy,
@@ -149,8 +164,9 @@ def train(model: Model, data: str | Path | Dataset, *, epochs: int = 200, batch:
 
 
 def _train_epoch(program, optimizer, dataset: Dataset, batch: int, augmenting: bool, rng: np.random.Generator,
-                 bar: TrainProgress) -> tuple[float, float]:
-    """One pass over the training examples in a seeded order; (mean loss, accuracy %)."""
+                 bar: TrainProgress, teacher=None, spec: Distillation | None = None) -> tuple[float, float]:
+    """One pass over the training examples in a seeded order; (mean loss, accuracy %). With a
+    `teacher` program, the loss is `spec`'s distillation loss."""
     x, y = dataset.train
     order = rng.permutation(len(x))
     program.train()
@@ -159,8 +175,14 @@ def _train_epoch(program, optimizer, dataset: Dataset, batch: int, augmenting: b
         pick = order[k * batch:(k + 1) * batch]
         images = augmented(x[pick], rng) if augmenting else x[pick]
         labels = torch.from_numpy(y[pick])
-        logits = program(torch.from_numpy(np.ascontiguousarray(images)))
-        loss = F.cross_entropy(logits, labels)
+        inputs = torch.from_numpy(np.ascontiguousarray(images))
+        logits = program(inputs)
+        if teacher is None:
+            loss = F.cross_entropy(logits, labels)
+        else:
+            with torch.no_grad():
+                teacher_logits = teacher(inputs)
+            loss = distillation_loss(logits, program.tapped, teacher_logits, teacher.tapped, labels, spec)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
