@@ -105,3 +105,41 @@ def run_pipeline(module: ModuleOp, spec: str, verify: bool = True) -> None:
         pipeline.apply(make_context(), module)
         if verify:
             module.verify()
+
+
+def pipeline_steps(spec: str) -> list[str]:
+    """`spec` cut into its passes at the commas outside braces and quotes:
+
+        >>> pipeline_steps('group{factor=2 layers="a|b"},fold{dim=kh layers="c"}')
+        ['group{factor=2 layers="a|b"}', 'fold{dim=kh layers="c"}']
+    """
+    steps, depth, quoted, start = [], 0, False, 0
+    for i, ch in enumerate(spec):
+        if ch == '"':
+            quoted = not quoted
+        elif not quoted and ch in "{}":
+            depth += 1 if ch == "{" else -1
+        elif not quoted and not depth and ch == ",":
+            steps.append(spec[start:i].strip())
+            start = i + 1
+    steps.append(spec[start:].strip())
+    return [s for s in steps if s]
+
+
+def with_init(spec: str, init: str) -> str:
+    """`spec` with `init=INIT` given to every pass that takes an `init` option and does not set it
+    (the architecture transforms: how a transformed conv's weights are made):
+
+        >>> with_init('convert-nn-to-nest,group{factor=2 layers="c1"},fold{dim=kh init=kaiming}', "inherit")
+        'convert-nn-to-nest,group{factor=2 layers="c1" init=inherit},fold{dim=kh init=kaiming}'
+    """
+    parse_pipeline(spec)  # malformed: the parser's error
+    passes = available_passes()
+    out = []
+    for step in pipeline_steps(spec):
+        name, _, options = step.partition("{")
+        cls = passes[name.strip()]
+        if "init" in getattr(cls, "__dataclass_fields__", {}) and "init=" not in options:
+            step = f"{name}{{{options[:-1].strip()} init={init}}}".replace("{ ", "{") if options else f"{name}{{init={init}}}"
+        out.append(step)
+    return ",".join(out)

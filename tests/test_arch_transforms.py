@@ -376,3 +376,19 @@ def test_resnet34_group2_agrees_on_llvm_torch_and_onnx_runtime(tmp_path):
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     (got,) = session.run(None, {session.get_inputs()[0].name: x})
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("pipeline", [
+    "index-split{dim=co at=3 layers=c1}",
+    "index-split{dim=oh parts=2 layers=c2}",
+    "index-split{dim=ow at=5 layers=c1},index-split{dim=co parts=2 layers=c2}",
+    "unshare{dim=oh parts=2 layers=c1 init=inherit}",
+    "unshare{dim=ow parts=4 layers=c2 init=inherit}",
+])
+def test_function_preserving_transforms_keep_the_output(pipeline):
+    """Index splits, and unshare with the trained weights copied into every band, compute the
+    original network: the same outputs to 1e-5 on a conv, batch norm, relu, conv network."""
+    net, m = conv_bn_relu_conv()
+    s = m.transform(pipeline)
+    assert s.text() != m.text()
+    torch.testing.assert_close(run(s, net.x), run(m, net.x), rtol=1e-5, atol=1e-5)

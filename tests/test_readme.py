@@ -48,6 +48,8 @@ EXEMPT = {
         "needs the CIFAR-10 binary files and hours (test_training: loaders on generated files, a tiny model trained)",
     'nasir train resnet18 --pipeline "$(cat runs/r18/best.pipeline)" --data digits --epochs 15':
         "needs a finished search's runs/r18 and minutes of training (test_training, benchmarks/fisher_vs_accuracy.py)",
+    'nasir train model.onnx --pipeline "$(cat runs/r18/best.pipeline)" --teacher model.onnx --data digits --epochs 15':
+        "needs a finished search's runs/r18 and minutes of training (test_distill: nasir train --teacher on a tiny net)",
     "nasir check model.onnx": "compiles ResNet-18, about a minute (test_tools: nasir check on a zoo model)",
     "nasir check model.onnx --cpu x86-64-v3": "compiles ResNet-18, about a minute (test_checked, conftest's cpu fixture)",
     "nasir check model.onnx --checked": "compiles ResNet-18 bounds-checked, minutes (test_checked)",
@@ -57,6 +59,10 @@ EXEMPT = {
     "python -m nasir.demo --model resnet34": "compiles and times ResNet-34, minutes",
     "nasir check model.onnx --bisect": "compiles ResNet-18 and, on a mismatch, each prefix of it (test_bisect: "
                                        "a small model made wrong on purpose, and one that agrees)",
+    "NASIR_HOST_CPU=x86-64-v3 make pytest": "the whole suite again, as an AVX2 CPU (make test runs its "
+                                            "both-width tests that way: make pytest-avx2)",
+    "NASIR_HOST_CPU=znver3 nasir profile resnet18": "compiles and profiles ResNet-18, a minute (test_target: the "
+                                                    "host treated as an AVX2 CPU)",
     "make fuzz MINUTES=30": "fuzzes for 30 minutes (test_graphs runs its generator; test_fuzz_cli runs it for 2 cases)",
 }
 """README line -> why this test does not run it."""

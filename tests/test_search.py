@@ -31,13 +31,15 @@ from nasir.dialects.shapes import shape_of
 from nasir.data import minibatch
 from nasir.fisher import fisher_potential
 from nasir.search import strategies
-from nasir.search.driver import FisherBar, Search, SearchOptions, measure_front, tell
+from nasir.errors import NasirError, PassError
+from nasir.search.driver import FisherBar, Search, SearchOptions, default_init, measure_front, tell
 from nasir.search.evaluate import ROUNDS, Outcome
 from nasir.search.progress import SearchProgress
 from nasir.search.results import Candidate, pareto_front, passes, ranked
 from nasir.tools.cli import parser
 from nasir.timing import Spread, busy, interleaved, ratios
 from nasir.kernels import KernelTimes, compiler_digest, nest_key, standalone
+from nasir.lowering.passes import pipeline_steps, with_init
 from nasir.search.space import SearchSpace, conv_nests, layer_pattern
 from nasir.search.workers import MEASURE
 from nasir.search.sources import from_nn, load_source
@@ -421,7 +423,7 @@ def test_the_strategies_learn_from_fisher_rejections_as_infeasible_trials():
 
 def test_evolution_and_tpe_begin_with_the_whole_network_variants(tiny, tmp_path):
     choices = ("identity", "group2", "group4", "shift-oh")
-    space = SearchSpace.of(nasir.load(tiny).transform("convert-nn-to-nest"), choices)
+    space = SearchSpace.of(nasir.load(tiny).transform("convert-nn-to-nest"), choices, init="inherit")  # a file's
     # by hand: each choice on every conv that takes it, in the order of TEMPLATES
     expected = []
     for choice in ("group2", "group4", "shift-oh"):
@@ -608,3 +610,25 @@ def test_cli_refuses_the_storage_of_another_model(first, tmp_path):
     before = {p.name: p.stat().st_mtime_ns for p in first.out.iterdir()}
     refuse([str(wide), "--out", str(first.out), "--budget", str(BUDGET)], what="another model")
     assert {p.name: p.stat().st_mtime_ns for p in first.out.iterdir()} == before
+
+
+def test_a_file_is_searched_with_inherited_weights_and_a_zoo_model_with_fresh_ones(first, tiny):
+    """A model file's weights are the user's (trained): its candidates inherit them, and their
+    pipelines say so; a zoo model's are untrained: fresh weights, the passes' default."""
+    assert default_init(str(tiny)) == "inherit" and default_init("resnet18") == "kaiming"
+    changed = [c.pipeline for c in first.candidates if c.pipeline]
+    assert changed and all("init=inherit" in step for p in changed for step in pipeline_steps(p)
+                           if step.split("{")[0] in ("group", "depthwise", "bottleneck", "fold", "unfold", "shift",
+                                                     "unshare"))
+    with pytest.raises(NasirError, match="unknown init 'random'"):
+        nasir.search(tiny, budget=1, init="random", progress=False)
+
+
+def test_with_init_writes_init_into_the_steps_that_take_it():
+    spec = ('convert-nn-to-nest,index-split{dim=co parts=2 layers="a,b"},group{factor=2 layers="c"},'
+            'fold{dim=kh init=kaiming},depthwise')
+    assert with_init(spec, "inherit") == (
+        'convert-nn-to-nest,index-split{dim=co parts=2 layers="a,b" init=inherit},'
+        'group{factor=2 layers="c" init=inherit},fold{dim=kh init=kaiming},depthwise{init=inherit}')
+    with pytest.raises(PassError, match="bad pass pipeline"):
+        with_init("group{factor=2", "inherit")

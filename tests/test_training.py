@@ -239,3 +239,24 @@ def test_nasir_train_killed_then_run_again_resumes(tiny, tmp_path):
     assert [int(r.split(",")[0]) for r in rows] == list(range(1, 5))
     assert (tmp_path / "run" / "trained.npz").is_file()
 
+
+
+@pytest.mark.parametrize("pipeline", ['group{factor=2 layers="layer1_conv1_Conv|layer1_conv2_Conv"}',
+                                      'bottleneck{dim=co factor=2 layers="layer1_conv1_Conv"}'])
+def test_a_trained_networks_inherited_weights_start_better_than_fresh_ones(tiny, tmp_path, pipeline):
+    """On a trained original, the transformed network with inherited weights (block-diagonal
+    slices, the filters that carry most) scores higher before any fine-tuning than the same
+    network with fresh weights, which is at chance."""
+    model, task = tiny
+    trained = nasir.train(model, task, epochs=4, batch=16, out=tmp_path, progress=False)
+    original = trained.apply_to(model)
+    data = np.load(task)
+    x, y = data["x_test"], data["y_test"]
+
+    def accuracy(m) -> float:
+        return 100.0 * float(np.mean(nasir.compile(m.at_batch(len(x)), target="torch")(x).argmax(1) == y))
+
+    inherited = accuracy(original.transform(pipeline.replace("}", " init=inherit}")))
+    fresh = accuracy(original.transform(pipeline))
+    assert trained.accuracy > 70
+    assert inherited > fresh + 10, (inherited, fresh, trained.accuracy)

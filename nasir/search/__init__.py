@@ -24,7 +24,7 @@ def search(model: str | Path, dataset: str = "cifar10", *, budget: int | None = 
            threads: int = 1, workers: int = 1, ray: str | None = None, batch: int = 16, data: str | None = None,
            fisher_slack: float = 0.0, properties: bool = True, cpu: str | None = None,
            choices: tuple[str, ...] | None = None, fisher_top: int | None = 8, timeout: float = 600.0, progress: bool = True,
-           kernel_cache: str | Path | None = None, train_top: int = 0, epochs: int = 200):
+           kernel_cache: str | Path | None = None, train_top: int = 0, epochs: int = 200, init: str | None = None):
     """Search the architecture transforms of `model` (a zoo name or an .onnx file) for faster
     networks that keep its capacity (`nasir.search.driver`); returns a `SearchResult` with
     `.best`, `.pareto` and `.candidates`, and writes them to `out`.
@@ -32,6 +32,9 @@ def search(model: str | Path, dataset: str = "cifar10", *, budget: int | None = 
         result = nasir.search("resnet18", budget=100, strategy="evolution", out="runs/r18")
         print(result.best.pipeline, result.best.speedup.median)   # timed against the original
 
+    `init`: how transformed convs get their weights: "inherit" (derived from the model's: the
+    default for a model file, whose weights are the user's trained ones) or "kaiming" (fresh: the
+    default for a zoo model, whose weights are untrained); candidates' pipelines say it.
     `fisher_top`: Fisher Potential only for candidates estimated faster than the original and than
     the `fisher_top`-th fastest accepted so far (the rest are `skipped`: they cannot change the
     fast end of the front); None: for every candidate, the whole front explored.
@@ -45,7 +48,7 @@ def search(model: str | Path, dataset: str = "cifar10", *, budget: int | None = 
     from nasir.search.workers import LocalPool
 
     options = SearchOptions(strategy, seed, batch, data, fisher_slack, properties, threads, cpu,
-                            tuple(choices) if choices else None, fisher_top)
+                            tuple(choices) if choices else None, fisher_top, init)
     options.check()
     out = Path(out)
     check_run(out, budget, time_limit, workers)

@@ -33,6 +33,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
+from nasir import zoo
 from nasir.errors import NasirError
 from nasir.search import strategies
 from nasir.search.evaluate import DEFAULT_EVALUATOR, Evaluator, Outcome, Setup
@@ -52,6 +53,7 @@ from nasir.search.results import (
 from nasir.search.sources import from_nn, load_source
 from nasir.search.space import TEMPLATES, SearchSpace
 from nasir.search.workers import MEASURE, LocalPool
+from nasir.transforms.arch import INITS
 from nasir.timing import busy, reference_rate
 
 STUDY = "nasir-search"
@@ -83,6 +85,9 @@ class SearchOptions:
     fisher_top: int | None = 8
     """Fisher Potential only for candidates estimated faster than the original and than the
     `fisher_top`-th fastest accepted so far (the others are `skipped`); None: for every candidate."""
+    init: str | None = None
+    """How transformed convs get their weights (`SearchSpace.init`); None: "inherit" for a model
+    file (the user's trained weights), "kaiming" for a zoo model (untrained)."""
 
     def check(self) -> None:
         if self.strategy not in strategies.SAMPLERS:
@@ -95,6 +100,14 @@ class SearchOptions:
             raise NasirError(f"threads must be at least 1, got {self.threads}")
         if self.fisher_top is not None and self.fisher_top < 1:
             raise NasirError(f"fisher top must be at least 1 (or None: every candidate), got {self.fisher_top}")
+        if self.init not in (None, *INITS):
+            raise NasirError(f"unknown init '{self.init}' (choose from {', '.join(INITS)})")
+
+
+def default_init(source: str) -> str:
+    """How a search of `source` makes transformed convs' weights by default: derived from a model
+    file's (the user's trained weights), fresh for a zoo model (whose weights are untrained)."""
+    return "kaiming" if source in zoo.names() and not Path(source).exists() else "inherit"
 
 
 def check_run(out: Path, budget: int | None, time_limit: float | None, workers: int) -> None:
@@ -224,8 +237,9 @@ class Search:
         stored = existing_study(self.storage)
         if stored is not None:
             check_fingerprint(self.storage, stored.user_attrs, fingerprint)
-        space = (SearchSpace.from_json(stored.user_attrs["space"]) if stored is not None and "space" in stored.user_attrs
-                 else SearchSpace.of(original, o.choices or tuple(TEMPLATES)))
+        init = o.init or default_init(self.source)
+        space = (SearchSpace.from_json(stored.user_attrs["space"], init) if stored is not None and "space" in stored.user_attrs
+                 else SearchSpace.of(original, o.choices or tuple(TEMPLATES), init))
         self.out.mkdir(parents=True, exist_ok=True)
         original.save(self.out / "original.mlir")
         fisher_model.save(self.out / "original_fisher.mlir")

@@ -11,6 +11,11 @@ single pass (or composition) over the layers that chose it:
     # 'group{factor=2 layers="layer1_layer1[.]0_conv1_Conv|layer2_layer2[.]0_conv1_Conv"},
     #  index-split{dim=co at=16 layers="layer3_layer3[.]0_conv2_Conv"},group{...part1"}'
 
+The transformed convs' weights follow `init` (every architecture pass's option): "inherit" derives
+them from the model's (a user's trained model: the search's default for a file), "kaiming" draws
+them fresh (a zoo model, whose weights are untrained); `pipeline` writes it into every step, so a
+candidate's pipeline applied to the same model gives the same network.
+
 Every (layer, choice) is tried once on the model when the space is built; a choice its pass refuses
 there (a channel count a factor does not divide, a residual add that a changed channel count would
 reach) is left out and its reason kept in `LayerChoices.excluded`, so the search never samples it.
@@ -26,6 +31,7 @@ from functools import partial
 from nasir.dialects import nest
 from nasir.dialects.shapes import shape_of
 from nasir.errors import NasirError
+from nasir.lowering.passes import with_init
 from nasir.model import Model
 from nasir.transforms import compositions as C
 from nasir.transforms.nest_spec import is_conv
@@ -94,12 +100,13 @@ class LayerChoices:
 
 @dataclass(frozen=True)
 class SearchSpace:
-    """The layers and their choices, in model order."""
+    """The layers and their choices, in model order, and how transformed convs get their weights."""
 
     layers: tuple[LayerChoices, ...]
+    init: str = "kaiming"
 
     @staticmethod
-    def of(model: Model, choices: tuple[str, ...] = tuple(TEMPLATES)) -> SearchSpace:
+    def of(model: Model, choices: tuple[str, ...] = tuple(TEMPLATES), init: str = "kaiming") -> SearchSpace:
         """Try every choice on every conv of `model` (nest level) alone; keep those that apply."""
         unknown = [c for c in choices if c not in TEMPLATES]
         if unknown:
@@ -113,7 +120,7 @@ class SearchSpace:
             for choice in choices:
                 if choice == IDENTITY:
                     continue
-                reason = _refusal(model, TEMPLATES[choice](layer_pattern(op.layer_name)))
+                reason = _refusal(model, _with_init(TEMPLATES[choice](layer_pattern(op.layer_name)), init))
                 if reason is None:
                     kept.append(choice)
                 else:
@@ -121,7 +128,7 @@ class SearchSpace:
             layers.append(LayerChoices(op.layer_name, nest.macs(op), tuple(kept), excluded))
         if all(len(lc.choices) == 1 for lc in layers):
             raise NasirError("no architecture transform applies to any layer of the model")
-        return SearchSpace(tuple(layers))
+        return SearchSpace(tuple(layers), init)
 
     def pipeline(self, picks: Mapping[str, str]) -> str:
         """The pipeline of a candidate: `picks` maps layer -> choice (missing layers: identity)."""
@@ -133,7 +140,7 @@ class SearchSpace:
             if choice != IDENTITY:
                 by_choice.setdefault(choice, []).append(layer_pattern(lc.layer))
         steps = [TEMPLATES[c]("|".join(by_choice[c])) for c in TEMPLATES if c in by_choice]
-        return ",".join(steps)
+        return _with_init(",".join(steps), self.init)
 
     def uniform(self) -> list[dict[str, str]]:
         """The whole-network variants: for each choice but identity, in `TEMPLATES` order, the picks
@@ -160,8 +167,14 @@ class SearchSpace:
                 for lc in self.layers]
 
     @staticmethod
-    def from_json(rows: list[dict]) -> SearchSpace:
-        return SearchSpace(tuple(LayerChoices(r["layer"], r["macs"], tuple(r["choices"]), r["excluded"]) for r in rows))
+    def from_json(rows: list[dict], init: str = "kaiming") -> SearchSpace:
+        return SearchSpace(tuple(LayerChoices(r["layer"], r["macs"], tuple(r["choices"]), r["excluded"]) for r in rows),
+                           init)
+
+
+def _with_init(pipeline: str, init: str) -> str:
+    """`pipeline` with `init` written into its steps (kaiming, the passes' default, left unsaid)."""
+    return with_init(pipeline, init) if pipeline and init != "kaiming" else pipeline
 
 
 def _refusal(model: Model, pipeline: str) -> str | None:

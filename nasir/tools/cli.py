@@ -199,7 +199,7 @@ def cmd_search(args) -> int:
                           fisher_slack=args.fisher_slack, properties=not args.no_properties, choices=args.choices,
                           fisher_top=args.fisher_top or None, cpu=args.cpu,
                           timeout=args.timeout, kernel_cache=args.kernel_cache, train_top=args.train_top,
-                          epochs=args.epochs)
+                          epochs=args.epochs, init=args.init)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.counts().items()))
     if result.resumed:
         out.print(f"resumed from {result.resumed}")
@@ -445,6 +445,9 @@ def search_args(c: argparse.ArgumentParser) -> None:
                                   "or 'mnist5k' (default synthetic)")
     c.add_argument("--fisher-slack", type=float, default=0.0,
                    help="accept Fisher Potential down to (1 - SLACK) of the original's (default 0)")
+    c.add_argument("--init", choices=("inherit", "kaiming"),
+                   help="weights of transformed convs: inherit (derived from the model's; default for a file) or "
+                        "kaiming (fresh; default for a zoo model, whose weights are untrained)")
     c.add_argument("--fisher-top", type=int, default=8, metavar="K",
                    help="measure Fisher Potential only for candidates estimated faster than the original and "
                         "than the K-th fastest accepted so far; 0: for every candidate (default 8)")
