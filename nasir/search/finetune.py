@@ -1,0 +1,165 @@
+"""Accuracy verified: candidates fine-tuned from the trained original by distillation, the runs cut
+by successive halving, and the fastest network within a tolerance of the original's accuracy.
+
+    verified = finetune(candidates, original, teacher_accuracy, data, max_drop=1.0, epochs=9, out=out / "finetune")
+    verified.best            # the fastest fine-tuned network within 1 point, or None
+    verified.rows            # every candidate: accuracy after each epoch it ran, pruned or finished
+
+Each candidate is a `Candidate` of the search with a pipeline whose steps inherit the original's
+weights (`init=inherit`, the default for a model file: `SearchSpace.init`). It is trained from
+those weights against the original (`nasir.training.distill`: its soft outputs and attention maps)
+for up to `epochs` epochs, and its test accuracy is reported after each epoch to an Optuna trial.
+Optuna's `SuccessiveHalvingPruner` (minimum 1 epoch, reduction factor 3) stops a run that is not in
+the top third of the runs that reached the same rung (1, 3, 9, ... epochs, the last excepted)
+before it, so most
+candidates cost an epoch or three and the promising ones get the whole budget. The candidates run
+fastest first (by the search's latency estimate), which makes the early rungs' bar the fast
+networks' accuracy.
+
+Only a run that finished all `epochs` counts: `best` is the fastest finished candidate whose
+accuracy is at least the original's minus `max_drop`; without one, `best` is None and `closest`
+names the finished candidate nearest the tolerance. A pruned or unfinished network is never a
+result.
+
+Resumable: the study lives in `out/study.db` and each run's checkpoint in `out/trial-N`; a run
+stopped mid-way is continued from its checkpoint (its epochs so far reported again, so the
+pruner sees them), and candidates whose trial ended are not trained again.
+
+Accuracy is measured on the data's test split, which both prunes and selects: the figure of
+the chosen network is optimistic by the selection among a few candidates.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+
+from nasir.errors import NasirError
+from nasir.model import Model
+from nasir.search.results import Candidate
+from nasir.training import Distillation, train
+
+STUDY = "finetune"
+REDUCTION = 3
+
+
+@dataclass
+class FineTuned:
+    """One candidate's fine-tuning: its test accuracy (%) after each epoch it ran, and whether the
+    pruner stopped it."""
+
+    candidate: Candidate
+    accuracies: list[float] = field(default_factory=list)
+    pruned: bool = False
+
+    @property
+    def finished(self) -> bool:
+        return not self.pruned and bool(self.accuracies)
+
+    @property
+    def accuracy(self) -> float | None:
+        return self.accuracies[-1] if self.accuracies else None
+
+
+@dataclass
+class Verified:
+    """The fine-tuned candidates (fastest first), the original's accuracy and the tolerance;
+    `best`: the fastest finished one within it, else None (`closest` then says how near one came)."""
+
+    rows: list[FineTuned]
+    original_accuracy: float
+    max_drop: float
+    epochs: int
+
+    @property
+    def within(self) -> list[FineTuned]:
+        return [r for r in self.rows if r.finished and r.accuracy >= self.original_accuracy - self.max_drop]
+
+    @property
+    def best(self) -> FineTuned | None:
+        return self.within[0] if self.within else None
+
+    @property
+    def closest(self) -> FineTuned | None:
+        finished = [r for r in self.rows if r.finished]
+        return max(finished, key=lambda r: r.accuracy) if finished else None
+
+
+def spread(candidates: list[Candidate], original_ms: float, k: int) -> list[Candidate]:
+    """`k` candidates spread over the estimated speedups found: those with a latency estimate
+    below the original's (whatever Fisher Potential said of them), ranked fastest first, taken at
+    `k` evenly spaced ranks from the fastest down."""
+    faster = sorted((c for c in candidates if c.outcome.estimate_ms and c.outcome.estimate_ms < original_ms),
+                    key=lambda c: c.outcome.estimate_ms)
+    if len(faster) <= k:
+        return faster
+    step = len(faster) / k
+    return [faster[int(i * step)] for i in range(k)]
+
+
+def finetune(candidates: list[Candidate], original: Model, original_accuracy: float, data, *, max_drop: float,
+             epochs: int, out: Path, batch: int = 128, lr: float = 0.01, seed: int = 0,
+             progress: bool = True) -> Verified:
+    """Fine-tune `candidates` (fastest first) from `original`'s weights against `original` (the
+    teacher: trained, `original_accuracy` % on `data`'s test split) under successive halving;
+    see the module docstring."""
+    if epochs < 1:
+        raise NasirError(f"fine-tuning needs at least 1 epoch, got {epochs}")
+    if max_drop < 0:
+        raise NasirError(f"the accuracy drop allowed must be at least 0 points, got {max_drop}")
+    out.mkdir(parents=True, exist_ok=True)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(storage=f"sqlite:///{out / 'study.db'}", study_name=STUDY, direction="maximize",
+                                load_if_exists=True, sampler=optuna.samplers.RandomSampler(seed=seed),
+                                pruner=optuna.pruners.SuccessiveHalvingPruner(min_resource=1,
+                                                                              reduction_factor=REDUCTION))
+    for stale in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):  # a run stopped mid-way
+        study.tell(stale.number, state=TrialState.FAIL)
+    ended = {t.user_attrs["number"]: t for t in study.get_trials(deepcopy=False)
+             if t.state in (TrialState.COMPLETE, TrialState.PRUNED)}
+    teacher = Distillation(original)
+    rows = []
+    for candidate in candidates:
+        done = ended.get(candidate.number)
+        if done is None:
+            done = _run(study, candidate, original, teacher, data, epochs, out, batch, lr, seed, progress)
+        accuracies = [done.intermediate_values[e] for e in sorted(done.intermediate_values)]
+        rows.append(FineTuned(candidate, accuracies, done.state == TrialState.PRUNED))
+    return Verified(rows, original_accuracy, max_drop, epochs)
+
+
+def _run(study: optuna.Study, candidate: Candidate, original: Model, teacher: Distillation, data, epochs: int,
+         out: Path, batch: int, lr: float, seed: int, progress: bool) -> optuna.trial.FrozenTrial:
+    """One candidate's trial: its run, epoch by epoch, until it finishes or the pruner stops it."""
+    trial = study.ask()
+    trial.set_user_attr("number", candidate.number)
+    trial.set_user_attr("pipeline", candidate.pipeline)
+    folder = out / f"trial-{candidate.number}"
+
+    def report(epoch: int, accuracy: float) -> None:
+        trial.report(accuracy, epoch)
+        if epoch < epochs and trial.should_prune():  # a run that reached its last epoch has finished
+            raise optuna.TrialPruned()
+
+    try:
+        for row in _epochs_so_far(folder):  # a run stopped before: the pruner sees its epochs again
+            report(int(row["epoch"]), float(row["test_accuracy"]))
+        result = train(original.transform(candidate.pipeline), data, epochs=epochs, batch=batch, lr=lr, seed=seed,
+                       out=folder, progress=progress, title=f"trial {candidate.number}", teacher=teacher,
+                       on_epoch=lambda row: report(row["epoch"], row["test_accuracy"]))
+        study.tell(trial, result.accuracy)
+    except optuna.TrialPruned:
+        study.tell(trial, state=TrialState.PRUNED)
+    return study.trials[trial.number]
+
+
+def _epochs_so_far(folder: Path) -> list[dict]:
+    metrics = folder / "metrics.csv"
+    if not metrics.exists():
+        return []
+    with metrics.open() as f:
+        return list(csv.DictReader(f))
