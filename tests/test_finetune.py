@@ -5,6 +5,9 @@ tolerance chosen from finished runs only."""
 from __future__ import annotations
 
 import csv
+import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -14,7 +17,7 @@ from search_fixtures import tiny_resnet_onnx
 import nasir
 from nasir.errors import NasirError
 from nasir.search.evaluate import Outcome
-from nasir.search.finetune import finetune, spread
+from nasir.search.finetune import FineTuned, Verified, finetune, spread
 from nasir.search.results import Candidate
 
 LAYERS = ["layer1_conv1_Conv", "layer1_conv2_Conv", "layer2_conv1_Conv", "layer2_conv2_Conv"]
@@ -102,3 +105,73 @@ def test_bad_settings_are_refused(trained, tmp_path):
         finetune(candidates(), original, accuracy, task, max_drop=1.0, epochs=0, out=tmp_path)
     with pytest.raises(NasirError, match="at least 0 points"):
         finetune(candidates(), original, accuracy, task, max_drop=-1.0, epochs=1, out=tmp_path)
+
+
+def test_a_search_with_a_tolerance_returns_a_fine_tuned_network_that_scores_as_reported(trained, tmp_path):
+    """nasir.search(file, data=..., accuracy_drop=...): the user's trained model measured first,
+    candidates fine-tuned, best the fastest finished one within the tolerance (100 points here, so
+    that one is); best.onnx holds its fine-tuned weights and scores, run again by ONNX Runtime on
+    the test split, what was reported."""
+    import onnxruntime as ort
+
+    original, accuracy, task = trained
+    path = tmp_path / "trained.onnx"
+    original.to_onnx(path)
+    result = nasir.search(path, budget=8, out=tmp_path / "run", data=str(task), accuracy_drop=100.0,
+                          finetune_epochs=3, finetune_top=4, fisher_top=None, progress=False,
+                          choices=("identity", "group2", "group4", "bottleneck-co2"))
+    verified = result.verified
+    assert verified.original_accuracy == pytest.approx(accuracy)
+    assert 1 <= len(verified.rows) <= 4 and all("init=inherit" in r.candidate.pipeline for r in verified.rows)
+    assert result.best is (verified.best.candidate if verified.best else None)
+    rows = [json.loads(line) for line in (tmp_path / "run" / "results.jsonl").read_text().splitlines()]
+    assert rows[0]["status"] == "original" and rows[0]["accuracy"] == pytest.approx(accuracy)
+    best = verified.best
+    assert best is not None and best.finished and result.best.speedup is not None, "a tolerance of 100 points"
+    assert best is next(r for r in verified.rows if r.finished), "the fastest estimate that finished"
+    data = np.load(task)
+    session = ort.InferenceSession(str(tmp_path / "run" / "best.onnx"))
+    name = session.get_inputs()[0].name
+    predicted = np.concatenate([session.run(None, {name: data["x_test"][i:i + 1]})[0] for i in range(len(data["y_test"]))])
+    assert 100.0 * np.mean(predicted.argmax(1) == data["y_test"]) == pytest.approx(best.accuracy)
+    assert next(r for r in rows if r["number"] == result.best.number)["accuracy"] == pytest.approx(best.accuracy)
+
+
+def test_the_cli_refuses_a_tolerance_without_data(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "nasir.tools.cli", "search", "resnet18", "--budget", "1",
+                           "--max-accuracy-drop", "1", "--out", str(tmp_path / "s")], capture_output=True, text=True)
+    assert done.returncode == 1 and done.stderr.strip().splitlines() == [
+        "nasir: error: an accuracy-verified search needs real data to measure accuracy on: give --data (a CIFAR "
+        "folder, an .npz, 'digits' or 'mnist5k')"]
+    assert not (tmp_path / "s").exists()
+
+
+def test_only_a_finished_run_within_the_tolerance_is_a_result():
+    c = [candidate(n, f"p{n}", 1.0 + n) for n in range(4)]
+    rows = [FineTuned(c[0], [95.0], pruned=True), FineTuned(c[1], [80.0, 85.0, 88.0]),
+            FineTuned(c[2], [90.0, 91.0, 92.5]), FineTuned(c[3], [93.0, 93.5, 94.0])]
+    verified = Verified(rows, original_accuracy=93.0, max_drop=1.0, epochs=3)
+    assert verified.within == [rows[2], rows[3]] and verified.best is rows[2], "pruned at 95% is no result"
+    strict = Verified(rows, original_accuracy=96.0, max_drop=1.0, epochs=3)
+    assert strict.best is None and strict.closest is rows[3]
+
+
+def test_the_cli_prints_the_fine_tuned_candidates_and_the_verdict(trained, tmp_path):
+    original, accuracy, task = trained
+    path = tmp_path / "trained.onnx"
+    original.to_onnx(path)
+    done = subprocess.run([sys.executable, "-m", "nasir.tools.cli", "search", str(path), "--budget", "4",
+                           "--data", str(task), "--max-accuracy-drop", "0", "--finetune-epochs", "1",
+                           "--finetune-top", "2", "--choices", "identity,group2", "--fisher-top", "0",
+                           "--out", str(tmp_path / "s")], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    assert f"fine-tuned from the original ({accuracy:.2f}%; within 0 point(s): at least {accuracy:.2f}%)" in text
+    rows = [json.loads(line) for line in (tmp_path / "s" / "results.jsonl").read_text().splitlines()]
+    tuned = [r for r in rows[1:] if r["accuracy"] is not None]
+    assert tuned, "the fine-tuned candidates' accuracy is in the results"
+    if any(r["accuracy"] >= accuracy for r in tuned):
+        assert "best: trial" in text and (tmp_path / "s" / "best.onnx").exists()
+    else:
+        assert f"no candidate came within 0 point(s) of the original's {accuracy:.2f}%; the closest: trial" in text
+        assert not (tmp_path / "s" / "best.onnx").exists()

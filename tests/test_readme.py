@@ -56,6 +56,8 @@ EXEMPT = {
     "nasir profile resnet34 --dataset imagenet --variant group16 --sort time": "compiles ResNet-34, minutes (test_profile)",
     "nasir search resnet34 --budget 1000 --strategy evolution --workers 2 --out runs/r34": "a search of hours (test_search)",
     "nasir search resnet34 --ray 127.0.0.1:6379 --workers 8": "needs a Ray cluster",
+    "nasir search model.onnx --data cifar-10-batches-bin/ --max-accuracy-drop 1.0":
+        "needs the CIFAR-10 binary files, a trained model and hours (test_finetune: the same on a tiny trained net)",
     "python -m nasir.demo --model resnet34": "compiles and times ResNet-34, minutes",
     "nasir check model.onnx --bisect": "compiles ResNet-18 and, on a mismatch, each prefix of it (test_bisect: "
                                        "a small model made wrong on purpose, and one that agrees)",

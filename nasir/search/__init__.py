@@ -24,7 +24,8 @@ def search(model: str | Path, dataset: str = "cifar10", *, budget: int | None = 
            threads: int = 1, workers: int = 1, ray: str | None = None, batch: int = 16, data: str | None = None,
            fisher_slack: float = 0.0, properties: bool = True, cpu: str | None = None,
            choices: tuple[str, ...] | None = None, fisher_top: int | None = 8, timeout: float = 600.0, progress: bool = True,
-           kernel_cache: str | Path | None = None, train_top: int = 0, epochs: int = 200, init: str | None = None):
+           kernel_cache: str | Path | None = None, train_top: int = 0, epochs: int = 200, init: str | None = None,
+           accuracy_drop: float | None = None, finetune_epochs: int = 9, finetune_top: int = 12):
     """Search the architecture transforms of `model` (a zoo name or an .onnx file) for faster
     networks that keep its capacity (`nasir.search.driver`); returns a `SearchResult` with
     `.best`, `.pareto` and `.candidates`, and writes them to `out`.
@@ -35,6 +36,12 @@ def search(model: str | Path, dataset: str = "cifar10", *, budget: int | None = 
     `init`: how transformed convs get their weights: "inherit" (derived from the model's: the
     default for a model file, whose weights are the user's trained ones) or "kaiming" (fresh: the
     default for a zoo model, whose weights are untrained); candidates' pipelines say it.
+    `accuracy_drop` (points): verify accuracy on `data`. The original's accuracy is measured first
+    (a zoo model, untrained, is trained on `data` for `epochs` first: the teacher); after the
+    search, `finetune_top` candidates spread over the speedups found are fine-tuned from inherited
+    weights by distillation for up to `finetune_epochs` epochs under successive halving
+    (`nasir.search.finetune`), and `best` becomes the fastest within `accuracy_drop` points of the
+    original, saved with its fine-tuned weights (None when none is: `result.verified.closest`).
     `fisher_top`: Fisher Potential only for candidates estimated faster than the original and than
     the `fisher_top`-th fastest accepted so far (the rest are `skipped`: they cannot change the
     fast end of the front); None: for every candidate, the whole front explored.
@@ -61,8 +68,21 @@ def search(model: str | Path, dataset: str = "cifar10", *, budget: int | None = 
         from nasir.search.accuracy import check_training
 
         check_training(train_top, data)
+    if accuracy_drop is not None:
+        from nasir.search.finetune import check_verification, trained_original
+
+        check_verification(accuracy_drop, data)
+        out.mkdir(parents=True, exist_ok=True)
+        model, original_accuracy = trained_original(str(model), dataset, data, out, epochs, 128, seed,
+                                                    note=lambda line: print(line, file=sys.stderr) if progress else None)
     search = Search(str(model), dataset, out, options, storage, progress, kernel_cache=kernel_cache)
     result = search.run(budget, time_limit, workers, pool, timeout)
+    if accuracy_drop is not None:
+        from nasir.search.finetune import verify
+
+        result.verified = verify(result, search.original, original_accuracy, data, max_drop=accuracy_drop,
+                                 epochs=finetune_epochs, top=finetune_top, batch=128, seed=seed, threads=threads,
+                                 cpu=cpu, progress=progress)
     if train_top:
         from nasir.search.accuracy import train_front
         from nasir.search.results import plot_front, write_jsonl

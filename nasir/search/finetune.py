@@ -35,16 +35,20 @@ import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import optuna
 from optuna.trial import TrialState
+from rich.table import Table
 
 from nasir.errors import NasirError
 from nasir.model import Model
-from nasir.search.results import Candidate
+from nasir.search.results import Candidate, SearchResult, passes
 from nasir.training import Distillation, train
 
 STUDY = "finetune"
 REDUCTION = 3
+LR = 0.01
+"""Peak learning rate of fine-tuning (cosine decay): a tenth of training from scratch."""
 
 
 @dataclass
@@ -102,7 +106,7 @@ def spread(candidates: list[Candidate], original_ms: float, k: int) -> list[Cand
 
 
 def finetune(candidates: list[Candidate], original: Model, original_accuracy: float, data, *, max_drop: float,
-             epochs: int, out: Path, batch: int = 128, lr: float = 0.01, seed: int = 0,
+             epochs: int, out: Path, batch: int = 128, lr: float = LR, seed: int = 0,
              progress: bool = True) -> Verified:
     """Fine-tune `candidates` (fastest first) from `original`'s weights against `original` (the
     teacher: trained, `original_accuracy` % on `data`'s test split) under successive halving;
@@ -163,3 +167,103 @@ def _epochs_so_far(folder: Path) -> list[dict]:
         return []
     with metrics.open() as f:
         return list(csv.DictReader(f))
+
+
+# --- the search's accuracy-verified end --------------------------------------------------------
+
+def check_verification(max_drop: float, data: str | None) -> None:
+    """Refuse an accuracy-verified search that cannot be run (before the search starts)."""
+    if data is None or data == "synthetic":
+        raise NasirError("an accuracy-verified search needs real data to measure accuracy on: give --data (a CIFAR "
+                         "folder, an .npz, 'digits' or 'mnist5k')")
+    if max_drop < 0:
+        raise NasirError(f"the accuracy drop allowed must be at least 0 points, got {max_drop}")
+
+
+def trained_original(source: str, dataset: str, data: str, out: Path, epochs: int, batch: int, seed: int,
+                     note) -> tuple[str, float]:
+    """The model the verified search starts from, as a file with trained weights, and its test
+    accuracy (%) on `data`: a model file is the user's trained model, measured as it is; a zoo
+    model (untrained weights) is trained on `data` first (`out/original-train`, resumable), and
+    `note` says so."""
+    from nasir import zoo
+    from nasir.api import load
+    from nasir.data import load_dataset
+    from nasir.training.loop import evaluate
+
+    if source in zoo.names() and not Path(source).exists():
+        note(f"{source} is a zoo model with untrained weights: training it on {data} first "
+             f"({epochs} epochs; it is the teacher and the accuracy to keep)")
+        model = zoo.load(source, dataset)
+        result = train(model, data, epochs=epochs, batch=batch, seed=seed, out=out / "original-train",
+                       title=f"{source} (original)")
+        path = out / "original-trained.onnx"
+        result.apply_to(model).to_onnx(path)
+        return str(path), result.accuracy
+    model = load(source)
+    test = load_dataset(data, model.input_shapes[0][1:], seed).test
+    accuracy = evaluate(model.at_batch(batch).to_torch(), *test, batch)[1]
+    note(f"{source}: {accuracy:.2f}% on the test split of {data} (the accuracy to keep)")
+    return source, accuracy
+
+
+def verify(result: SearchResult, original: Model, original_accuracy: float, data: str, *, max_drop: float,
+           epochs: int, top: int, batch: int, seed: int, threads: int = 1, cpu: str | None = None,
+           progress: bool = True) -> Verified:
+    """The accuracy-verified end of a search of a trained `original`: `top` candidates spread over
+    the speedups fine-tuned (`finetune`, in `result.out / "finetune"`); `result.best` becomes the
+    fastest within `max_drop` points (timed against the original like the front's members), saved
+    with its fine-tuned weights as best.onnx and best.pipeline, or None; each fine-tuned finished
+    candidate's accuracy goes into the results."""
+    from nasir.api import compile as compile_model
+    from nasir.search.evaluate import ROUNDS
+    from nasir.search.results import plot_front, write_atomically, write_jsonl
+    from nasir.search.sources import from_nn
+    from nasir.timing import interleaved
+
+    out = result.out
+    verified = finetune(spread(result.candidates, result.original_ms, top), original, original_accuracy, data,
+                        max_drop=max_drop, epochs=epochs, out=out / "finetune", batch=batch, seed=seed,
+                        progress=progress)
+    result.original_accuracy = original_accuracy
+    for row in verified.rows:
+        row.candidate.accuracy = row.accuracy if row.finished else None
+    result.best = verified.best.candidate if verified.best else None
+    for stale in (out / "best.pipeline", out / "best.onnx"):
+        stale.unlink(missing_ok=True)  # the speed-only best of the search: not a verified result
+    best = result.best
+    if best is not None:
+        network = original.transform(best.pipeline)
+        if not best.samples:
+            x = np.random.default_rng(seed).standard_normal(original.input_shapes[0]).astype(np.float32)
+            mine, theirs = (compile_model(m, threads=threads, cpu=cpu) for m in (network, original))
+            best.add_samples(interleaved({"candidate": lambda: mine(x), "original": lambda: theirs(x)}, ROUNDS))
+        tuned = train(network, data, epochs=epochs, batch=batch, lr=LR, seed=seed, teacher=Distillation(original),
+                      out=out / "finetune" / f"trial-{best.number}", progress=False)  # its finished run, read back
+        write_atomically(out / "best.pipeline", from_nn(best.pipeline) + "\n")
+        tmp = out / ".best.tmp.onnx"
+        tuned.apply_to(network).to_onnx(tmp)
+        tmp.replace(out / "best.onnx")
+    write_jsonl(result, out / "results.jsonl")
+    plot_front(result, out / "pareto.png")
+    return verified
+
+
+def verified_table(verified: Verified) -> Table:
+    """The fine-tuned candidates, fastest estimate first: accuracy after each epoch they ran."""
+    floor = verified.original_accuracy - verified.max_drop
+    table = Table(title=f"fine-tuned from the original ({verified.original_accuracy:.2f}%; within "
+                        f"{verified.max_drop:g} point(s): at least {floor:.2f}%), fastest estimate first")
+    for col in ("trial", "est. ms", "speedup", "MACs / orig.", "epochs", "acc %", "verdict", "passes"):
+        table.add_column(col, justify="left" if col in ("verdict", "passes") else "right", overflow="fold")
+    for row in verified.rows:
+        c = row.candidate
+        verdict = ("best" if row is verified.best else "within" if row in verified.within
+                   else "pruned" if row.pruned else "below")
+        speedup = c.speedup
+        table.add_row(str(c.number), f"{c.outcome.estimate_ms:.2f}",
+                      f"{speedup.median:.2f}x [{speedup.iqr:.2f}]" if speedup else "-",
+                      f"{c.outcome.mac_ratio:.2f}" if c.outcome.mac_ratio is not None else "-",
+                      f"{len(row.accuracies)}/{verified.epochs}",
+                      f"{row.accuracy:.2f}" if row.accuracy is not None else "-", verdict, passes(c.pipeline))
+    return table

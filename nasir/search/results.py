@@ -25,11 +25,15 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 
 from nasir.search.evaluate import Outcome
 from nasir.timing import Spread, ratios
+
+if TYPE_CHECKING:
+    from nasir.search.finetune import Verified
 
 
 @dataclass
@@ -91,6 +95,8 @@ class SearchResult:
     original_accuracy: float | None = None
     busy: str | None = None
     resumed: str | None = None
+    verified: Verified | None = None
+    """With an accuracy tolerance: the fine-tuned candidates (`nasir.search.finetune.Verified`)."""
 
     @property
     def measured(self) -> list[Candidate]:

@@ -199,12 +199,15 @@ def cmd_search(args) -> int:
                           fisher_slack=args.fisher_slack, properties=not args.no_properties, choices=args.choices,
                           fisher_top=args.fisher_top or None, cpu=args.cpu,
                           timeout=args.timeout, kernel_cache=args.kernel_cache, train_top=args.train_top,
-                          epochs=args.epochs, init=args.init)
+                          epochs=args.epochs, init=args.init, accuracy_drop=args.max_accuracy_drop,
+                          finetune_epochs=args.finetune_epochs, finetune_top=args.finetune_top)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.counts().items()))
     if result.resumed:
         out.print(f"resumed from {result.resumed}")
     out.print(f"{len(result.candidates)} candidates: {counts}")
     out.print(front_table(result))
+    if result.verified is not None:
+        return _print_verified(result, args)
     if result.best is not None:
         best, speedup = result.best, result.best.speedup
         ties = f"; ties with trial(s) {', '.join(map(str, best.ties))} within the spread" if best.ties else ""
@@ -254,6 +257,29 @@ def cmd_tune(args) -> int:
     out.print(f"{len(report.nests)} distinct convs ({timed} timed, {len(report.nests) - timed} from the database) "
               f"in {report.seconds:.0f} s; alone, the cost model's schedules take {report.gain:.3f}x the tuned "
               f"ones' time; database {report.database} ({report.cpu})")
+    return 0
+
+
+def _print_verified(result, args) -> int:
+    """The accuracy-verified search's verdict: the fine-tuned candidates and the best within the
+    tolerance, or the closest one (never an untrained network)."""
+    from nasir.search.finetune import verified_table
+
+    verified = result.verified
+    out.print(verified_table(verified))
+    if result.best is not None:
+        best, speedup, row = result.best, result.best.speedup, verified.best
+        out.print(f"best: trial {best.number}, {speedup.median:.2f}x faster than the original (IQR {speedup.q1:.2f}-"
+                  f"{speedup.q3:.2f}x), {row.accuracy:.2f}% after {len(row.accuracies)} epochs of fine-tuning against "
+                  f"the original's {verified.original_accuracy:.2f}%; pipeline in {args.out}/best.pipeline, network "
+                  f"with its fine-tuned weights in {args.out}/best.onnx")
+    else:
+        closest = verified.closest
+        near = (f"; the closest: trial {closest.candidate.number} at {closest.accuracy:.2f}%" if closest else
+                "; no fine-tuning run finished")
+        out.print(f"no candidate came within {verified.max_drop:g} point(s) of the original's "
+                  f"{verified.original_accuracy:.2f}%{near}")
+    out.print(f"results: {args.out}/results.jsonl, plot: {args.out}/pareto.png, runs: {args.out}/finetune/")
     return 0
 
 
@@ -458,7 +484,14 @@ def search_args(c: argparse.ArgumentParser) -> None:
     c.add_argument("--cpu", help="llvm: the CPU to compile for (default: NASIR_CPU, else the host)")
     c.add_argument("--train-top", type=int, default=0, metavar="K",
                    help="then train the original and the K fastest measured members of the front on --data")
-    c.add_argument("--epochs", type=int, default=200, help="epochs of --train-top training (default 200)")
+    c.add_argument("--epochs", type=int, default=200,
+                   help="epochs of --train-top training, and of a zoo model's before --max-accuracy-drop (default 200)")
+    c.add_argument("--max-accuracy-drop", type=float, metavar="POINTS",
+                   help="verify accuracy on --data: the fastest network within POINTS of the original's accuracy, "
+                        "fine-tuned from its weights by distillation (a zoo model is trained first)")
+    c.add_argument("--finetune-epochs", type=int, default=9, help="most epochs of a candidate's fine-tuning (default 9)")
+    c.add_argument("--finetune-top", type=int, default=12, metavar="K",
+                   help="candidates fine-tuned, spread over the speedups found (default 12)")
     c.add_argument("--kernel-cache", help="SQLite file of per-nest timings (default: the user's cache, "
                    "$NASIR_CACHE_DIR/kernels.db or ~/.cache/nasir/kernels.db, shared by their searches)")
 
