@@ -80,7 +80,9 @@ def test_a_transformed_model_runs_a_batch_as_its_samples(resnet18, variant):
     whole = run(module, x)
     one_by_one = np.concatenate([run(module, x[i:i + 1]) for i in range(len(x))])
     assert whole.shape == (8, 10)
-    np.testing.assert_allclose(whole, one_by_one, rtol=1e-5, atol=1e-5)
+    # float32 to the project's tolerance: torch picks its conv algorithm by batch (oneDNN), so the sums
+    # run in another order (fold-kh on Zen 4: 1.3e-5 apart on logits of up to 27)
+    np.testing.assert_allclose(whole, one_by_one, rtol=1e-4, atol=1e-4)
     assert np.abs(whole[1:] - whole[:1]).max() > 1e-3  # the samples differ, so their outputs do
 
 
