@@ -57,3 +57,21 @@ def test_repeats_spread_over_the_mac_ratios():
     plan = [{"id": f"c{i}", "macs": m} for i, m in enumerate([0.9, 0.1, 0.5, 0.3, 0.7, 1.0, 0.2])]
     picked = gt.repeats(plan, 3)
     assert [r["macs"] for r in picked] == [0.1, 0.5, 1.0]
+
+
+_rank_spec = importlib.util.spec_from_file_location("rank_proxies", _bench / "rank_proxies.py")
+rank = importlib.util.module_from_spec(_rank_spec)
+_rank_spec.loader.exec_module(rank)
+
+
+def test_rank_proxies_reads_mean_accuracy_per_candidate_and_scores_by_hand():
+    rows = [{"id": "original", "accuracy": 91.0}, *({"id": "c1", "family": "group", "pipeline": "p", "macs": 0.5,
+                                                     "params": 0.5, "latency": 0.6, "accuracy": a} for a in (80.0, 84.0)),
+            {"id": "c2", "family": "seq", "pipeline": "q", "macs": 0.9, "params": 0.8, "latency": 0.9, "accuracy": 90.0}]
+    got = rank.accuracies(rows)
+    assert set(got) == {"c1", "c2"} and got["c1"]["accuracy"] == 82.0 and got["c1"]["seeds"] == [80.0, 84.0]
+    score, accuracy = np.array([0, 1, 2, 3, 4, 5, 6, 7, -1, 9.0]), np.array([0, 1, 2, 3, 4, 5, 6, 7, 9, 8.0])
+    assert rank.top_precision(score, accuracy, 0.2) == 0.5  # the top 2 by score: 9, 7; by accuracy: 8, 9
+    assert rank.top_precision(-np.arange(10.0), np.arange(10.0), 0.2) == 0.0
+    ranks = rank.in_band(np.array([3.0, 1.0, 2.0, 5.0]), np.array([0.15, 0.15, 0.15, 0.95]))
+    assert ranks.tolist() == [1.0, 0.0, 0.5, 0.0]
