@@ -64,7 +64,9 @@ def available_passes() -> dict[str, type[ModulePass]]:
 
 
 def parse_pipeline(spec: str) -> PassPipeline:
-    """`"fold-batch-norm,group{factor=2 layers=layer1.*}"` -> a PassPipeline; PassError if malformed."""
+    """`"fold-batch-norm,group{factor=2 layers=layer1.*}"` -> a PassPipeline; PassError if malformed.
+    Whitespace around the pipeline is not part of it (a pipeline file ends in a newline)."""
+    spec = spec.strip()
     passes: dict[str, Callable[[], type[ModulePass]]] = {
         name: (lambda cls=cls: cls) for name, cls in available_passes().items()
     }

@@ -10,9 +10,16 @@
     trained = nasir.train(model, "cifar-10-batches-bin/", epochs=200)   # accuracy: the evidence
 """
 
+from importlib.metadata import PackageNotFoundError, version
+
 from nasir import search, zoo
 from nasir.api import check_capacity, compile, fisher_potential, load, train, tune
 from nasir.errors import NasirError
 from nasir.model import Model
+
+try:
+    __version__ = version("nasir")
+except PackageNotFoundError:  # run from a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = ["Model", "NasirError", "check_capacity", "compile", "fisher_potential", "load", "search", "train", "tune", "zoo"]

@@ -294,13 +294,15 @@ def test_search_writes_its_results(first):
 
 
 def test_best_pipeline_applies_as_written_to_the_original(mild, tiny):
-    """best.pipeline is a whole pipeline: Model.transform and nasir-opt -p take it as written, and
-    give the search's best network (the candidate's nest-level pipeline on the nest-level original)."""
+    """best.pipeline is a whole pipeline: Model.transform takes the file as read (its newline too,
+    as the README does it) and nasir-opt -p as the shell passes it, and both give the search's
+    best network (the candidate's nest-level pipeline on the nest-level original)."""
     assert mild.best is not None, "the search kept nothing; the round trip below would be vacuous"
-    text = (mild.out / "best.pipeline").read_text().strip()
+    text = (mild.out / "best.pipeline").read_text()
+    assert text.endswith("\n")
     expected = load_source(str(tiny), "cifar10", 2)[0].transform(mild.best.pipeline).text()
     assert nasir.load(tiny).transform(text).text() == expected
-    opt = subprocess.run([str(BIN / "nasir-opt"), str(tiny), "-p", text], capture_output=True, text=True)
+    opt = subprocess.run([str(BIN / "nasir-opt"), str(tiny), "-p", text.strip()], capture_output=True, text=True)
     assert opt.returncode == 0, opt.stderr
     assert opt.stdout.strip() == expected.strip()
 
@@ -547,7 +549,7 @@ def test_progress_in_a_log_is_not_cut_at_80_columns(capsys):
 
 def test_version_and_the_defaults_in_help():
     version = subprocess.run([str(BIN / "nasir"), "--version"], capture_output=True, text=True)
-    assert version.stdout.strip() == f"nasir {importlib.metadata.version('nasir')}"
+    assert version.stdout.strip() == f"nasir {importlib.metadata.version('nasir')}" == f"nasir {nasir.__version__}"
     commands = parser()._subparsers._group_actions[0].choices
     for command, option in (("search", "--strategy"), ("search", "--workers"), ("search", "--seed"),
                             ("train", "--out"), ("train", "--seed")):
