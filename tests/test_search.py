@@ -500,6 +500,26 @@ def test_sigkill_then_resume_finishes_the_budget_once(tiny, tmp_path):
     assert len(rows) == budget == len({r["pipeline"] for r in rows})
 
 
+def test_ctrl_c_stops_a_search_and_its_workers_with_one_line(tiny, tmp_path):
+    """SIGINT to the search's process group (a terminal's Ctrl-C reaches the workers too): status
+    130, one line and no traceback from the search or its workers; the same command resumes."""
+    out, budget = tmp_path / "run", 8
+    command = [str(BIN / "nasir"), "search", str(tiny), "--budget", str(budget), "--workers", "2", "--out", str(out)]
+    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.time() + 300
+    while counted(out / "study.db") < 2 and time.time() < deadline and run.poll() is None:
+        time.sleep(0.2)
+    assert run.poll() is None, "the search ended before it could be interrupted"
+    os.killpg(run.pid, signal.SIGINT)
+    _, err = run.communicate(timeout=120)
+    assert run.returncode == 130
+    assert err.strip().splitlines()[-1] == "nasir: interrupted; run the same command again to resume"
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "resumed from" in done.stdout and len(lines(out)) == budget
+
+
 def test_crash_hang_and_error_are_recorded_and_the_search_goes_on(tiny, tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
     options = SearchOptions(seed=3, choices=("identity", "depthwise", "seq2", "group4", "group2"))

@@ -260,3 +260,31 @@ def test_a_trained_networks_inherited_weights_start_better_than_fresh_ones(tiny,
     fresh = accuracy(original.transform(pipeline))
     assert trained.accuracy > 70
     assert inherited > fresh + 10, (inherited, fresh, trained.accuracy)
+
+
+def test_ctrl_c_stops_nasir_train_with_one_line_and_the_same_command_resumes(tiny, tmp_path):
+    """SIGINT (Ctrl-C) after the first epoch is saved: one line on stderr, status 130, no traceback;
+    the same command finishes from the saved epoch."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    model, task = tiny
+    model.save(tmp_path / "tiny.mlir")
+    command = [sys.executable, "-m", "nasir.tools.cli", "train", str(tmp_path / "tiny.mlir"), "--data", str(task),
+               "--epochs", "12", "--batch", "16", "--out", str(tmp_path / "run")]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while not (tmp_path / "run" / "metrics.csv").exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130
+    assert err.strip().splitlines()[-1] == "nasir: interrupted; run the same command again to resume"
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    saved = len((tmp_path / "run" / "metrics.csv").read_text().splitlines()) - 1
+    assert 1 <= saved < 12
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr
+    assert f"resumed from {tmp_path / 'run' / 'checkpoint.pt'} after epoch" in " ".join(done.stdout.split())

@@ -65,7 +65,9 @@ def serve(setup: Setup, inbox: Connection, outbox: Connection) -> None:
 
 def main() -> None:
     """`python -m nasir.search.workers`: a worker on its stdin/stdout (messages: multiprocessing
-    connection frames); anything else written to stdout goes to stderr."""
+    connection frames); anything else written to stdout goes to stderr. Ctrl-C is the parent's to
+    handle (it closes the pool): a worker ignores SIGINT, so a user's interrupt prints nothing here."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     outbox = Connection(os.dup(1), readable=False)
     os.dup2(2, 1)
     inbox = Connection(os.dup(0), writable=False)

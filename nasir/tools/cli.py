@@ -496,6 +496,12 @@ def search_args(c: argparse.ArgumentParser) -> None:
                    "$NASIR_CACHE_DIR/kernels.db or ~/.cache/nasir/kernels.db, shared by their searches)")
 
 
+RESUMABLE = ("search", "train", "tune")
+"""Commands that go on from where an interrupted run stopped."""
+INTERRUPTED = 128 + 2
+"""The status a shell gives a command that SIGINT ended (Ctrl-C)."""
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     if getattr(args, "budget", 0) is None and getattr(args, "time_limit", None) is None:
@@ -506,6 +512,10 @@ def main(argv: list[str] | None = None) -> None:
         end_on_closed_pipe()
     except NasirError as e:
         fail("nasir", e)
+    except KeyboardInterrupt:  # Ctrl-C: what was saved stays (checkpoints, the study, the databases)
+        resumable = args.command in RESUMABLE
+        print("nasir: interrupted" + ("; run the same command again to resume" if resumable else ""), file=sys.stderr)
+        sys.exit(INTERRUPTED)
 
 
 if __name__ == "__main__":
