@@ -8,6 +8,7 @@ import os
 import pty
 import re
 import subprocess
+import sys
 
 import pytest
 from test_tools import BIN, small_onnx  # noqa: F401  (a fixture)
@@ -83,3 +84,22 @@ def test_capacity_check_errors_name_synthetic_as_the_docs_do(small_onnx):  # noq
     with pytest.raises(NasirError, match="'synthetic'") as caught:
         nasir.load(small_onnx).transform("convert-nn-to-nest", capacity_check="bogus")
     assert "None" not in str(caught.value)
+
+
+def test_a_table_in_a_pipe_takes_the_columns_it_needs():
+    """The tools' console (search's front table, profile's, tune's) writing to a pipe: a table 150
+    columns wide keeps each header and cell on one line, as at a terminal of 200 columns (rich
+    alone folds it at 80: "measur ed ms")."""
+    script = ("from rich.table import Table\n"
+              "from nasir.tools.console import ToolConsole\n"
+              "t = Table(title='front')\n"
+              "for c in ('trial', 'est. ms', 'measured ms', 'speedup', 'MACs / orig.', 'passes'):\n"
+              "    t.add_column(c, overflow='fold')\n"
+              "t.add_row('12', '8.63', '12.56 [0.40]', '1.87x [0.05]', '0.25', 'group{factor=4 layers=\"' + 'x' * 60 + '\"}')\n"
+              "ToolConsole().print(t)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert max(len(line) for line in lines) > 120
+    assert any("measured ms" in line and "MACs / orig." in line for line in lines)
+    assert any("x" * 60 in line for line in lines)

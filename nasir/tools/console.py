@@ -78,12 +78,15 @@ def progress_console() -> Console:
 class ToolConsole(Console):
     """A rich console of the tools: a closed pipe ends the tool as `end_on_closed_pipe` does (rich's
     own handler exits with status 1), and output to a pipe or a file is not wrapped at rich's 80
-    columns, so a path in a message stays whole for the reader that copies it."""
+    columns: a path in a message stays whole for the reader that copies it, and a table takes the
+    columns it needs (up to `LOG_WIDTH`), so its headers and passes are not cut into fragments."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         if not self.is_terminal:
             self.soft_wrap = True
+            if "width" not in kwargs:
+                self.width = LOG_WIDTH
 
     def on_broken_pipe(self) -> None:
         end_on_closed_pipe()
