@@ -7,6 +7,7 @@ the lowering passes as well as the transforms below them.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -140,8 +141,8 @@ def with_init(spec: str, init: str) -> str:
     out = []
     for step in pipeline_steps(spec):
         name, _, options = step.partition("{")
-        cls = passes[name.strip()]
-        if "init" in getattr(cls, "__dataclass_fields__", {}) and "init=" not in options:
-            step = f"{name}{{{options[:-1].strip()} init={init}}}".replace("{ ", "{") if options else f"{name}{{init={init}}}"
+        options = options.removesuffix("}").strip()
+        if "init" in {f.name for f in dataclasses.fields(passes[name.strip()])} and "init=" not in options:
+            step = f"{name}{{{' '.join(filter(None, (options, f'init={init}')))}}}"
         out.append(step)
     return ",".join(out)

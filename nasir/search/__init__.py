@@ -81,8 +81,9 @@ def search(model: str | Path, dataset: str = "cifar10", *, budget: int | None = 
         from nasir.search.finetune import verify
 
         result.verified = verify(result, search.original, original_accuracy, data, max_drop=accuracy_drop,
-                                 epochs=finetune_epochs, top=finetune_top, batch=128, seed=seed, threads=threads,
-                                 cpu=cpu, progress=progress)
+                                 epochs=finetune_epochs, top=finetune_top, batch=128, seed=seed,
+                                 measure=lambda pipeline: search.setup.make_evaluator().measure(pipeline).samples,
+                                 progress=progress)
     if train_top:
         from nasir.search.accuracy import train_front
         from nasir.search.results import plot_front, write_jsonl

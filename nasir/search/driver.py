@@ -24,7 +24,6 @@ import bisect
 import hashlib
 import json
 import math
-import os
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
@@ -33,7 +32,6 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
-from nasir import zoo
 from nasir.errors import NasirError
 from nasir.search import strategies
 from nasir.search.evaluate import DEFAULT_EVALUATOR, Evaluator, Outcome, Setup
@@ -47,10 +45,10 @@ from nasir.search.results import (
     pareto_front,
     plot_front,
     ranked,
-    write_atomically,
+    write_best,
     write_jsonl,
 )
-from nasir.search.sources import from_nn, load_source
+from nasir.search.sources import is_zoo_name, load_source
 from nasir.search.space import TEMPLATES, SearchSpace
 from nasir.search.workers import MEASURE, LocalPool
 from nasir.transforms.arch import INITS
@@ -107,7 +105,7 @@ class SearchOptions:
 def default_init(source: str) -> str:
     """How a search of `source` makes transformed convs' weights by default: derived from a model
     file's (the user's trained weights), fresh for a zoo model (whose weights are untrained)."""
-    return "kaiming" if source in zoo.names() and not Path(source).exists() else "inherit"
+    return "kaiming" if is_zoo_name(source) else "inherit"
 
 
 def check_run(out: Path, budget: int | None, time_limit: float | None, workers: int) -> None:
@@ -333,10 +331,7 @@ class Search:
         measured = result.measured
         if measured:
             result.best = measured[0]
-            write_atomically(self.out / "best.pipeline", from_nn(result.best.pipeline) + "\n")
-            tmp = self.out / ".best.tmp.onnx"
-            evaluator.model.transform(result.best.pipeline).to_onnx(tmp)
-            os.replace(tmp, self.out / "best.onnx")
+            write_best(self.out, result.best.pipeline, evaluator.model.transform(result.best.pipeline))
         write_jsonl(result, self.out / "results.jsonl")
         plot_front(result, self.out / "pareto.png")
         return result

@@ -32,17 +32,18 @@ the chosen network is optimistic by the selection among a few candidates.
 from __future__ import annotations
 
 import csv
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import optuna
 from optuna.trial import TrialState
 from rich.table import Table
 
 from nasir.errors import NasirError
 from nasir.model import Model
-from nasir.search.results import Candidate, SearchResult, passes
+from nasir.search.results import Candidate, SearchResult, passes, plot_front, write_best, write_jsonl
+from nasir.search.sources import is_zoo_name
 from nasir.training import Distillation, train
 
 STUDY = "finetune"
@@ -113,8 +114,7 @@ def finetune(candidates: list[Candidate], original: Model, original_accuracy: fl
     see the module docstring."""
     if epochs < 1:
         raise NasirError(f"fine-tuning needs at least 1 epoch, got {epochs}")
-    if max_drop < 0:
-        raise NasirError(f"the accuracy drop allowed must be at least 0 points, got {max_drop}")
+    check_tolerance(max_drop)
     out.mkdir(parents=True, exist_ok=True)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(storage=f"sqlite:///{out / 'study.db'}", study_name=STUDY, direction="maximize",
@@ -171,13 +171,17 @@ def _epochs_so_far(folder: Path) -> list[dict]:
 
 # --- the search's accuracy-verified end --------------------------------------------------------
 
+def check_tolerance(max_drop: float) -> None:
+    if max_drop < 0:
+        raise NasirError(f"the accuracy drop allowed must be at least 0 points, got {max_drop}")
+
+
 def check_verification(max_drop: float, data: str | None) -> None:
     """Refuse an accuracy-verified search that cannot be run (before the search starts)."""
     if data is None or data == "synthetic":
         raise NasirError("an accuracy-verified search needs real data to measure accuracy on: give --data (a CIFAR "
                          "folder, an .npz, 'digits' or 'mnist5k')")
-    if max_drop < 0:
-        raise NasirError(f"the accuracy drop allowed must be at least 0 points, got {max_drop}")
+    check_tolerance(max_drop)
 
 
 def trained_original(source: str, dataset: str, data: str, out: Path, epochs: int, batch: int, seed: int,
@@ -191,7 +195,7 @@ def trained_original(source: str, dataset: str, data: str, out: Path, epochs: in
     from nasir.data import load_dataset
     from nasir.training.loop import evaluate
 
-    if source in zoo.names() and not Path(source).exists():
+    if is_zoo_name(source):
         note(f"{source} is a zoo model with untrained weights: training it on {data} first "
              f"({epochs} epochs; it is the teacher and the accuracy to keep)")
         model = zoo.load(source, dataset)
@@ -208,19 +212,14 @@ def trained_original(source: str, dataset: str, data: str, out: Path, epochs: in
 
 
 def verify(result: SearchResult, original: Model, original_accuracy: float, data: str, *, max_drop: float,
-           epochs: int, top: int, batch: int, seed: int, threads: int = 1, cpu: str | None = None,
+           epochs: int, top: int, batch: int, seed: int, measure: Callable[[str], dict[str, list[float]]],
            progress: bool = True) -> Verified:
     """The accuracy-verified end of a search of a trained `original`: `top` candidates spread over
     the speedups fine-tuned (`finetune`, in `result.out / "finetune"`); `result.best` becomes the
-    fastest within `max_drop` points (timed against the original like the front's members), saved
-    with its fine-tuned weights as best.onnx and best.pipeline, or None; each fine-tuned finished
-    candidate's accuracy goes into the results."""
-    from nasir.api import compile as compile_model
-    from nasir.search.evaluate import ROUNDS
-    from nasir.search.results import plot_front, write_atomically, write_jsonl
-    from nasir.search.sources import from_nn
-    from nasir.timing import interleaved
-
+    fastest within `max_drop` points, saved with its fine-tuned weights as best.onnx and
+    best.pipeline, or None; each fine-tuned finished candidate's accuracy goes into the results.
+    `measure(pipeline)`: a candidate's ms against the original's in interleaved rounds, as the
+    search times its front's members (`Evaluator.measure`), for a best the front did not hold."""
     out = result.out
     verified = finetune(spread(result.candidates, result.original_ms, top), original, original_accuracy, data,
                         max_drop=max_drop, epochs=epochs, out=out / "finetune", batch=batch, seed=seed,
@@ -233,17 +232,12 @@ def verify(result: SearchResult, original: Model, original_accuracy: float, data
         stale.unlink(missing_ok=True)  # the speed-only best of the search: not a verified result
     best = result.best
     if best is not None:
-        network = original.transform(best.pipeline)
         if not best.samples:
-            x = np.random.default_rng(seed).standard_normal(original.input_shapes[0]).astype(np.float32)
-            mine, theirs = (compile_model(m, threads=threads, cpu=cpu) for m in (network, original))
-            best.add_samples(interleaved({"candidate": lambda: mine(x), "original": lambda: theirs(x)}, ROUNDS))
+            best.add_samples(measure(best.pipeline))
+        network = original.transform(best.pipeline)
         tuned = train(network, data, epochs=epochs, batch=batch, lr=LR, seed=seed, teacher=Distillation(original),
                       out=out / "finetune" / f"trial-{best.number}", progress=False)  # its finished run, read back
-        write_atomically(out / "best.pipeline", from_nn(best.pipeline) + "\n")
-        tmp = out / ".best.tmp.onnx"
-        tuned.apply_to(network).to_onnx(tmp)
-        tmp.replace(out / "best.onnx")
+        write_best(out, best.pipeline, tuned.apply_to(network))
     write_jsonl(result, out / "results.jsonl")
     plot_front(result, out / "pareto.png")
     return verified

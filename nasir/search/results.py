@@ -30,9 +30,11 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 from nasir.search.evaluate import Outcome
+from nasir.search.sources import from_nn
 from nasir.timing import Spread, ratios
 
 if TYPE_CHECKING:
+    from nasir.model import Model
     from nasir.search.finetune import Verified
 
 
@@ -191,6 +193,15 @@ def write_atomically(path: Path, data: str | bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_bytes(data if isinstance(data, bytes) else data.encode())
     os.replace(tmp, path)
+
+
+def write_best(out: Path, pipeline: str, network: Model) -> None:
+    """best.pipeline (whole: `convert-nn-to-nest` first) and best.onnx (`network`, batch 1) in `out`,
+    each whole or not at all."""
+    write_atomically(out / "best.pipeline", from_nn(pipeline) + "\n")
+    tmp = out / ".best.tmp.onnx"
+    network.to_onnx(tmp)
+    os.replace(tmp, out / "best.onnx")
 
 
 def write_jsonl(result: SearchResult, path: Path) -> None:

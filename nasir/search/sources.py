@@ -43,17 +43,27 @@ def rebatched(path: Path, out: Path) -> Path:
     return out
 
 
+def is_zoo_name(source: str) -> bool:
+    """Whether a search's `source` names a zoo model (untrained weights) rather than a model file:
+    a path that exists or ends in .onnx is a file, whatever its name."""
+    return not _is_file_path(Path(source)) and source in zoo.names()
+
+
+def _is_file_path(path: Path) -> bool:
+    return path.suffix == ".onnx" or path.exists()
+
+
 def load_source(source: str, dataset: str, batch: int) -> tuple[Model, Model]:
     """(model at batch 1, model at `batch`) of a zoo name or an .onnx path, at nest level."""
     path = Path(source)
-    if path.suffix == ".onnx" or path.exists():
+    if _is_file_path(path):
         if not path.is_file():
             raise NasirError(f"{source}: no such file")
         one = api.load(path)
         with tempfile.TemporaryDirectory(prefix="nasir-search-") as tmp:
             many = api.load(rebatched(path, Path(tmp) / "model.onnx"),
                             input_shapes=[(batch, *shape[1:]) for shape in one.input_shapes])
-    elif source in zoo.names():
+    elif is_zoo_name(source):
         one = zoo.load(source, dataset)
         with tempfile.TemporaryDirectory(prefix="nasir-search-") as tmp:
             onnx = zoo.export_onnx(source, Path(tmp) / "model.onnx", dataset, batch=batch)
