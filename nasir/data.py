@@ -126,6 +126,21 @@ class Dataset:
         return replace(self, train=(fit_images(self.train[0], shape), self.train[1]),
                        test=(fit_images(self.test[0], shape), self.test[1]))
 
+    def split_test(self, seed: int = 0) -> tuple[Dataset, Dataset]:
+        """Two datasets with this one's training examples, each testing on one half of its test
+        examples (a seeded split): the first to choose with (a validation half), the second to
+        report on (a held-out half no choice has seen).
+
+            choose, report = load_dataset("mnist5k").split_test()   # 500 and 500 test examples
+        """
+        x, y = self.test
+        if len(x) < 2:
+            raise DataError(f"{self.name}: {len(x)} test examples cannot be split into validation and test halves")
+        order = np.random.default_rng([seed, 2]).permutation(len(x))
+        halves = np.sort(order[:len(x) // 2]), np.sort(order[len(x) // 2:])
+        return tuple(replace(self, name=f"{self.name} ({part} half)", test=(x[h], y[h]))
+                     for part, h in zip(("validation", "test"), halves))
+
 
 def load_dataset(source: str | Path, shape: tuple[int, ...] | None = None, seed: int = 0) -> Dataset:
     """The dataset at `source` (a CIFAR-10/100 binary directory, an .npz file, "digits" or "mnist5k"; see the

@@ -15,6 +15,7 @@ from data_fixtures import quadrant_task
 from search_fixtures import tiny_resnet_onnx
 
 import nasir
+from nasir.data import load_dataset
 from nasir.errors import NasirError
 from nasir.search.evaluate import Outcome
 from nasir.search.finetune import FineTuned, Verified, finetune, spread
@@ -110,10 +111,11 @@ def test_bad_settings_are_refused(trained, tmp_path):
 
 
 def test_a_search_with_a_tolerance_returns_a_fine_tuned_network_that_scores_as_reported(trained, tmp_path):
-    """nasir.search(file, data=..., accuracy_drop=...): the user's trained model measured first,
-    candidates fine-tuned, best the fastest finished one within the tolerance (100 points here, so
-    that one is); best.onnx holds its fine-tuned weights and scores, run again by ONNX Runtime on
-    the test split, what was reported."""
+    """nasir.search(file, data=..., accuracy_drop=...): candidates fine-tuned from the user's
+    trained model, chosen on a validation half of the test examples, best the fastest finished one
+    within the tolerance (100 points here, so that one is); best.onnx holds its fine-tuned weights,
+    and it and the original score, run again by ONNX Runtime on the held-out half, what was
+    reported."""
     import onnxruntime as ort
 
     original, accuracy, task = trained
@@ -123,20 +125,46 @@ def test_a_search_with_a_tolerance_returns_a_fine_tuned_network_that_scores_as_r
                           finetune_epochs=3, finetune_top=4, fisher_top=None, progress=False,
                           choices=("identity", "group4", "depthwise"))
     verified = result.verified
-    assert verified.original_accuracy == pytest.approx(accuracy)
+    data = np.load(task)
+    choose, report = load_dataset(task).split_test(0)
+    assert verified.original_accuracy == pytest.approx(ort_accuracy(path, *choose.test))
+    assert verified.original_test_accuracy == pytest.approx(ort_accuracy(path, *report.test))
+    assert len(choose.test[1]) + len(report.test[1]) == len(data["y_test"])
     assert 1 <= len(verified.rows) <= 4 and all("init=inherit" in r.candidate.pipeline for r in verified.rows)
     assert result.best is (verified.best.candidate if verified.best else None)
     rows = [json.loads(line) for line in (tmp_path / "run" / "results.jsonl").read_text().splitlines()]
-    assert rows[0]["status"] == "original" and rows[0]["accuracy"] == pytest.approx(accuracy)
+    assert rows[0]["status"] == "original" and rows[0]["accuracy"] == pytest.approx(verified.original_test_accuracy)
     best = verified.best
     assert best is not None and best.finished and result.best.speedup is not None, "a tolerance of 100 points"
     assert best is next(r for r in verified.rows if r.finished), "the fastest estimate that finished"
-    data = np.load(task)
-    session = ort.InferenceSession(str(tmp_path / "run" / "best.onnx"))
+    assert ort_accuracy(tmp_path / "run" / "best.onnx", *choose.test) == pytest.approx(best.accuracy)
+    assert ort_accuracy(tmp_path / "run" / "best.onnx", *report.test) == pytest.approx(best.test_accuracy)
+    assert next(r for r in rows if r["number"] == result.best.number)["accuracy"] == pytest.approx(best.test_accuracy)
+
+
+def ort_accuracy(path, x: np.ndarray, y: np.ndarray) -> float:
+    """Top-1 accuracy (%) of the ONNX file at `path` on `x`, `y`, run by ONNX Runtime one image at a time."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path))
     name = session.get_inputs()[0].name
-    predicted = np.concatenate([session.run(None, {name: data["x_test"][i:i + 1]})[0] for i in range(len(data["y_test"]))])
-    assert 100.0 * np.mean(predicted.argmax(1) == data["y_test"]) == pytest.approx(best.accuracy)
-    assert next(r for r in rows if r["number"] == result.best.number)["accuracy"] == pytest.approx(best.accuracy)
+    predicted = np.concatenate([session.run(None, {name: x[i:i + 1]})[0] for i in range(len(y))])
+    return 100.0 * float(np.mean(predicted.argmax(1) == y))
+
+
+def test_the_test_examples_split_into_disjoint_validation_and_held_out_halves(tmp_path):
+    task = quadrant_task(tmp_path / "task.npz")
+    data = load_dataset(task)
+    choose, report = data.split_test(seed=0)
+    x = data.test[0].reshape(len(data.test[0]), -1)
+    rows = {tuple(r): i for i, r in enumerate(x)}
+    assert len(rows) == len(x), "the task's test images are distinct"
+    picked = [sorted(rows[tuple(r)] for r in half.test[0].reshape(len(half.test[0]), -1)) for half in (choose, report)]
+    assert not set(picked[0]) & set(picked[1]) and sorted(picked[0] + picked[1]) == list(range(len(x)))
+    assert abs(len(picked[0]) - len(picked[1])) <= 1
+    for half, idx in zip((choose, report), picked):
+        assert np.array_equal(half.test[1], data.test[1][idx]) and half.train[0] is data.train[0]
+    assert "validation half" in choose.name and "test half" in report.name
 
 
 def test_the_cli_refuses_a_tolerance_without_data(tmp_path):
@@ -168,12 +196,15 @@ def test_the_cli_prints_the_fine_tuned_candidates_and_the_verdict(trained, tmp_p
                            "--out", str(tmp_path / "s")], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr
     text = " ".join(done.stdout.split())
-    assert f"fine-tuned from the original ({accuracy:.2f}%; within 0 point(s): at least {accuracy:.2f}%)" in text
+    choose, report = load_dataset(task).split_test(0)
+    kept, held_out = (ort_accuracy(path, *half.test) for half in (choose, report))
+    assert (f"fine-tuned from the original ({kept:.2f}%, {held_out:.2f}% held out; within 0 point(s): at least "
+            f"{kept:.2f}%)") in text
     rows = [json.loads(line) for line in (tmp_path / "s" / "results.jsonl").read_text().splitlines()]
     tuned = [r for r in rows[1:] if r["accuracy"] is not None]
     assert tuned, "the fine-tuned candidates' accuracy is in the results"
-    if any(r["accuracy"] >= accuracy for r in tuned):
-        assert "best: trial" in text and (tmp_path / "s" / "best.onnx").exists()
+    if "best: trial" in text:
+        assert "on the held-out half against the original's" in text and (tmp_path / "s" / "best.onnx").exists()
     else:
-        assert f"no candidate came within 0 point(s) of the original's {accuracy:.2f}%; the closest: trial" in text
+        assert f"no candidate came within 0 point(s) of the original's {kept:.2f}% on the validation half; the closest" in text
         assert not (tmp_path / "s" / "best.onnx").exists()

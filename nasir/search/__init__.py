@@ -36,12 +36,14 @@ def search(model: str | Path, dataset: str = "cifar10", *, budget: int | None = 
     `init`: how transformed convs get their weights: "inherit" (derived from the model's: the
     default for a model file, whose weights are the user's trained ones) or "kaiming" (fresh: the
     default for a zoo model, whose weights are untrained); candidates' pipelines say it.
-    `accuracy_drop` (points): verify accuracy on `data`. The original's accuracy is measured first
-    (a zoo model, untrained, is trained on `data` for `epochs` first: the teacher); after the
-    search, `finetune_top` candidates spread over the speedups found are fine-tuned from inherited
-    weights by distillation for up to `finetune_epochs` epochs under successive halving
-    (`nasir.search.finetune`), and `best` becomes the fastest within `accuracy_drop` points of the
-    original, saved with its fine-tuned weights (None when none is: `result.verified.closest`).
+    `accuracy_drop` (points): verify accuracy on `data` (a zoo model, untrained, is trained on
+    `data` for `epochs` first: the teacher). After the search, `finetune_top` candidates spread
+    over the speedups found are fine-tuned from inherited weights by distillation for up to
+    `finetune_epochs` epochs under successive halving (`nasir.search.finetune`), pruned and chosen
+    on a validation half of `data`'s test examples; `best` becomes the fastest within
+    `accuracy_drop` points of the original there, saved with its fine-tuned weights (None when none
+    is: `result.verified.closest`). Every network's reported accuracy, the original's included, is
+    on the other, held-out half.
     `fisher_top`: Fisher Potential only for candidates estimated faster than the original and than
     the `fisher_top`-th fastest accepted so far (the rest are `skipped`: they cannot change the
     fast end of the front); None: for every candidate, the whole front explored.
@@ -53,6 +55,10 @@ def search(model: str | Path, dataset: str = "cifar10", *, budget: int | None = 
     """
     from nasir.search.driver import Search, SearchOptions, check_run
     from nasir.search.workers import LocalPool
+
+    def note(line: str) -> None:
+        if progress:
+            print(line, file=sys.stderr)
 
     options = SearchOptions(strategy, seed, batch, data, fisher_slack, properties, threads, cpu,
                             tuple(choices) if choices else None, fisher_top, init)
@@ -73,17 +79,16 @@ def search(model: str | Path, dataset: str = "cifar10", *, budget: int | None = 
 
         check_verification(accuracy_drop, data)
         out.mkdir(parents=True, exist_ok=True)
-        model, original_accuracy = trained_original(str(model), dataset, data, out, epochs, 128, seed,
-                                                    note=lambda line: print(line, file=sys.stderr) if progress else None)
+        model = trained_original(str(model), dataset, data, out, epochs, 128, seed, note=note)
     search = Search(str(model), dataset, out, options, storage, progress, kernel_cache=kernel_cache)
     result = search.run(budget, time_limit, workers, pool, timeout)
     if accuracy_drop is not None:
         from nasir.search.finetune import verify
 
-        result.verified = verify(result, search.original, original_accuracy, data, max_drop=accuracy_drop,
-                                 epochs=finetune_epochs, top=finetune_top, batch=128, seed=seed,
+        result.verified = verify(result, search.original, data, max_drop=accuracy_drop, epochs=finetune_epochs,
+                                 top=finetune_top, batch=128, seed=seed,
                                  measure=lambda pipeline: search.setup.make_evaluator().measure(pipeline).samples,
-                                 progress=progress)
+                                 note=note, progress=progress)
     if train_top:
         from nasir.search.accuracy import train_front
         from nasir.search.results import plot_front, write_jsonl

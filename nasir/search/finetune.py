@@ -25,8 +25,10 @@ Resumable: the study lives in `out/study.db` and each run's checkpoint in `out/t
 stopped mid-way is continued from its checkpoint (its epochs so far reported again, so the
 pruner sees them), and candidates whose trial ended are not trained again.
 
-Accuracy is measured on the data's test split, which both prunes and selects: the figure of
-the chosen network is optimistic by the selection among a few candidates.
+`finetune` measures accuracy on its data's test split, which both prunes and selects. The
+search's `verify` therefore gives it a validation half of the test examples (`Dataset.split_test`)
+and reports every network, the original included, on the other half, which no choice has seen:
+the figure beside the chosen network is not inflated by the choice.
 """
 
 from __future__ import annotations
@@ -54,12 +56,14 @@ LR = 0.01
 
 @dataclass
 class FineTuned:
-    """One candidate's fine-tuning: its test accuracy (%) after each epoch it ran, and whether the
-    pruner stopped it."""
+    """One candidate's fine-tuning: its accuracy (%) on the data it was chosen with after each epoch
+    it ran, whether the pruner stopped it, and (a finished run, in the search) its accuracy on the
+    held-out half (`test_accuracy`)."""
 
     candidate: Candidate
     accuracies: list[float] = field(default_factory=list)
     pruned: bool = False
+    test_accuracy: float | None = None
 
     @property
     def finished(self) -> bool:
@@ -72,13 +76,15 @@ class FineTuned:
 
 @dataclass
 class Verified:
-    """The fine-tuned candidates (fastest first), the original's accuracy and the tolerance;
-    `best`: the fastest finished one within it, else None (`closest` then says how near one came)."""
+    """The fine-tuned candidates (fastest first), the original's accuracy on the same data and the
+    tolerance; `best`: the fastest finished one within it, else None (`closest` then says how near
+    one came). `original_test_accuracy`: the original's on the held-out half (in the search)."""
 
     rows: list[FineTuned]
     original_accuracy: float
     max_drop: float
     epochs: int
+    original_test_accuracy: float | None = None
 
     @property
     def within(self) -> list[FineTuned]:
@@ -110,8 +116,8 @@ def finetune(candidates: list[Candidate], original: Model, original_accuracy: fl
              epochs: int, out: Path, batch: int = 128, lr: float = LR, seed: int = 0,
              progress: bool = True) -> Verified:
     """Fine-tune `candidates` (fastest first) from `original`'s weights against `original` (the
-    teacher: trained, `original_accuracy` % on `data`'s test split) under successive halving;
-    see the module docstring."""
+    teacher: trained, `original_accuracy` % on the test split of `data`, a source or a `Dataset`)
+    under successive halving; see the module docstring."""
     if epochs < 1:
         raise NasirError(f"fine-tuning needs at least 1 epoch, got {epochs}")
     check_tolerance(max_drop)
@@ -185,59 +191,66 @@ def check_verification(max_drop: float, data: str | None) -> None:
 
 
 def trained_original(source: str, dataset: str, data: str, out: Path, epochs: int, batch: int, seed: int,
-                     note) -> tuple[str, float]:
-    """The model the verified search starts from, as a file with trained weights, and its test
-    accuracy (%) on `data`: a model file is the user's trained model, measured as it is; a zoo
-    model (untrained weights) is trained on `data` first (`out/original-train`, resumable), and
-    `note` says so."""
+                     note) -> str:
+    """The model the verified search starts from, as a file with trained weights: a model file is
+    the user's trained model, as it is; a zoo model (untrained weights) is trained on `data` first
+    (`out/original-train`, resumable), and `note` says so."""
     from nasir import zoo
-    from nasir.api import load
+
+    if not is_zoo_name(source):
+        return source
+    note(f"{source} is a zoo model with untrained weights: training it on {data} first "
+         f"({epochs} epochs; it is the teacher and the accuracy to keep)")
+    model = zoo.load(source, dataset)
+    result = train(model, data, epochs=epochs, batch=batch, seed=seed, out=out / "original-train",
+                   title=f"{source} (original)")
+    path = out / "original-trained.onnx"
+    result.apply_to(model).to_onnx(path)
+    return str(path)
+
+
+def verify(result: SearchResult, original: Model, data: str, *, max_drop: float, epochs: int, top: int, batch: int,
+           seed: int, measure: Callable[[str], dict[str, list[float]]], note=lambda line: None,
+           progress: bool = True) -> Verified:
+    """The accuracy-verified end of a search of a trained `original`: `top` candidates spread over
+    the speedups found are fine-tuned (`finetune`, in `result.out / "finetune"`), pruned and chosen
+    on a validation half of `data`'s test examples; `result.best` becomes the fastest within
+    `max_drop` points of the original there, saved with its fine-tuned weights as best.onnx and
+    best.pipeline, or None. The original and each finished candidate are then scored on the other,
+    held-out half: that accuracy goes into the results. `measure(pipeline)`: a candidate's ms
+    against the original's in interleaved rounds, as the search times its front's members
+    (`Evaluator.measure`), for a best the front did not hold."""
     from nasir.data import load_dataset
     from nasir.training.loop import evaluate
 
-    if is_zoo_name(source):
-        note(f"{source} is a zoo model with untrained weights: training it on {data} first "
-             f"({epochs} epochs; it is the teacher and the accuracy to keep)")
-        model = zoo.load(source, dataset)
-        result = train(model, data, epochs=epochs, batch=batch, seed=seed, out=out / "original-train",
-                       title=f"{source} (original)")
-        path = out / "original-trained.onnx"
-        result.apply_to(model).to_onnx(path)
-        return str(path), result.accuracy
-    model = load(source)
-    test = load_dataset(data, model.input_shapes[0][1:], seed).test
-    accuracy = evaluate(model.at_batch(batch).to_torch(), *test, batch)[1]
-    note(f"{source}: {accuracy:.2f}% on the test split of {data} (the accuracy to keep)")
-    return source, accuracy
-
-
-def verify(result: SearchResult, original: Model, original_accuracy: float, data: str, *, max_drop: float,
-           epochs: int, top: int, batch: int, seed: int, measure: Callable[[str], dict[str, list[float]]],
-           progress: bool = True) -> Verified:
-    """The accuracy-verified end of a search of a trained `original`: `top` candidates spread over
-    the speedups fine-tuned (`finetune`, in `result.out / "finetune"`); `result.best` becomes the
-    fastest within `max_drop` points, saved with its fine-tuned weights as best.onnx and
-    best.pipeline, or None; each fine-tuned finished candidate's accuracy goes into the results.
-    `measure(pipeline)`: a candidate's ms against the original's in interleaved rounds, as the
-    search times its front's members (`Evaluator.measure`), for a best the front did not hold."""
     out = result.out
-    verified = finetune(spread(result.candidates, result.original_ms, top), original, original_accuracy, data,
+    choose, report = load_dataset(data, original.input_shapes[0][1:], seed).split_test(seed)
+    teacher = original.at_batch(batch).to_torch()
+    original_accuracy = evaluate(teacher, *choose.test, batch)[1]
+    result.original_accuracy = evaluate(teacher, *report.test, batch)[1]
+    note(f"the original: {original_accuracy:.2f}% on the validation half of {data}'s test examples (the accuracy to "
+         f"keep), {result.original_accuracy:.2f}% on the held-out half")
+    verified = finetune(spread(result.candidates, result.original_ms, top), original, original_accuracy, choose,
                         max_drop=max_drop, epochs=epochs, out=out / "finetune", batch=batch, seed=seed,
                         progress=progress)
-    result.original_accuracy = original_accuracy
+    verified.original_test_accuracy = result.original_accuracy
     for row in verified.rows:
-        row.candidate.accuracy = row.accuracy if row.finished else None
+        row.candidate.accuracy = None
+        if row.finished:
+            network = original.transform(row.candidate.pipeline)
+            tuned = train(network, choose, epochs=epochs, batch=batch, lr=LR, seed=seed,
+                          teacher=Distillation(original), out=out / "finetune" / f"trial-{row.candidate.number}",
+                          progress=False)  # its finished run, read back
+            row.test_accuracy = row.candidate.accuracy = evaluate(tuned.program, *report.test,
+                                                                  min(batch, len(choose.train[0])))[1]
+            if row is verified.best:
+                write_best(out, row.candidate.pipeline, tuned.apply_to(network))
     result.best = verified.best.candidate if verified.best else None
-    for stale in (out / "best.pipeline", out / "best.onnx"):
-        stale.unlink(missing_ok=True)  # the speed-only best of the search: not a verified result
-    best = result.best
-    if best is not None:
-        if not best.samples:
-            best.add_samples(measure(best.pipeline))
-        network = original.transform(best.pipeline)
-        tuned = train(network, data, epochs=epochs, batch=batch, lr=LR, seed=seed, teacher=Distillation(original),
-                      out=out / "finetune" / f"trial-{best.number}", progress=False)  # its finished run, read back
-        write_best(out, best.pipeline, tuned.apply_to(network))
+    if result.best is None:
+        for stale in (out / "best.pipeline", out / "best.onnx"):
+            stale.unlink(missing_ok=True)  # the speed-only best of the search: not a verified result
+    elif not result.best.samples:
+        result.best.add_samples(measure(result.best.pipeline))
     write_jsonl(result, out / "results.jsonl")
     plot_front(result, out / "pareto.png")
     return verified
@@ -246,9 +259,11 @@ def verify(result: SearchResult, original: Model, original_accuracy: float, data
 def verified_table(verified: Verified) -> Table:
     """The fine-tuned candidates, fastest estimate first: accuracy after each epoch they ran."""
     floor = verified.original_accuracy - verified.max_drop
-    table = Table(title=f"fine-tuned from the original ({verified.original_accuracy:.2f}%; within "
+    held_out = (f", {verified.original_test_accuracy:.2f}% held out" if verified.original_test_accuracy is not None
+                else "")
+    table = Table(title=f"fine-tuned from the original ({verified.original_accuracy:.2f}%{held_out}; within "
                         f"{verified.max_drop:g} point(s): at least {floor:.2f}%), fastest estimate first")
-    for col in ("trial", "est. ms", "speedup", "MACs / orig.", "epochs", "acc %", "verdict", "passes"):
+    for col in ("trial", "est. ms", "speedup", "MACs / orig.", "epochs", "acc %", "held-out %", "verdict", "passes"):
         table.add_column(col, justify="left" if col in ("verdict", "passes") else "right", overflow="fold")
     for row in verified.rows:
         c = row.candidate
@@ -259,5 +274,6 @@ def verified_table(verified: Verified) -> Table:
                       f"{speedup.median:.2f}x [{speedup.iqr:.2f}]" if speedup else "-",
                       f"{c.outcome.mac_ratio:.2f}" if c.outcome.mac_ratio is not None else "-",
                       f"{len(row.accuracies)}/{verified.epochs}",
-                      f"{row.accuracy:.2f}" if row.accuracy is not None else "-", verdict, passes(c.pipeline))
+                      f"{row.accuracy:.2f}" if row.accuracy is not None else "-",
+                      f"{row.test_accuracy:.2f}" if row.test_accuracy is not None else "-", verdict, passes(c.pipeline))
     return table

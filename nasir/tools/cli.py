@@ -270,15 +270,16 @@ def _print_verified(result, args) -> int:
     if result.best is not None:
         best, speedup, row = result.best, result.best.speedup, verified.best
         out.print(f"best: trial {best.number}, {speedup.median:.2f}x faster than the original (IQR {speedup.q1:.2f}-"
-                  f"{speedup.q3:.2f}x), {row.accuracy:.2f}% after {len(row.accuracies)} epochs of fine-tuning against "
-                  f"the original's {verified.original_accuracy:.2f}%; pipeline in {args.out}/best.pipeline, network "
-                  f"with its fine-tuned weights in {args.out}/best.onnx")
+                  f"{speedup.q3:.2f}x), after {len(row.accuracies)} epochs of fine-tuning {row.test_accuracy:.2f}% on "
+                  f"the held-out half against the original's {verified.original_test_accuracy:.2f}% (chosen on the "
+                  f"validation half: {row.accuracy:.2f}% against {verified.original_accuracy:.2f}%); pipeline in "
+                  f"{args.out}/best.pipeline, network with its fine-tuned weights in {args.out}/best.onnx")
     else:
         closest = verified.closest
         near = (f"; the closest: trial {closest.candidate.number} at {closest.accuracy:.2f}%" if closest else
                 "; no fine-tuning run finished")
         out.print(f"no candidate came within {verified.max_drop:g} point(s) of the original's "
-                  f"{verified.original_accuracy:.2f}%{near}")
+                  f"{verified.original_accuracy:.2f}% on the validation half{near}")
     out.print(f"results: {args.out}/results.jsonl, plot: {args.out}/pareto.png, runs: {args.out}/finetune/")
     return 0
 
