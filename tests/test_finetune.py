@@ -131,6 +131,9 @@ def test_a_search_with_a_tolerance_returns_a_fine_tuned_network_that_scores_as_r
     assert verified.original_test_accuracy == pytest.approx(ort_accuracy(path, *report.test))
     assert len(choose.test[1]) + len(report.test[1]) == len(data["y_test"])
     assert 1 <= len(verified.rows) <= 4 and all("init=inherit" in r.candidate.pipeline for r in verified.rows)
+    for c in result.candidates:  # no capacity check: every legal candidate is estimated and kept
+        assert c.outcome.stage in (None, "legality", "properties") and c.outcome.fisher_ratio is None
+        assert (c.outcome.status == "accepted") == (c.outcome.estimate_ms is not None)
     assert result.best is (verified.best.candidate if verified.best else None)
     rows = [json.loads(line) for line in (tmp_path / "run" / "results.jsonl").read_text().splitlines()]
     assert rows[0]["status"] == "original" and rows[0]["accuracy"] == pytest.approx(verified.original_test_accuracy)
@@ -174,6 +177,14 @@ def test_the_cli_refuses_a_tolerance_without_data(tmp_path):
         "nasir: error: an accuracy-verified search needs real data to measure accuracy on: give --data (a CIFAR "
         "folder, an .npz, 'digits' or 'mnist5k')"]
     assert not (tmp_path / "s").exists()
+
+
+def test_without_a_capacity_check_the_front_is_over_latency_and_macs():
+    from nasir.search.results import pareto_front
+
+    found = [Candidate(n, f"p{n}", Outcome("accepted", estimate_ms=ms, mac_ratio=macs))
+             for n, (ms, macs) in enumerate([(1.0, 0.2), (2.0, 0.5), (2.5, 0.4), (3.0, 0.9), (1.5, 0.1)])]
+    assert [c.number for c in pareto_front(found)] == [0, 1, 3], "(2.5, 0.4) and (1.5, 0.1) are beaten"
 
 
 def test_only_a_finished_run_within_the_tolerance_is_a_result():

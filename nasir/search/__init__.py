@@ -25,7 +25,8 @@ def search(model: str | Path, dataset: str = "cifar10", *, budget: int | None = 
            fisher_slack: float = 0.0, properties: bool = True, cpu: str | None = None,
            choices: tuple[str, ...] | None = None, fisher_top: int | None = 8, timeout: float = 600.0, progress: bool = True,
            kernel_cache: str | Path | None = None, train_top: int = 0, epochs: int = 200, init: str | None = None,
-           accuracy_drop: float | None = None, finetune_epochs: int = 9, finetune_top: int = 12):
+           accuracy_drop: float | None = None, finetune_epochs: int = 9, finetune_top: int = 12,
+           capacity: str | None = None):
     """Search the architecture transforms of `model` (a zoo name or an .onnx file) for faster
     networks that keep its capacity (`nasir.search.driver`); returns a `SearchResult` with
     `.best`, `.pareto` and `.candidates`, and writes them to `out`.
@@ -43,7 +44,10 @@ def search(model: str | Path, dataset: str = "cifar10", *, budget: int | None = 
     on a validation half of `data`'s test examples; `best` becomes the fastest within
     `accuracy_drop` points of the original there, saved with its fine-tuned weights (None when none
     is: `result.verified.closest`). Every network's reported accuracy, the original's included, is
-    on the other, held-out half.
+    on the other, held-out half. `capacity`: the check candidates must pass ("fisher": Fisher
+    Potential at least the original's; "none": none, the front over latency and MACs); default
+    "fisher", and "none" with `accuracy_drop`, where fine-tuning judges accuracy (Fisher
+    Potential of inherited weights against a trained original says nothing).
     `fisher_top`: Fisher Potential only for candidates estimated faster than the original and than
     the `fisher_top`-th fastest accepted so far (the rest are `skipped`: they cannot change the
     fast end of the front); None: for every candidate, the whole front explored.
@@ -60,8 +64,10 @@ def search(model: str | Path, dataset: str = "cifar10", *, budget: int | None = 
         if progress:
             print(line, file=sys.stderr)
 
+    if capacity is None:
+        capacity = "none" if accuracy_drop is not None else "fisher"
     options = SearchOptions(strategy, seed, batch, data, fisher_slack, properties, threads, cpu,
-                            tuple(choices) if choices else None, fisher_top, init)
+                            tuple(choices) if choices else None, fisher_top, init, capacity)
     options.check()
     out = Path(out)
     check_run(out, budget, time_limit, workers)

@@ -34,7 +34,7 @@ from optuna.trial import TrialState
 
 from nasir.errors import NasirError
 from nasir.search import strategies
-from nasir.search.evaluate import DEFAULT_EVALUATOR, Evaluator, Outcome, Setup
+from nasir.search.evaluate import CAPACITY_CHECKS, DEFAULT_EVALUATOR, Evaluator, Outcome, Setup
 from nasir.kernels import TIMING_LOCK, default_kernel_cache, timing_lock
 from nasir.search.progress import SearchProgress
 from nasir.search.results import (
@@ -86,6 +86,9 @@ class SearchOptions:
     init: str | None = None
     """How transformed convs get their weights (`SearchSpace.init`); None: "inherit" for a model
     file (the user's trained weights), "kaiming" for a zoo model (untrained)."""
+    capacity: str = "fisher"
+    """The capacity check (`nasir.search.evaluate.CAPACITY_CHECKS`): "fisher", or "none" (every
+    legal candidate accepted and estimated; the accuracy-verified search's default)."""
 
     def check(self) -> None:
         if self.strategy not in strategies.SAMPLERS:
@@ -100,6 +103,8 @@ class SearchOptions:
             raise NasirError(f"fisher top must be at least 1 (or None: every candidate), got {self.fisher_top}")
         if self.init not in (None, *INITS):
             raise NasirError(f"unknown init '{self.init}' (choose from {', '.join(INITS)})")
+        if self.capacity not in CAPACITY_CHECKS:
+            raise NasirError(f"unknown capacity check '{self.capacity}' (choose from {', '.join(CAPACITY_CHECKS)})")
 
 
 def default_init(source: str) -> str:
@@ -182,7 +187,8 @@ def tell(study: optuna.Study, trial: optuna.Trial, outcome: Outcome, bar: float 
     candidate and one Fisher Potential rejected are complete trials, the second infeasible: its
     ratio fell below `bar` (the acceptance bar, 1 - fisher slack: constraint `fisher`, the
     shortfall, <= 0 when accepted; `nasir.search.strategies`), and its latency is the estimate, or,
-    where none was made (Fisher came first), `original_ms` scaled by its MACs."""
+    where none was made (Fisher came first), `original_ms` scaled by its MACs. Without a capacity
+    check (no Fisher ratio) the second objective is the MAC ratio and the constraint always holds."""
     for key, value in {**outcome.to_json(), "number": trial.number}.items():
         trial.set_user_attr(key, value)
     if outcome.status == "accepted" or (outcome.status == "rejected" and outcome.stage == "fisher"
@@ -190,8 +196,8 @@ def tell(study: optuna.Study, trial: optuna.Trial, outcome: Outcome, bar: float 
         latency = outcome.estimate_ms
         if latency is None:
             latency = original_ms * outcome.mac_ratio
-        trial.set_constraint("fisher", bar - outcome.fisher_ratio)
-        study.tell(trial, [latency, outcome.fisher_ratio])
+        trial.set_constraint("fisher", bar - outcome.fisher_ratio if outcome.fisher_ratio is not None else 0.0)
+        study.tell(trial, [latency, outcome.capacity])
     else:
         study.tell(trial, state=TrialState.PRUNED if outcome.status in ("rejected", "skipped") else TrialState.FAIL)
 
@@ -246,7 +252,7 @@ class Search:
         setup = Setup(str(self.out / "original.mlir"), str(self.out / "original_fisher.mlir"),
                       str(self.kernel_cache), o.cpu, o.threads, o.data, o.seed, o.fisher_slack,
                       o.properties, study.user_attrs.get("profile"), study.user_attrs.get("original_fisher"),
-                      self.evaluator)
+                      self.evaluator, o.capacity)
         evaluator = Evaluator(setup)
         self.original = evaluator.model
         study.set_user_attr("profile", evaluator.latency.profile)

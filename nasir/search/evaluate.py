@@ -4,12 +4,15 @@
 2. properties: the alphaNAS mixing and depth of the original are kept (free; `properties=False`
    turns it off);
 3. cost: MACs and parameters against the original, and the latency estimate (`LatencyModel`);
-4. capacity: Fisher Potential at initialisation, on the search's seeded minibatch, at least the
-   original's times (1 - `fisher_slack`); spent only where it can change the search's answer: a
+4. capacity (`capacity="fisher"`): Fisher Potential at initialisation, on the search's seeded
+   minibatch, at least the original's times (1 - `fisher_slack`); spent only where it can change the search's answer: a
    candidate whose estimate is not below `enter_below` (the driver's bar: the original's time, or
    the estimate of the slowest of the fastest accepted candidates so far) is `skipped`. While the
    candidate's kernels are not all timed yet, the estimate is the dearer check (a compile per new
-   nest) and comes after Fisher Potential, for accepted candidates only.
+   nest) and comes after Fisher Potential, for accepted candidates only. With `capacity="none"`
+   (the accuracy-verified search: fine-tuning judges accuracy) nothing is rejected for capacity:
+   every legal candidate that keeps the properties is estimated and accepted, and the front is
+   over latency and the MAC ratio, MACs standing in for capacity (`Outcome.capacity`).
 
     evaluator = Evaluator(setup)                       # loads the models, measures the original once
     evaluator('group{factor=2 layers="layer1_layer1[.]0_conv1_Conv"}', enter_below=5.1)
@@ -43,6 +46,8 @@ from nasir.timing import Spread, interleaved
 from nasir.transforms.properties import analyse, properties_at_least
 
 DEFAULT_EVALUATOR = "nasir.search.evaluate:Evaluator"
+CAPACITY_CHECKS = ("fisher", "none")
+"""How the search judges a candidate's capacity (the module docstring, step 4)."""
 ROUNDS = 7
 """Rounds of one measurement of a front member (each times it and the original once)."""
 
@@ -64,6 +69,12 @@ class Outcome:
     """A measurement's ms per round, interleaved: {"candidate": [...], "original": [...]}."""
     finished_s: float | None = None
     """When the search had it: seconds from the start of the run that evaluated it."""
+
+    @property
+    def capacity(self) -> float | None:
+        """The capacity the front is built on: the Fisher ratio, or where none was measured
+        (`capacity="none"`) the MAC ratio."""
+        return self.fisher_ratio if self.fisher_ratio is not None else self.mac_ratio
 
     def to_json(self) -> dict:
         """The outcome's figures (a measurement's samples go with the candidate: `Candidate`)."""
@@ -90,6 +101,8 @@ class Setup:
     original_fisher: float | None = None
     evaluator: str = DEFAULT_EVALUATOR
     """The class the workers evaluate with, as `module:Class` (an `Evaluator` subclass)."""
+    capacity: str = "fisher"
+    """`CAPACITY_CHECKS`: "fisher", or "none" (no capacity check; the module docstring)."""
 
     def make_evaluator(self) -> Evaluator:
         module, name = self.evaluator.split(":")
@@ -106,7 +119,7 @@ class Evaluator:
         shape = self.fisher_model.input_shapes[0]
         classes = self.fisher_model.output_shapes[0][-1]
         self.batch = minibatch(setup.data, shape[0], setup.seed, tuple(shape[1:]), classes)
-        self.original_fisher = (setup.original_fisher if setup.original_fisher is not None
+        self.original_fisher = (setup.original_fisher if setup.original_fisher is not None or setup.capacity == "none"
                                 else self.fisher(self.fisher_model))
         self.original_properties = analyse(self.fisher_model.module)
         summary = summarize(self.fisher_model)
@@ -137,6 +150,8 @@ class Evaluator:
         summary = summarize(candidate)
         costs = {"mac_ratio": summary.total_macs / self.original_macs,
                  "param_ratio": summary.total_params / self.original_params}
+        if self.setup.capacity == "none":
+            return Outcome("accepted", None, "", None, estimate_ms=self.estimate(candidate, pipeline), **costs)
         if enter_below is not None and self.latency.known(candidate):
             costs["estimate_ms"] = self.estimate(candidate, pipeline)
             if costs["estimate_ms"] >= enter_below:

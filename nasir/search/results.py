@@ -126,13 +126,14 @@ class SearchResult:
 
 
 def pareto_front(candidates: Iterable[Candidate]) -> list[Candidate]:
-    """Accepted candidates no other accepted one beats in both latency and Fisher ratio, fastest first."""
+    """Accepted candidates no other accepted one beats in both latency and capacity (the Fisher
+    ratio, or the MAC ratio without a capacity check: `Outcome.capacity`), fastest first."""
     pool = [c for c in candidates if c.outcome.status == "accepted"]
 
     def beaten(c: Candidate) -> bool:
         a = c.outcome
-        return any(o.outcome.estimate_ms <= a.estimate_ms and o.outcome.fisher_ratio >= a.fisher_ratio
-                   and (o.outcome.estimate_ms < a.estimate_ms or o.outcome.fisher_ratio > a.fisher_ratio)
+        return any(o.outcome.estimate_ms <= a.estimate_ms and o.outcome.capacity >= a.capacity
+                   and (o.outcome.estimate_ms < a.estimate_ms or o.outcome.capacity > a.capacity)
                    for o in pool)
 
     return sorted((c for c in pool if not beaten(c)), key=lambda c: c.outcome.estimate_ms)
@@ -184,7 +185,7 @@ def front_table(result: SearchResult) -> Table:
         acc = (f"{c.accuracy:.2f}" if c.accuracy is not None else "-",) if trained else ()
         table.add_row(str(c.number), f"{o.estimate_ms:.2f}", f"{ms.median:.2f} [{ms.iqr:.2f}]" if ms else "-",
                       f"{speedup.median:.2f}x [{speedup.iqr:.2f}]" if speedup else "-", f"{o.mac_ratio:.2f}",
-                      f"{o.param_ratio:.2f}", f"{o.fisher_ratio:.3f}", *acc, ", ".join(map(str, c.ties)),
+                      f"{o.param_ratio:.2f}", f"{o.fisher_ratio:.3f}" if o.fisher_ratio is not None else "-", *acc, ", ".join(map(str, c.ties)),
                       passes(c.pipeline))
     return table
 
@@ -213,8 +214,9 @@ def write_jsonl(result: SearchResult, path: Path) -> None:
 
 
 def plot_front(result: SearchResult, path: Path) -> None:
-    """Latency vs Fisher ratio: the accepted candidates' estimates, the front's estimates joined,
-    its measured members' medians with their IQR, and the original's measured time."""
+    """Latency vs capacity (the Fisher ratio, or the MAC ratio: `Outcome.capacity`): the accepted
+    candidates' estimates, the front's estimates joined, its measured members' medians with their
+    IQR, the original's measured time, and the accuracy of the trained or fine-tuned networks."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -222,15 +224,15 @@ def plot_front(result: SearchResult, path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     acc = result.accepted
-    ax.scatter([c.outcome.estimate_ms for c in acc], [c.outcome.fisher_ratio for c in acc], s=12,
+    ax.scatter([c.outcome.estimate_ms for c in acc], [c.outcome.capacity for c in acc], s=12,
                color="#9bb7d4", label=f"accepted ({len(acc)})")
     front = result.pareto
-    ax.plot([c.outcome.estimate_ms for c in front], [c.outcome.fisher_ratio for c in front], "o-",
+    ax.plot([c.outcome.estimate_ms for c in front], [c.outcome.capacity for c in front], "o-",
             color="#c0392b", label=f"Pareto front, estimated ({len(front)})")
     measured = result.measured
     if measured:
         ms = [c.spread for c in measured]
-        ax.errorbar([s.median for s in ms], [c.outcome.fisher_ratio for c in measured],
+        ax.errorbar([s.median for s in ms], [c.outcome.capacity for c in measured],
                     xerr=[[s.median - s.q1 for s in ms], [s.q3 - s.median for s in ms]], fmt="D", color="#1e8449",
                     label=f"front measured ({len(measured)}), median and IQR", zorder=4)
     om = result.original_measured
@@ -238,12 +240,14 @@ def plot_front(result: SearchResult, path: Path) -> None:
     ax.scatter([original_ms], [1.0], marker="*", s=160, color="black", zorder=3,
                label="original (measured with the front)" if om else "original (profiled)")
     labels = [(original_ms, 1.0, result.original_accuracy)] + [
-        (c.measured_ms, c.outcome.fisher_ratio, c.accuracy) for c in measured]
-    for x, y, accuracy in labels:  # test accuracy of the trained networks (--train-top)
+        (c.measured_ms or c.outcome.estimate_ms, c.outcome.capacity, c.accuracy) for c in result.candidates
+        if c.accuracy is not None and (c.measured_ms or c.outcome.estimate_ms)]
+    for x, y, accuracy in labels:  # test accuracy of the trained or fine-tuned networks
         if accuracy is not None:
             ax.annotate(f"{accuracy:.1f}%", (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
     ax.set_xlabel("latency (ms, batch 1)")
-    ax.set_ylabel("Fisher Potential / original's")
+    ax.set_ylabel("Fisher Potential / original's" if any(c.outcome.fisher_ratio is not None for c in acc)
+                  else "MACs / original's (no capacity check)")
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()

@@ -199,8 +199,9 @@ def cmd_search(args) -> int:
                           fisher_slack=args.fisher_slack, properties=not args.no_properties, choices=args.choices,
                           fisher_top=args.fisher_top or None, cpu=args.cpu,
                           timeout=args.timeout, kernel_cache=args.kernel_cache, train_top=args.train_top,
-                          epochs=args.epochs, init=args.init, accuracy_drop=args.max_accuracy_drop,
-                          finetune_epochs=args.finetune_epochs, finetune_top=args.finetune_top)
+                          epochs=args.epochs, init=args.init, capacity=args.capacity,
+                          accuracy_drop=args.max_accuracy_drop, finetune_epochs=args.finetune_epochs,
+                          finetune_top=args.finetune_top)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.counts().items()))
     if result.resumed:
         out.print(f"resumed from {result.resumed}")
@@ -478,6 +479,9 @@ def search_args(c: argparse.ArgumentParser) -> None:
     c.add_argument("--fisher-top", type=int, default=8, metavar="K",
                    help="measure Fisher Potential only for candidates estimated faster than the original and "
                         "than the K-th fastest accepted so far; 0: for every candidate (default 8)")
+    c.add_argument("--capacity", choices=("fisher", "none"),
+                   help="the capacity check: fisher (Fisher Potential at least the original's; the default) or none "
+                        "(every legal candidate kept; the default with --max-accuracy-drop, where fine-tuning judges)")
     c.add_argument("--no-properties", action="store_true", help="skip the mixing/depth property filter")
     c.add_argument("--choices", type=lambda text: tuple(text.split(",")), metavar="A,B,...",
                    help="the per-layer choices to search over (default: all of nasir.search.space.TEMPLATES)")
