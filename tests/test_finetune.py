@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 import pytest
-from data_fixtures import quadrant_task
+from data_fixtures import quadrant_task, write_cifar
 from search_fixtures import tiny_resnet_onnx
 
 import nasir
@@ -219,3 +219,27 @@ def test_the_cli_prints_the_fine_tuned_candidates_and_the_verdict(trained, tmp_p
     else:
         assert f"no candidate came within 0 point(s) of the original's {kept:.2f}% on the validation half; the closest" in text
         assert not (tmp_path / "s" / "best.onnx").exists()
+
+
+def test_a_cifar10_folder_runs_the_same_command(tmp_path):
+    """`nasir search model.onnx --data cifar-10-batches-bin/ --max-accuracy-drop P` on a small
+    generated folder in CIFAR-10's binary format: images fitted to the model's 16 x 16, a fine-tuned
+    best whose best.onnx scores, run by ONNX Runtime on the held-out half of test_batch.bin, what
+    the run reported."""
+    folder = tmp_path / "cifar-10-batches-bin"
+    folder.mkdir()
+    write_cifar(folder, [96, 64, 48])
+    model = tiny_resnet_onnx(tmp_path / "model.onnx", width=16)
+    done = subprocess.run([sys.executable, "-m", "nasir.tools.cli", "search", str(model), "--budget", "4",
+                           "--data", str(folder), "--max-accuracy-drop", "100", "--finetune-epochs", "1",
+                           "--finetune-top", "2", "--choices", "identity,group4", "--out", str(tmp_path / "s")],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr
+    assert "best: trial" in " ".join(done.stdout.split())
+    rows = [json.loads(line) for line in (tmp_path / "s" / "results.jsonl").read_text().splitlines()]
+    best = (tmp_path / "s" / "best.pipeline").read_text()
+    row = next(r for r in rows[1:] if r["pipeline"] and r["pipeline"] in best)
+    _, report = load_dataset(folder, (3, 16, 16)).split_test(0)
+    assert len(report.test[1]) == 24
+    assert ort_accuracy(tmp_path / "s" / "best.onnx", *report.test) == pytest.approx(row["accuracy"])
+    assert ort_accuracy(model, *report.test) == pytest.approx(rows[0]["accuracy"])
