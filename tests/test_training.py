@@ -238,6 +238,19 @@ def test_nasir_train_killed_then_run_again_resumes(tiny, tmp_path):
     rows = (tmp_path / "run" / "metrics.csv").read_text().splitlines()[1:]
     assert [int(r.split(",")[0]) for r in rows] == list(range(1, 5))
     assert (tmp_path / "run" / "trained.npz").is_file()
+    import csv
+
+    import onnxruntime as ort
+
+    with (tmp_path / "run" / "metrics.csv").open() as f:
+        final = float(list(csv.DictReader(f))[-1]["test_accuracy"])
+    data = np.load(task)
+    session = ort.InferenceSession(str(tmp_path / "run" / "trained.onnx"))
+    name = session.get_inputs()[0].name
+    predicted = np.concatenate([session.run(None, {name: data["x_test"][i:i + 1]})[0]
+                                for i in range(len(data["y_test"]))])
+    assert 100.0 * np.mean(predicted.argmax(1) == data["y_test"]) == pytest.approx(final), \
+        "trained.onnx scores, run by ONNX Runtime, what the run reported"
 
 
 

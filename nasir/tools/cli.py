@@ -333,12 +333,15 @@ def cmd_train(args) -> int:
     result = nasir.train(model, args.data, epochs=args.epochs, batch=args.batch, lr=args.lr, seed=args.seed,
                          out=args.out, resume=not args.restart, threads=args.threads, title=Path(args.model).stem,
                          teacher=teacher)
-    saved = result.apply_to(model).save(Path(args.out) / "trained.mlir")
+    trained = result.apply_to(model)
+    saved = trained.save(Path(args.out) / "trained.mlir")
+    trained.to_onnx(Path(args.out) / "trained.onnx")  # what nasir search and other tools take
     if result.resumed:
         out.print(f"resumed from {result.resumed}")
     out.print(f"test accuracy {result.accuracy:.2f}% after {len(result.history)} epochs "
               f"({sum(r['seconds'] for r in result.history):.0f} s of training)")
-    out.print(f"trained model: {saved} (+ .npz); metrics: {args.out}/metrics.csv, curves: {args.out}/curves.png")
+    out.print(f"trained model: {args.out}/trained.onnx and {saved} (+ .npz); metrics: {args.out}/metrics.csv, "
+              f"curves: {args.out}/curves.png")
     return 0
 
 
