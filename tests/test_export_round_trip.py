@@ -107,3 +107,30 @@ def test_export_reimports_and_compiles(case, base, cpu, tmp_path):
     back = nasir.load(str(path))
     np.testing.assert_allclose(nasir.compile(back, target="llvm", cpu=cpu)(x), expected, **TOL)
 
+
+
+def layer_names(model) -> list[str]:
+    """The names of the model's layers that compute (nn ops and nests), in order."""
+    from nasir.dialects.module import main_func
+
+    return [op.layer_name for op in main_func(model.module).body.block.ops if getattr(op, "layer_name", "")]
+
+
+@pytest.mark.parametrize("case", ["channels", "splits"])
+def test_an_exported_file_keeps_the_layer_names(case, base, tmp_path):
+    """A file nasir writes names each node after its layer (the transformed layers' new names
+    included), so nasir imports it with the names it had and a pipeline's `layers=` patterns
+    apply to it as to the original: they select the same convs, which become the same layers."""
+    original = base.transform(PREFIX)
+    written = nasir.load(str(original.to_onnx(tmp_path / "original.onnx")))
+    before, after = layer_names(original), layer_names(written)
+    convs = [name for name in before if name.endswith("_Conv")]
+    assert len(convs) == 6 and [name for name in after if name.endswith("_Conv")] == convs
+    assert all(name.split(".")[0] in before or name in before for name in after), \
+        "every layer is named after one of the original's (helper ops: layer.OpType)"
+    transformed = base.transform(pipeline(case))
+    nodes = {n.name for n in onnx.load(str(transformed.to_onnx(tmp_path / "t.onnx"))).graph.node}
+    assert {name for name in layer_names(transformed) if name.endswith("_Conv")} <= nodes
+    again = written.transform(pipeline(case))  # the same patterns select the same layers
+    assert ([name for name in layer_names(again) if name.endswith("_Conv") or "_Conv." in name]
+            == [name for name in layer_names(transformed) if name.endswith("_Conv") or "_Conv." in name])

@@ -64,6 +64,7 @@ def to_onnx(module: ModuleOp, path: str | Path, opset: int = 17, dynamic_batch: 
     `dynamic_batch` its inputs and outputs take a batch of any size (axis 0, named "batch"; importing
     such a file again takes `input_shapes`, as for any dynamic dim)."""
     program = to_torch(module)
+    layers = _scoped(program)
     examples = tuple(torch.zeros(shape) for shape in io_shapes(module)[0])
     inputs, outputs = io_names(module)
     path = Path(path)
@@ -74,4 +75,62 @@ def to_onnx(module: ModuleOp, path: str | Path, opset: int = 17, dynamic_batch: 
             torch.onnx.export(program, examples, str(path), dynamo=False, export_params=True,
                               opset_version=opset, input_names=inputs, output_names=outputs,
                               dynamic_axes={name: {0: "batch"} for name in inputs + outputs} if dynamic_batch else None)
+    _name_nodes(path, layers)
     return path
+
+
+class _Step(torch.nn.Module):
+    """One step of a `TorchProgram` as a submodule, so that the exporter scopes its nodes."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, op, args):
+        return self.fn(op, args)
+
+
+SCOPE = "layers"
+
+
+def _scoped(program: TorchProgram) -> dict[str, str]:
+    """Run each step of `program` through a submodule `layers.sN` (the exporter names its nodes
+    `/layers/sN/Conv`, ...); returns sN -> the step's layer name."""
+    scopes, layers = torch.nn.ModuleDict(), {}
+    for i, (op, fn, operands) in enumerate(program.steps):
+        key = f"s{i}"
+        scopes[key] = _Step(fn)
+        program.steps[i] = (op, scopes[key], operands)
+        layers[key] = getattr(op, "layer_name", "") or ""
+    program.add_module(SCOPE, scopes)
+    return layers
+
+
+def _name_nodes(path: Path, layers: dict[str, str]) -> None:
+    """Name each node of the ONNX file at `path` after its step's layer: the node whose op type ends
+    the layer's name (a `..._Conv` layer's Conv), else the step's last node, takes the layer name
+    itself; its other nodes `layer.OpType`, made unique. So a file nasir writes imports with the
+    layer names it had, and a pipeline's `layers=` patterns apply to it."""
+    import re
+
+    import onnx
+
+    model = onnx.load(str(path))
+    steps: dict[str, list] = {}
+    for node in model.graph.node:
+        m = re.match(rf"^/(?:{SCOPE}/)?(s\d+)/", node.name)
+        if m and layers.get(m.group(1)):
+            steps.setdefault(m.group(1), []).append(node)
+    used = {node.name for node in model.graph.node}
+    for key, nodes in steps.items():
+        layer = layers[key]
+        main = next((n for n in nodes if layer.endswith(f"_{n.op_type}")), nodes[-1])
+        for node in [main] + [n for n in nodes if n is not main]:
+            base = layer if node is main else f"{layer}.{node.op_type}"
+            name, k = base, 1
+            while name in used:
+                name, k = f"{base}_{k}", k + 1
+            used.discard(node.name)
+            used.add(name)
+            node.name = name
+    onnx.save(model, str(path))
