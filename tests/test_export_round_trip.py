@@ -126,6 +126,9 @@ def test_an_exported_file_keeps_the_layer_names(case, base, tmp_path):
     before, after = layer_names(original), layer_names(written)
     convs = [name for name in before if name.endswith("_Conv")]
     assert len(convs) == 6 and [name for name in after if name.endswith("_Conv")] == convs
+    norms = [name for name in before if name.endswith("_BatchNormalization")]
+    assert len(norms) == 6 and [name for name in after if name.endswith("_BatchNormalization")] == norms, \
+        "batch norms are kept, not folded into their convs"
     assert all(name.split(".")[0] in before or name in before for name in after), \
         "every layer is named after one of the original's (helper ops: layer.OpType)"
     transformed = base.transform(pipeline(case))

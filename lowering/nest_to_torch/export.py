@@ -12,7 +12,11 @@ for anything else), so what is exported computes what nasir's backends compute.
                                           # nasir.load imports it again
 
 ONNX export uses torch's TorchScript exporter (`dynamo=False`): it works offline and traces the
-interpreter loop into a flat graph (index tensors of the generic path become constants). Every
+interpreter loop into a flat graph (index tensors of the generic path become constants). Constant
+folding is off, so a batch norm stays a BatchNormalization node instead of being folded into its
+conv: a trained network nasir writes can be transformed and fine-tuned again with its batch norms
+(a grouped conv's inherited weights need them to renormalise its outputs). Each node is named
+after its layer (`_name_nodes`). Every
 architecture transform's nests take the fast path (nest_ops.py), whose ops nasir imports again:
 a file nasir writes (`Model.to_onnx`, a search's best.onnx) is a file `nasir.load` reads
 (tests/test_export_round_trip.py).
@@ -73,6 +77,7 @@ def to_onnx(module: ModuleOp, path: str | Path, opset: int = 17, dynamic_batch: 
         warnings.simplefilter("ignore")  # TorchScript exporter deprecation and tracer notices
         with torch.no_grad():
             torch.onnx.export(program, examples, str(path), dynamo=False, export_params=True,
+                              do_constant_folding=False,  # batch norms stay: fine-tuning the file needs them
                               opset_version=opset, input_names=inputs, output_names=outputs,
                               dynamic_axes={name: {0: "batch"} for name in inputs + outputs} if dynamic_batch else None)
     _name_nodes(path, layers)
