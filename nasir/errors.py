@@ -62,3 +62,7 @@ class ZooError(NasirError):
 
 class DataError(NasirError):
     """A data source that is missing, malformed, or too small for the requested batch."""
+
+
+class TrainingDiverged(NasirError):
+    """A training step's loss was not finite (NaN or infinite): the run cannot go on."""

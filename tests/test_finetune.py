@@ -16,9 +16,9 @@ from search_fixtures import tiny_resnet_onnx
 
 import nasir
 from nasir.data import load_dataset
-from nasir.errors import NasirError
+from nasir.errors import NasirError, TrainingDiverged
 from nasir.search.evaluate import Outcome
-from nasir.search.finetune import FineTuned, Verified, finetune, spread
+from nasir.search.finetune import FineTuned, Verified, finetune, spread, verified_table
 from nasir.search.results import Candidate
 
 LAYERS = ["layer1_conv1_Conv", "layer1_conv2_Conv", "layer2_conv1_Conv", "layer2_conv2_Conv"]
@@ -243,3 +243,13 @@ def test_a_cifar10_folder_runs_the_same_command(tmp_path):
     assert len(report.test[1]) == 24
     assert ort_accuracy(tmp_path / "s" / "best.onnx", *report.test) == pytest.approx(row["accuracy"])
     assert ort_accuracy(model, *report.test) == pytest.approx(rows[0]["accuracy"])
+
+
+def test_a_run_whose_loss_goes_to_nan_is_stopped_and_never_a_result(trained, tmp_path):
+    original, accuracy, task = trained
+    with pytest.raises(TrainingDiverged, match="training diverged: the loss is (nan|inf)"):
+        nasir.train(original, task, epochs=1, batch=16, lr=1e12, progress=False)
+    verified = finetune(candidates()[:2], original, accuracy, task, max_drop=100.0, epochs=2, batch=16, lr=1e12,
+                        out=tmp_path, progress=False)
+    assert all(r.diverged and r.pruned for r in verified.rows) and verified.best is None
+    assert "diverged" in " ".join(str(c) for c in verified_table(verified).columns[-2]._cells)

@@ -42,7 +42,7 @@ import optuna
 from optuna.trial import TrialState
 from rich.table import Table
 
-from nasir.errors import NasirError
+from nasir.errors import NasirError, TrainingDiverged
 from nasir.model import Model
 from nasir.search.results import Candidate, SearchResult, passes, plot_front, write_best, write_jsonl
 from nasir.search.sources import is_zoo_name
@@ -64,6 +64,8 @@ class FineTuned:
     accuracies: list[float] = field(default_factory=list)
     pruned: bool = False
     test_accuracy: float | None = None
+    diverged: bool = False
+    """Its loss went to NaN or infinity (it is then `pruned` too)."""
 
     @property
     def finished(self) -> bool:
@@ -138,7 +140,8 @@ def finetune(candidates: list[Candidate], original: Model, original_accuracy: fl
         if done is None:
             done = _run(study, candidate, original, teacher, data, epochs, out, batch, lr, seed, progress)
         accuracies = [done.intermediate_values[e] for e in sorted(done.intermediate_values)]
-        rows.append(FineTuned(candidate, accuracies, done.state == TrialState.PRUNED))
+        rows.append(FineTuned(candidate, accuracies, done.state == TrialState.PRUNED,
+                              diverged="diverged" in done.user_attrs))
     return Verified(rows, original_accuracy, max_drop, epochs)
 
 
@@ -163,6 +166,9 @@ def _run(study: optuna.Study, candidate: Candidate, original: Model, teacher: Di
                        on_epoch=lambda row: report(row["epoch"], row["test_accuracy"]))
         study.tell(trial, result.accuracy)
     except optuna.TrialPruned:
+        study.tell(trial, state=TrialState.PRUNED)
+    except TrainingDiverged as e:  # a run whose loss went to NaN: stopped, as the pruner stops one
+        trial.set_user_attr("diverged", str(e))
         study.tell(trial, state=TrialState.PRUNED)
     return study.trials[trial.number]
 
@@ -268,7 +274,7 @@ def verified_table(verified: Verified) -> Table:
     for row in verified.rows:
         c = row.candidate
         verdict = ("best" if row is verified.best else "within" if row in verified.within
-                   else "pruned" if row.pruned else "below")
+                   else "diverged" if row.diverged else "pruned" if row.pruned else "below")
         speedup = c.speedup
         table.add_row(str(c.number), f"{c.outcome.estimate_ms:.2f}",
                       f"{speedup.median:.2f}x [{speedup.iqr:.2f}]" if speedup else "-",

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from nasir.data import Dataset, load_dataset
-from nasir.errors import NasirError
+from nasir.errors import NasirError, TrainingDiverged
 from nasir.fisher import torch_threads
 from nasir.model import Model
 from nasir.training import checkpoint
@@ -183,6 +183,9 @@ def _train_epoch(program, optimizer, dataset: Dataset, batch: int, augmenting: b
             with torch.no_grad():
                 teacher_logits = teacher(inputs)
             loss = distillation_loss(logits, program.tapped, teacher_logits, teacher.tapped, labels, spec)
+        if not torch.isfinite(loss):
+            raise TrainingDiverged(f"training diverged: the loss is {float(loss.detach())} at step {k + 1} of the epoch "
+                                   f"(lr {optimizer.param_groups[0]['lr']:.3g}); try a lower lr")
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
