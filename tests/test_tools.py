@@ -22,7 +22,7 @@ from nasir.tools import cli
 from nasir.tools import nasir_opt as opt_tool
 
 BIN = Path(sys.executable).parent
-import onnxruntime as ort  # noqa: E402  (the oracle; a dev dependency)
+import onnxruntime as ort  # noqa: E402  (the oracle)
 
 
 @pytest.fixture(scope="module")
@@ -220,6 +220,20 @@ def test_cli_check_fails_when_outputs_disagree(small_onnx, capsys, monkeypatch):
     code, out, _ = run_cli(capsys, "check", small_onnx, "--target", "torch")
     assert code == 1
     assert "FAIL" in out
+
+
+def test_cli_check_without_onnxruntime_says_so_in_one_line_before_compiling(small_onnx):
+    """An install where ONNX Runtime cannot be imported (it is blocked in sys.modules here): `nasir
+    check` names what to install, in one line, and compiles nothing first."""
+    script = ("import sys; sys.modules['onnxruntime'] = None\n"
+              "import nasir\n"
+              "def no_compile(*a, **k): raise SystemExit('compiled before the check')\n"
+              "nasir.compile = no_compile\n"
+              "from nasir.tools.cli import main\n"
+              f"main(['check', {str(small_onnx)!r}])\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and done.stderr.strip().splitlines() == [
+        "nasir: error: nasir check compares with ONNX Runtime, which is not installed here: pip install onnxruntime"]
 
 
 def test_cli_errors_are_one_line(tmp_path, capsys):

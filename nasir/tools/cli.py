@@ -37,7 +37,7 @@ from nasir.api import TARGETS
 from nasir.variants import ALL_VARIANTS
 from nasir.errors import FrontendError, NasirError
 from nasir.tools.console import ToolConsole, end_on_closed_pipe, fail, show, step
-from nasir.tools.reference import compare, onnxruntime_outputs, seeded_inputs
+from nasir.tools.reference import compare, onnxruntime_outputs, require_onnxruntime, seeded_inputs
 from nasir.tuning import timeable_target
 
 out = ToolConsole(highlight=False)
@@ -139,6 +139,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_check(args) -> int:
+    require_onnxruntime("nasir check")
     with tempfile.TemporaryDirectory(prefix="nasir-") as tmp:
         path = model_file(args.model, args.dataset, tmp)
         if path.suffix != ".onnx":

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nasir.errors import FrontendError
+from nasir.errors import BackendUnavailableError, FrontendError
 
 RTOL = 1e-4
 ATOL = 1e-4
@@ -26,8 +26,19 @@ def seeded_inputs(model, seed: int = 0) -> list[np.ndarray]:
     return [rng.standard_normal(shape).astype(np.float32) for shape in model.input_shapes]
 
 
+def require_onnxruntime(what: str) -> None:
+    """Raise a one-line `BackendUnavailableError` when ONNX Runtime, the oracle `what` compares
+    with, cannot be imported (called before any slow work)."""
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        raise BackendUnavailableError(f"{what} compares with ONNX Runtime, which is not installed here: "
+                                      "pip install onnxruntime") from None
+
+
 def onnxruntime_outputs(path: str | Path, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     """Run the ONNX file at `path` on `inputs` (in the graph's input order) with ONNX Runtime on CPU."""
+    require_onnxruntime("this check")
     import onnxruntime as ort
 
     try:
