@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import platform
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -259,3 +261,35 @@ def test_staged_schedule_shrinks_its_chunk_to_the_shared_memory_and_builds():
                   for k, op in enumerate(nests)}
     _, built = remote_tuning._build(candidates, target, ["sm_90"])
     assert built == list(candidates)
+
+
+def test_run_py_says_first_what_the_machine_lacks(tmp_path):
+    """The GPU check's run.py names, in one line and before any case, what this machine lacks: the
+    Python its runtime was built for (a folder carrying a 3.12 runtime, run here with another
+    Python), packages, the CUDA driver; and exits non-zero."""
+    folder = tmp_path / "check"
+    (folder / "runtime" / "tvm_ffi").mkdir(parents=True)
+    (folder / "cases").mkdir()
+    other = 12 if sys.version_info[1] != 12 else 13
+    (folder / "runtime" / "tvm_ffi" / f"core.cpython-3{other}-x86_64-linux-gnu.so").write_bytes(b"")
+    shutil.copy(runner.__file__, folder / "run.py")
+    done = subprocess.run([sys.executable, str(folder / "run.py")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == [
+        f"run.py: this folder's TVM runtime is built for Python 3.{other}, this is Python {platform.python_version()}: "
+        f"run it with python3.{other}"]
+    assert runner.preflight(driver="libno-such-driver.so.1") == (
+        "no CUDA driver here (libno-such-driver.so.1 cannot be loaded): run.py needs an NVIDIA GPU and its driver")
+
+
+def test_run_py_exits_non_zero_when_a_case_fails(tmp_path, monkeypatch, capsys):
+    """Every case failing (here: a case whose library is missing) is exit status 1, not 0."""
+    folder = tmp_path / "check"
+    (folder / "cases" / "broken").mkdir(parents=True)
+    (folder / "cases" / "broken" / "meta.json").write_text("{}")
+    monkeypatch.setattr(runner, "HERE", folder)
+    monkeypatch.setattr(runner, "preflight", lambda: None)
+    with pytest.raises(SystemExit) as stopped:
+        runner.main(["--out", str(tmp_path / "out")])
+    assert stopped.value.code == 1
+    assert "0 passed, 1 failed: broken" in capsys.readouterr().out

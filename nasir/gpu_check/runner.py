@@ -200,6 +200,32 @@ def run_case(case: Path, repeat: int, once: bool, compile_it: bool) -> dict:
 
 # --- every case, each in a child process -------------------------------------------------------
 
+NEEDED = ("typing_extensions", "torch")
+"""Python packages the runner needs besides numpy (TVM's runtime imports typing_extensions)."""
+
+
+def preflight(driver: str = "libcuda.so.1") -> str | None:
+    """Why the cases cannot run on this machine, in one line, or None: the Python version this
+    folder's TVM runtime was built for, the packages it needs, and the CUDA driver (`driver`)."""
+    import ctypes
+    import importlib.util
+    import platform
+
+    built = sorted({m.group(1) for p in (HERE / "runtime" / "tvm_ffi").glob("core.cpython-3*-*.so")
+                    if (m := re.match(r"core\.cpython-3(\d+)-", p.name))}, key=int)
+    if built and str(sys.version_info[1]) not in built:
+        wanted = " or ".join(f"3.{b}" for b in built)
+        return (f"this folder's TVM runtime is built for Python {wanted}, this is Python {platform.python_version()}: "
+                f"run it with python{wanted.split(' or ')[0]}")
+    missing = [name for name in NEEDED if importlib.util.find_spec(name) is None]
+    if missing:
+        return f"missing Python packages: {', '.join(missing)} (pip install {' '.join(missing)}; torch built with CUDA)"
+    try:
+        ctypes.CDLL(driver)
+    except OSError:
+        return f"no CUDA driver here ({driver} cannot be loaded): run.py needs an NVIDIA GPU and its driver"
+    return None
+
 
 def _child(case: Path, options: list[str], timeout: float, memcheck: bool) -> dict:
     command = [sys.executable, str(Path(__file__).resolve()), "--case", str(case), *options]
@@ -255,6 +281,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.case:
         print(json.dumps(run_case(Path(args.case), args.repeat, args.once, args.compile_torch)), flush=True)
         return
+    reason = preflight()
+    if reason is not None:
+        print(f"run.py: {reason}", file=sys.stderr)
+        sys.exit(2)
     cases = sorted(p for p in (HERE / "cases").iterdir()
                    if (p / "meta.json").exists() and re.search(args.cases, p.name))
     rows = []
@@ -281,6 +311,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"\n{device}\n{_table(rows)}")
     failed = [r["case"] for r in rows if "error" in r or r.get("relative_err", 0) > 1e-3]
     print(f"\n{len(rows) - len(failed)} passed, {len(failed)} failed" + (f": {', '.join(failed)}" if failed else ""))
+    sys.exit(1 if failed or not rows else 0)
 
 
 if __name__ == "__main__":
