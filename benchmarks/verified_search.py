@@ -38,7 +38,7 @@ import nasir
 from nasir import zoo
 from nasir.data import Dataset, load_dataset
 from nasir.lowering.passes import with_init
-from nasir.search.finetune import LR
+from nasir.search.finetune import LR, RECALIBRATE
 from nasir.training.loop import evaluate
 
 SUMMARY = Path(__file__).parent / "data" / "verified_search.json"
@@ -147,7 +147,8 @@ def run(args) -> dict:
     tuned, scratch = [], []
     for seed in range(args.seeds):
         run_ = nasir.train(network, report, epochs=args.finetune_epochs, batch=128, lr=LR, seed=seed,
-                           teacher=user_model, progress=False, out=out / f"best-finetune-seed{seed}")
+                           teacher=user_model, recalibrate=RECALIBRATE, progress=False,
+                           out=out / f"best-finetune-seed{seed}")
         tuned.append([r["test_accuracy"] for r in run_.history])
         fresh = user_model.transform(with_init(best.pipeline, "kaiming"))
         run_ = nasir.train(fresh, report, epochs=args.finetune_epochs, seed=seed, augment=False, progress=False,

@@ -26,14 +26,16 @@ def write_cifar(directory: Path, counts: list[int], seed: int = 0, classes: int 
     return raw
 
 
-def quadrant_task(path: Path, train: int = 128, test: int = 64, size: int = 16, seed: int = 0) -> Path:
+def quadrant_task(path: Path, train: int = 128, test: int = 64, size: int = 16, seed: int = 0,
+                  noise: float = 0.5) -> Path:
     """An .npz of a seeded 4-class task a tiny CNN learns in a few epochs: the class is the
-    quadrant of the image that is brighter, under Gaussian noise."""
+    quadrant of the image that is brighter, under Gaussian noise of deviation `noise` (the
+    brighter quadrant is brighter by 1)."""
     rng = np.random.default_rng(seed)
 
     def make(n):
         y = rng.integers(0, 4, n)
-        x = rng.standard_normal((n, 3, size, size)).astype(np.float32) * 0.5
+        x = rng.standard_normal((n, 3, size, size)).astype(np.float32) * noise
         half = size // 2
         for i, c in enumerate(y):
             row, col = divmod(int(c), 2)

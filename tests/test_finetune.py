@@ -18,7 +18,7 @@ import nasir
 from nasir.data import load_dataset
 from nasir.errors import NasirError, TrainingDiverged
 from nasir.search.evaluate import Outcome
-from nasir.search.finetune import FineTuned, Verified, finetune, spread, verified_table
+from nasir.search.finetune import RECALIBRATE, FineTuned, Verified, finetune, spread, verified_table
 from nasir.search.results import Candidate
 
 LAYERS = ["layer1_conv1_Conv", "layer1_conv2_Conv", "layer2_conv1_Conv", "layer2_conv2_Conv"]
@@ -31,7 +31,7 @@ def trained(tmp_path_factory):
     when the search estimates it on a busy machine (at width 8 every kernel costs its overhead)."""
     folder = tmp_path_factory.mktemp("finetune")
     model = nasir.load(tiny_resnet_onnx(folder / "tiny.onnx", width=32)).transform("convert-nn-to-nest")
-    task = quadrant_task(folder / "task.npz")
+    task = quadrant_task(folder / "task.npz", noise=5.0)  # hard: fine-tuned runs differ, so the pruner prunes
     result = nasir.train(model, task, epochs=4, batch=16, out=folder / "original", progress=False)
     return result.apply_to(model), result.accuracy, task
 
@@ -90,7 +90,7 @@ def test_a_run_stopped_mid_way_resumes_from_its_checkpoint(trained, tmp_path):
 
     with pytest.raises(Stopped):  # as a kill after the second epoch's checkpoint
         nasir.train(original.transform(first[0].pipeline), task, epochs=3, batch=16, lr=0.01, out=tmp_path / "trial-0",
-                    progress=False, teacher=original, on_epoch=stop_after_epoch_2)
+                    progress=False, teacher=original, recalibrate=RECALIBRATE, on_epoch=stop_after_epoch_2)
     verified = finetune(first, original, accuracy, task, max_drop=100.0, epochs=3, batch=16, lr=0.01, out=tmp_path,
                         progress=False)
     whole = finetune(first, original, accuracy, task, max_drop=100.0, epochs=3, batch=16, lr=0.01,

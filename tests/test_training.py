@@ -301,3 +301,28 @@ def test_ctrl_c_stops_nasir_train_with_one_line_and_the_same_command_resumes(tin
     done = subprocess.run(command, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr
     assert f"resumed from {tmp_path / 'run' / 'checkpoint.pt'} after epoch" in " ".join(done.stdout.split())
+
+
+def test_recalibrated_batch_norms_hold_the_average_of_their_batch_statistics(tiny):
+    """`TorchProgram.recalibrate`: each batch norm's running mean and variance become the average,
+    over the batches, of the per-channel mean and unbiased variance of its input (the conv output
+    before it, computed here with torch's own conv2d); the weights stay as they were."""
+    from nasir.dialects import nn
+    from nasir.dialects.module import main_func
+
+    model, _ = tiny
+    program = model.at_batch(8).to_torch()
+    ops = list(main_func(model.module).body.block.ops)
+    norm = next(op for op in ops if isinstance(op, nn.BatchNormOp))
+    conv_weight = program.weight(norm.operands[0].owner.operands[1].owner.key).detach().clone()
+    before = {k: v.detach().clone() for k, v in program.params.items()}
+    batches = [torch.from_numpy(np.random.default_rng(k).standard_normal((8, 3, 16, 16)).astype(np.float32))
+               for k in range(3)]
+    program.recalibrate(batches)
+    inputs = [torch.nn.functional.conv2d(x, conv_weight, padding=1) for x in batches]
+    want_mean = torch.stack([y.mean((0, 2, 3)) for y in inputs]).mean(0)
+    want_var = torch.stack([y.transpose(0, 1).reshape(y.shape[1], -1).var(1) for y in inputs]).mean(0)
+    mean, var = (program.weight(norm.operands[k].owner.key) for k in (3, 4))
+    torch.testing.assert_close(mean, want_mean, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(var, want_var, rtol=1e-4, atol=1e-5)
+    assert all(torch.equal(before[k], v) for k, v in program.params.items()) and not program.training

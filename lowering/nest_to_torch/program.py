@@ -116,6 +116,19 @@ class TorchProgram(torch.nn.Module):
         outs = [env[o] for o in ret.operands]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
+    def recalibrate(self, batches) -> None:
+        """Set every batch norm's running statistics to the average of its batch statistics over
+        `batches` (input tensors), the weights unchanged: after a rewrite or a few steps of
+        training, running statistics lag behind the weights they describe."""
+        mode, momentum = self.training, self.momentum
+        self.train()
+        with torch.no_grad():
+            for k, x in enumerate(batches):
+                self.momentum = 1.0 / (k + 1)  # the first batch replaces, later ones average in
+                self(x)
+        self.momentum = momentum
+        self.train(mode)
+
     def _train_batch_norm(self, op: nn.BatchNormOp, args: list[torch.Tensor]) -> torch.Tensor:
         x, scale, bias, mean, var = args
         running = not self.frozen and all(isinstance(o.owner, nn.WeightOp) for o in op.operands[3:])

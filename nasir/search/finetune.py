@@ -52,6 +52,10 @@ STUDY = "finetune"
 REDUCTION = 3
 LR = 0.01
 """Peak learning rate of fine-tuning (cosine decay): a tenth of training from scratch."""
+RECALIBRATE = 10
+"""Training batches the batch norms' running statistics are averaged over before each test
+(`nasir.train(recalibrate=)`): after an epoch or two of fine-tuning they lag behind the weights,
+and a rung of successive halving would judge the lag."""
 
 
 @dataclass
@@ -163,7 +167,7 @@ def _run(study: optuna.Study, candidate: Candidate, original: Model, teacher: Di
             report(int(row["epoch"]), float(row["test_accuracy"]))
         result = train(original.transform(candidate.pipeline), data, epochs=epochs, batch=batch, lr=lr, seed=seed,
                        out=folder, progress=progress, title=f"trial {candidate.number}", teacher=teacher,
-                       on_epoch=lambda row: report(row["epoch"], row["test_accuracy"]))
+                       recalibrate=RECALIBRATE, on_epoch=lambda row: report(row["epoch"], row["test_accuracy"]))
         study.tell(trial, result.accuracy)
     except optuna.TrialPruned:
         study.tell(trial, state=TrialState.PRUNED)
@@ -244,7 +248,7 @@ def verify(result: SearchResult, original: Model, data: str, *, max_drop: float,
         row.candidate.accuracy = None
         if row.finished:
             network = original.transform(row.candidate.pipeline)
-            tuned = train(network, choose, epochs=epochs, batch=batch, lr=LR, seed=seed,
+            tuned = train(network, choose, epochs=epochs, batch=batch, lr=LR, seed=seed, recalibrate=RECALIBRATE,
                           teacher=Distillation(original), out=out / "finetune" / f"trial-{row.candidate.number}",
                           progress=False)  # its finished run, read back
             row.test_accuracy = row.candidate.accuracy = evaluate(tuned.program, *report.test,

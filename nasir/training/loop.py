@@ -88,7 +88,7 @@ def train(model: Model, data: str | Path | Dataset, *, epochs: int = 200, batch:
           momentum: float = 0.9, weight_decay: float = 5e-4, augment: bool | None = None, seed: int = 0,
           out: str | Path | None = None, resume: bool = True, progress: bool = True, threads: int | None = None,
           title: str = "train", on_epoch: Callable[[dict], None] | None = None,
-          teacher: Model | Distillation | None = None) -> TrainResult:
+          teacher: Model | Distillation | None = None, recalibrate: int = 0) -> TrainResult:
     """Train `model` on `data` (a source of `nasir.data.load_dataset`, or a `Dataset`) with the
     recipe (`Recipe`; see the module docstring) and return the `TrainResult`.
 
@@ -96,7 +96,11 @@ def train(model: Model, data: str | Path | Dataset, *, epochs: int = 200, batch:
     with `resume` a checkpoint there is continued from. `threads`: torch's thread count for the
     run. `on_epoch(row)` is called after each epoch is saved. `teacher`: a trained network `model`
     learns from besides the labels (its outputs and attention maps at the block outputs both
-    share; `nasir.training.distill`), or a `Distillation` with other constants."""
+    share; `nasir.training.distill`), or a `Distillation` with other constants. `recalibrate`: before
+    each test, the batch norms' running statistics are set to the average over that many training
+    batches (the first ones, not augmented; `TorchProgram.recalibrate`): fine-tuning's few steps
+    leave them behind a transformed network's weights, and testing with them would judge the
+    lag, not the network."""
     recipe = Recipe(epochs, batch, lr, momentum, weight_decay, augment, seed)
     recipe.check()
     shape = model.input_shapes[0]
@@ -116,6 +120,8 @@ def train(model: Model, data: str | Path | Dataset, *, epochs: int = 200, batch:
                    "train_examples": len(dataset.train[0]), "recipe": json.dumps(asdict(recipe), sort_keys=True)}
     if spec is not None:
         fingerprint["teacher"] = spec.fingerprint()
+    if recalibrate:
+        fingerprint["recalibrate"] = recalibrate
     start = time.perf_counter()
     with torch_threads(threads):
         torch.manual_seed(seed)
@@ -146,6 +152,10 @@ def train(model: Model, data: str | Path | Dataset, *, epochs: int = 200, batch:
                     group["lr"] = recipe.lr_at(epoch)
                 loss, accuracy = _train_epoch(program, optimizer, dataset, batch, augmenting,
                                               np.random.default_rng([seed, epoch]), bar, teacher_program, spec)
+                if recalibrate:
+                    x = dataset.train[0]
+                    program.recalibrate(torch.from_numpy(np.ascontiguousarray(x[k:k + batch]))
+                                        for k in range(0, min(recalibrate, len(x) // batch) * batch, batch))
                 test_loss, test_accuracy = evaluate(program, *dataset.test, batch)
                 row = {"epoch": epoch + 1, "lr": recipe.lr_at(epoch), "train_loss": loss, "train_accuracy": accuracy,
                        "test_loss": test_loss, "test_accuracy": test_accuracy,
