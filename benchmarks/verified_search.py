@@ -38,7 +38,7 @@ import nasir
 from nasir import zoo
 from nasir.data import Dataset, load_dataset
 from nasir.lowering.passes import with_init
-from nasir.search.finetune import LR, RECALIBRATE
+from nasir.search.finetune import LR, RECALIBRATE, finetune_batch
 from nasir.training.loop import evaluate
 
 SUMMARY = Path(__file__).parent / "data" / "verified_search.json"
@@ -146,7 +146,8 @@ def run(args) -> dict:
     network = user_model.transform(best.pipeline)
     tuned, scratch = [], []
     for seed in range(args.seeds):
-        run_ = nasir.train(network, report, epochs=args.finetune_epochs, batch=128, lr=LR, seed=seed,
+        run_ = nasir.train(network, report, epochs=args.finetune_epochs, batch=finetune_batch(len(report.train[1])),
+                           lr=LR, seed=seed,
                            teacher=user_model, recalibrate=RECALIBRATE, progress=False,
                            out=out / f"best-finetune-seed{seed}")
         tuned.append([r["test_accuracy"] for r in run_.history])

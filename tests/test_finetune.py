@@ -253,3 +253,10 @@ def test_a_run_whose_loss_goes_to_nan_is_stopped_and_never_a_result(trained, tmp
                         out=tmp_path, progress=False)
     assert all(r.diverged and r.pruned for r in verified.rows) and verified.best is None
     assert "diverged" in " ".join(str(c) for c in verified_table(verified).columns[-2]._cells)
+
+
+def test_the_fine_tuning_batch_gives_enough_steps_an_epoch():
+    from nasir.search.finetune import finetune_batch
+
+    assert finetune_batch(50000) == 128 and finetune_batch(1000) == 31 and finetune_batch(100) == 16
+    assert finetune_batch(50000, most=64) == 64
