@@ -654,3 +654,25 @@ def test_with_init_writes_init_into_the_steps_that_take_it():
         'group{factor=2 layers="c" init=inherit},fold{dim=kh init=kaiming},depthwise{init=inherit}')
     with pytest.raises(PassError, match="bad pass pipeline"):
         with_init("group{factor=2", "inherit")
+
+
+def test_the_models_the_workers_load_are_written_once_and_share_their_weights(tmp_path):
+    """original.npz and original_fisher.npz hold the same arrays: one file, hard-linked; a resumed
+    search does not write them again; each model loads back with the weights it had."""
+    from nasir.model import load_text
+    from nasir.search.driver import save_models
+    from nasir.search.sources import load_source
+
+    one, many = load_source(str(tiny_resnet_onnx(tmp_path / "tiny.onnx")), "cifar10", 4)
+    out = tmp_path / "run"
+    out.mkdir()
+    save_models(out, one, many, resumed=False)
+    npz, fisher_npz = out / "original.npz", out / "original_fisher.npz"
+    assert os.stat(npz).st_ino == os.stat(fisher_npz).st_ino
+    for path, model in ((out / "original.mlir", one), (out / "original_fisher.mlir", many)):
+        back = load_text(path)
+        assert back.input_shapes == model.input_shapes
+        assert all(np.array_equal(back.weights[k], model.weights[k]) for k in model.weights)
+    written = [os.stat(p).st_mtime_ns for p in sorted(out.iterdir())]
+    save_models(out, one, many, resumed=True)
+    assert [os.stat(p).st_mtime_ns for p in sorted(out.iterdir())] == written, "nothing written again"

@@ -24,15 +24,19 @@ import bisect
 import hashlib
 import json
 import math
+import os
+import shutil
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
 import optuna
 from optuna.trial import TrialState
 
 from nasir.errors import NasirError
+from nasir.model import Model
 from nasir.search import strategies
 from nasir.search.evaluate import CAPACITY_CHECKS, DEFAULT_EVALUATOR, Evaluator, Outcome, Setup
 from nasir.kernels import TIMING_LOCK, default_kernel_cache, timing_lock
@@ -220,6 +224,26 @@ def save(stored: optuna.Study, study: optuna.Study, numbers: list[int]) -> None:
     numbers.clear()
 
 
+def save_models(out: Path, original: Model, fisher_model: Model, resumed: bool) -> None:
+    """original.mlir/.npz and original_fisher.mlir/.npz in `out`, as the workers load them: written
+    once (a resumed search checked they hold the same model: its fingerprint), and the Fisher
+    model's weights, the same arrays, a hard link to the original's (a copy where links fail)."""
+    paths = [out / "original.mlir", out / "original.npz", out / "original_fisher.mlir", out / "original_fisher.npz"]
+    if resumed and all(p.exists() for p in paths):
+        return
+    original.save(paths[0])
+    mine, theirs = original.weights, fisher_model.weights
+    if set(mine) != set(theirs) or not all(np.array_equal(mine[k], theirs[k]) for k in mine):
+        fisher_model.save(paths[2])
+        return
+    paths[2].write_text(fisher_model.text() + "\n")
+    paths[3].unlink(missing_ok=True)
+    try:
+        os.link(paths[1], paths[3])
+    except OSError:
+        shutil.copyfile(paths[1], paths[3])
+
+
 class Search:
     """One run of a search (see the module docstring); `run()` returns the SearchResult."""
 
@@ -245,8 +269,7 @@ class Search:
         space = (SearchSpace.from_json(stored.user_attrs["space"], init) if stored is not None and "space" in stored.user_attrs
                  else SearchSpace.of(original, o.choices or tuple(TEMPLATES), init))
         self.out.mkdir(parents=True, exist_ok=True)
-        original.save(self.out / "original.mlir")
-        fisher_model.save(self.out / "original_fisher.mlir")
+        save_models(self.out, original, fisher_model, resumed=stored is not None)
         study = open_study(self.storage, fingerprint)
         study.set_user_attr("space", space.to_json())
         setup = Setup(str(self.out / "original.mlir"), str(self.out / "original_fisher.mlir"),
