@@ -676,3 +676,21 @@ def test_the_models_the_workers_load_are_written_once_and_share_their_weights(tm
     written = [os.stat(p).st_mtime_ns for p in sorted(out.iterdir())]
     save_models(out, one, many, resumed=True)
     assert [os.stat(p).st_mtime_ns for p in sorted(out.iterdir())] == written, "nothing written again"
+
+
+def test_the_front_tables_ms_rank_as_the_speedups_do():
+    """A member timed while the machine was loaded has a higher raw ms than a slower member timed
+    in a quiet spell; the table's ms (the original's median over every round over the member's
+    speedup) ranks them as their speedups do."""
+    from nasir.search.results import SearchResult, front_table
+
+    fast = Candidate(1, "a", Outcome("accepted", estimate_ms=1.0, mac_ratio=0.5, param_ratio=0.5, fisher_ratio=1.0))
+    slow = Candidate(2, "b", Outcome("accepted", estimate_ms=2.0, mac_ratio=0.9, param_ratio=0.9, fisher_ratio=1.1))
+    fast.add_samples({"candidate": [12.0, 12.5, 13.0], "original": [24.0, 25.0, 26.0]})  # loaded: 2x
+    slow.add_samples({"candidate": [8.0, 8.5, 9.0], "original": [10.0, 10.2, 10.4]})     # quiet: 1.2x
+    result = SearchResult(10.0, [fast, slow], pareto=[fast, slow])
+    table = front_table(result)
+    column = next(c for c in table.columns if c.header == "measured ms")
+    shown = [float(cell.split()[0]) for cell in column._cells]
+    original = float(np.median([24.0, 25.0, 26.0, 10.0, 10.2, 10.4]))
+    assert shown == [round(original / 2.0, 2), round(original / (10.2 / 8.5), 2)] and shown[0] < shown[1]

@@ -166,24 +166,30 @@ def passes(pipeline: str) -> str:
 
 
 def front_table(result: SearchResult) -> Table:
-    """The front, measured members first, fastest first; ms and speedup as median and IQR of the
-    rounds; MACs and params as fractions of the original's."""
+    """The front, measured members first, fastest first; speedup as median and IQR of the rounds
+    (each the original's time over the member's, timed in the same round); ms as the original's
+    median over every round divided by that speedup (a member's own ms, taken while the load came
+    and went, could rank otherwise: results.jsonl keeps them); MACs and params as fractions of the
+    original's."""
     trained = result.original_accuracy is not None
     accuracy = f", {result.original_accuracy:.2f}% accurate" if trained else ""
     om = result.original_measured
     original = (f"{om.median:.2f} ms [{om.iqr:.2f}] timed with the front, {result.original_ms:.2f} ms profiled"
                 if om else f"{result.original_ms:.2f} ms profiled")
     table = Table(title=f"Pareto front, fastest measured first (original: {original}{accuracy}; "
-                        "median [IQR] of interleaved rounds; whole pipelines in results.jsonl)")
+                        "median [IQR] of interleaved rounds, ms at the original's median; whole pipelines in "
+                        "results.jsonl)")
     columns = ("trial", "est. ms", "measured ms", "speedup", "MACs / orig.", "params / orig.", "Fisher / orig.",
                *(("acc %",) if trained else ()), "ties", "passes")
     for col in columns:
         table.add_column(col, justify="left" if col == "passes" else "right", overflow="fold")
     members = result.measured + [c for c in result.pareto if not c.samples]
     for c in members:
-        o, ms, speedup = c.outcome, c.spread, c.speedup
+        o, speedup = c.outcome, c.speedup
         acc = (f"{c.accuracy:.2f}" if c.accuracy is not None else "-",) if trained else ()
-        table.add_row(str(c.number), f"{o.estimate_ms:.2f}", f"{ms.median:.2f} [{ms.iqr:.2f}]" if ms else "-",
+        ms = (f"{om.median / speedup.median:.2f} [{om.median / speedup.q1 - om.median / speedup.q3:.2f}]"
+              if speedup else "-")
+        table.add_row(str(c.number), f"{o.estimate_ms:.2f}", ms,
                       f"{speedup.median:.2f}x [{speedup.iqr:.2f}]" if speedup else "-", f"{o.mac_ratio:.2f}",
                       f"{o.param_ratio:.2f}", f"{o.fisher_ratio:.3f}" if o.fisher_ratio is not None else "-", *acc, ", ".join(map(str, c.ties)),
                       passes(c.pipeline))
