@@ -594,8 +594,25 @@ def test_kernel_shape_contradicting_the_weight_is_refused(tmp_path):
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float64])
 def test_batch_norm_parameters_of_another_float_type_are_refused(tmp_path, dtype):
+    """Scale and bias of two types: ONNX's checker refuses it, as ONNX Runtime does. All four
+    parameters of another float type than the data, which opset 15 allows: nasir, which computes
+    in float32, refuses it in one line."""
     node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], name="bn")
     params = {"s": rand(16).astype(dtype), "b": rand(16), "m": rand(16), "v": np.abs(rand(16)) + 0.5}
     model = make_model([node], {"x": [1, 16, 4, 4]}, params, opset=15)
-    _refused_by_both(tmp_path, model, rf"BatchNormalization node 'bn': its scale 's' is {np.dtype(dtype)} beside "
-                                      r"float32 data")
+    _refused_by_both(tmp_path, model, r"ONNX's checker rejects it: \[ShapeInferenceError\] \(op_type:BatchNormalization, "
+                                      r"node name: bn\): B has inconsistent type tensor\(float\)")
+    params = {k: v.astype(dtype) for k, v in params.items()}
+    onnx.save(make_model([node], {"x": [1, 16, 4, 4]}, params, opset=15), tmp_path / "all.onnx")
+    with pytest.raises(FrontendError, match=rf"BatchNormalization node 'bn': its scale 's' is {np.dtype(dtype)} "
+                                            r"beside float32 data \(nasir computes in float32 only\)"):
+        import_onnx(tmp_path / "all.onnx")
+
+
+def test_a_conv_whose_weight_is_float64_beside_float32_data_is_refused(tmp_path):
+    """ONNX's checker (strict type and shape inference) decides for every op, as ONNX Runtime's
+    type check does: a float64 weight beside float32 data is refused, in one line."""
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1, 1, 1, 1])],
+                       {"x": [1, 3, 8, 8]}, {"w": rand(4, 3, 3, 3).astype(np.float64)})
+    _refused_by_both(tmp_path, model, r"ONNX's checker rejects it: \[ShapeInferenceError\] \(op_type:Conv, node name: "
+                                      r"conv\): W has inconsistent type tensor\(double\)")

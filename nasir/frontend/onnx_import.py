@@ -65,13 +65,20 @@ def _load(path: Path):
         raise FrontendError(f"{path}: no such file")
     try:
         proto = onnx.load(str(path), load_external_data=True)
-        onnx.checker.check_model(str(path))  # by path: also works for models over 2 GB
-    except (DecodeError, onnx.checker.ValidationError, ValueError, OSError) as e:
-        raise FrontendError(f"{path}: not a valid ONNX model (truncated or not ONNX?): "
-                            f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from None
+    except (DecodeError, ValueError, OSError) as e:
+        raise FrontendError(f"{path}: not a valid ONNX model (truncated or not ONNX?): {_first_line(e)}") from None
     if not proto.graph.node and not proto.graph.output:
         raise FrontendError(f"{path}: not a valid ONNX model (the graph is empty)")
+    try:  # ONNX's own verdict, as ONNX Runtime's: the graph, then types and shapes inferred strictly
+        onnx.checker.check_model(str(path), full_check=True)  # by path: also works for models over 2 GB
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, ValueError) as e:
+        raise FrontendError(f"{path}: ONNX's checker rejects it: {_first_line(e)}") from None
     return proto
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
 
 
 class Importer:

@@ -272,7 +272,7 @@ def batch_norm(imp, node, attrs, inputs):
         array = imp.const(name)
         if array is not None and array.dtype != np.float32:
             raise FrontendError(f"BatchNormalization node '{node.name or node.op_type}': its {role} '{name}' is "
-                                f"{array.dtype} beside float32 data (ONNX Runtime refuses mixed types too): "
+                                f"{array.dtype} beside float32 data (nasir computes in float32 only): "
                                 f"store the parameters as float32")
     x, scale, bias, mean, var = (imp.value(n) for n in node.input[:5])
     op = nn.BatchNormOp.new(x, scale, bias, mean, var, epsilon=float(attrs.get("epsilon", 1e-5)))
