@@ -13,7 +13,7 @@ For the task, in `--out`/TASK (resumable: a stopped run goes on from its checkpo
    ground-truth recipe (`--original-epochs`, batch 32, lr 0.02, cosine), with `--seeds` training
    seeds: seed 0 is "the user's trained model"; the others give the recipe's spread.
 3. The user's command, timed as wall time: `nasir search original.onnx --data task.npz
-   --max-accuracy-drop 1.0 --time-limit 480 --workers 2 --strategy evolution` (its Python form): the search, then
+   --max-accuracy-drop 1.0 --time-limit 300 --workers 2 --strategy evolution` (its Python form): the search, then
    fine-tuning of candidates spread over the speedups by distillation under successive halving,
    chosen on the validation half of the test examples.
 4. The network it returns, fine-tuned again with `--seeds` seeds (seed 0 is the search's own run)
@@ -196,7 +196,7 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=3, help="training seeds of the original and of the best")
     p.add_argument("--original-epochs", type=int, default=15)
     p.add_argument("--max-drop", type=float, default=1.0)
-    p.add_argument("--time-limit", type=float, default=480.0, help="seconds of the search before fine-tuning")
+    p.add_argument("--time-limit", type=float, default=300.0, help="seconds of the search before fine-tuning")
     p.add_argument("--strategy", default="evolution",
                    help="the search's strategy (evolution: the whole-network anchors first, then mutations)")
     p.add_argument("--workers", type=int, default=2)

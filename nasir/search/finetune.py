@@ -239,7 +239,7 @@ def verify(result: SearchResult, original: Model, data: str, *, max_drop: float,
     best.pipeline, or None. The original and each finished candidate are then scored on the other,
     held-out half: that accuracy goes into the results. `measure(pipeline)`: a candidate's ms
     against the original's in interleaved rounds, as the search times its front's members
-    (`Evaluator.measure`), for a best the front did not hold. `batch`: the most examples a
+    (`Evaluator.measure`), for each finished candidate the front's timing did not hold. `batch`: the most examples a
     fine-tuning step takes (`finetune_batch`)."""
     from nasir.data import load_dataset
     from nasir.training.loop import evaluate
@@ -265,14 +265,14 @@ def verify(result: SearchResult, original: Model, data: str, *, max_drop: float,
                           progress=False)  # its finished run, read back
             row.test_accuracy = row.candidate.accuracy = evaluate(tuned.program, *report.test,
                                                                   min(batch, len(choose.train[0])))[1]
+            if not row.candidate.samples:  # timed against the original, as the search times its front
+                row.candidate.add_samples(measure(row.candidate.pipeline))
             if row is verified.best:
                 write_best(out, row.candidate.pipeline, tuned.apply_to(network))
     result.best = verified.best.candidate if verified.best else None
     if result.best is None:
         for stale in (out / "best.pipeline", out / "best.onnx"):
             stale.unlink(missing_ok=True)  # the speed-only best of the search: not a verified result
-    elif not result.best.samples:
-        result.best.add_samples(measure(result.best.pipeline))
     write_jsonl(result, out / "results.jsonl")
     plot_front(result, out / "pareto.png")
     return verified
