@@ -62,7 +62,7 @@ EXEMPT = {
     "nasir train resnet18 --image-size 16 --data mnist5k --epochs 4 --out r18-mnist":
         "trains ResNet-18 for minutes (test_training: nasir train on a tiny model, its trained.onnx scored by ONNX Runtime)",
     "nasir search r18-mnist/trained.onnx --data mnist5k --max-accuracy-drop 1 --strategy evolution --time-limit 300 "
-    "--workers 2 --out r18-fast": "searches and fine-tunes for about 25 minutes (test_finetune: the same flow on a "
+    "--workers 2 --out r18-fast": "searches and fine-tunes for half an hour or more (test_finetune: the same flow on a "
                                   "tiny trained net, and on a CIFAR-10 folder)",
     "nasir check model.onnx --bisect": "compiles ResNet-18 and, on a mismatch, each prefix of it (test_bisect: "
                                        "a small model made wrong on purpose, and one that agrees)",
