@@ -545,8 +545,11 @@ def test_a_finished_search_run_again_says_it_resumed_and_reprints_its_front(mild
     shutil.copytree(mild.out, out)
     command = [str(BIN / "nasir"), "search", str(tiny), "--budget", str(BUDGET), "--out", str(out),
                "--choices", ",".join(MILD), "--fisher-top", "0"]
+    written = {p.name: os.stat(p).st_mtime_ns for p in out.iterdir() if p.suffix in (".onnx", ".npz", ".pipeline")}
     done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "COLUMNS": "300"})
     assert done.returncode == 0, done.stderr
+    assert {p.name: os.stat(p).st_mtime_ns for p in out.iterdir() if p.suffix in (".onnx", ".npz", ".pipeline")} \
+        == written, "a rerun that only reprints writes neither best.onnx nor the workers' models again"
     said = " ".join((done.stdout + done.stderr).split())
     measured = len(mild.pareto)
     assert f"resuming the search in sqlite:///{out / 'study.db'} ({BUDGET} candidates evaluated, {measured} front" \

@@ -51,6 +51,7 @@ from nasir.search.results import (
     ranked,
     write_best,
     write_jsonl,
+    written_best,
 )
 from nasir.search.sources import is_zoo_name, load_source
 from nasir.search.space import TEMPLATES, SearchSpace
@@ -367,7 +368,8 @@ class Search:
         measured = result.measured
         if measured:
             result.best = measured[0]
-            write_best(self.out, result.best.pipeline, evaluator.model.transform(result.best.pipeline))
+            if not written_best(self.out, result.best.pipeline):  # a rerun that only reprints writes no 45 MB
+                write_best(self.out, result.best.pipeline, evaluator.model.transform(result.best.pipeline))
         write_jsonl(result, self.out / "results.jsonl")
         plot_front(result, self.out / "pareto.png")
         return result

@@ -211,6 +211,12 @@ def write_best(out: Path, pipeline: str, network: Model) -> None:
     os.replace(tmp, out / "best.onnx")
 
 
+def written_best(out: Path, pipeline: str) -> bool:
+    """Whether `out` already holds best.pipeline of `pipeline` and its best.onnx."""
+    path = out / "best.pipeline"
+    return (out / "best.onnx").exists() and path.exists() and path.read_text() == from_nn(pipeline) + "\n"
+
+
 def write_jsonl(result: SearchResult, path: Path) -> None:
     """One line per candidate; first, when the front was trained, the original's (status "original")."""
     original = ([{"number": None, "pipeline": "", "status": "original", "measured_ms": result.original_ms,
