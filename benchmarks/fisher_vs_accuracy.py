@@ -78,6 +78,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -91,6 +92,21 @@ from nasir.fisher import FisherCheck
 from nasir.search.space import SearchSpace
 from nasir.summary import summarize
 from nasir.transforms.properties import properties_at_least
+
+
+def cpu_name() -> str:
+    """This machine's CPU as /proc/cpuinfo names it ("?" where it does not)."""
+    with open("/proc/cpuinfo") as f:
+        return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "?")
+
+
+def run_resumable(main) -> None:
+    """Run a benchmark's `main`; Ctrl-C ends it with one line and exit 130 (it resumes when run again)."""
+    try:
+        main()
+    except KeyboardInterrupt:
+        print("interrupted; run the same command again to resume", file=sys.stderr)
+        sys.exit(130)
 
 
 def kendall_tau_b(a, b) -> float:
@@ -290,7 +306,7 @@ def main() -> None:
     args = p.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
+    cpu = cpu_name()
     report = {"args": vars(args), "cpu": cpu}
     log(report, out, f"{args.model} ({args.dataset} layout) at {args.image_size}x{args.image_size} "
                      f"on the hard mnist5k task; CPU {cpu}")

@@ -33,12 +33,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
-from fisher_vs_accuracy import hard_mnist, network
+from fisher_vs_accuracy import cpu_name, hard_mnist, network, run_resumable
 
 import nasir
 from nasir.errors import NasirError
@@ -152,7 +151,7 @@ def main() -> None:
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     DATA.mkdir(exist_ok=True)
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
+    cpu = cpu_name()
 
     class Args:
         model, dataset, image_size = "resnet18", "cifar10", 16
@@ -194,8 +193,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except KeyboardInterrupt:
-        print("interrupted; run the same command again to resume", file=sys.stderr)
-        sys.exit(130)
+    run_resumable(main)

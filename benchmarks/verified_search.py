@@ -27,12 +27,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
-from fisher_vs_accuracy import hard_mnist
+from fisher_vs_accuracy import cpu_name, hard_mnist, run_resumable
 
 import nasir
 from nasir import zoo
@@ -97,7 +96,7 @@ def first_within(curve: list[float], floor: float) -> int | None:
 def run(args) -> dict:
     out = Path(args.out) / args.task
     out.mkdir(parents=True, exist_ok=True)
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
+    cpu = cpu_name()
     onnx = Path(zoo.export_onnx("resnet18", out / "resnet18_16.onnx", "cifar10", image_size=16))
     model = nasir.load(onnx).transform("convert-nn-to-nest")
     data = task_of(args.task, args.seed).fitted(tuple(model.input_shapes[0][1:]))
@@ -214,8 +213,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except KeyboardInterrupt:
-        print("interrupted; run the same command again to resume", file=sys.stderr)
-        sys.exit(130)
+    run_resumable(main)
