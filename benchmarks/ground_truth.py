@@ -27,6 +27,14 @@ candidates spread over the MAC ratios with seeds 1 and 2. A run that is stopped 
 of a session) loses at most the epoch in progress: trainings resume from their checkpoints in
 `--work`, and finished rows are never trained again. The plan and rows are small and kept in the
 repo; the checkpoints are not.
+
+The second accuracy column (`--distilled`, `benchmarks/data/ground_truth_distilled.jsonl`): what a
+user of the trained-model flow gets (`nasir search --max-accuracy-drop`). The original trained with
+seed 0 is the teacher; each planned candidate takes its weights (`init=inherit`) and is fine-tuned
+with `nasir.search.finetune`'s recipe (distillation from the original, lr 0.01 with cosine decay,
+batch norms recalibrated before each test) for `--distil-epochs` (2) epochs, one seed. A row holds
+the accuracy before fine-tuning (`inherited`) and after (`distilled`); resumable like the first.
+`--distilled` runs only this column, so it can run beside the first in a second process.
 """
 
 from __future__ import annotations
@@ -40,14 +48,18 @@ import numpy as np
 from fisher_vs_accuracy import cpu_name, hard_mnist, network, run_resumable
 
 import nasir
-from nasir.errors import NasirError
+from nasir.errors import NasirError, TrainingDiverged
+from nasir.lowering.passes import with_init
+from nasir.search.finetune import LR, RECALIBRATE, finetune_batch
 from nasir.search.space import IDENTITY, SearchSpace
 from nasir.summary import summarize
 from nasir.timing import interleaved
+from nasir.training.loop import evaluate
 
 DATA = Path(__file__).parent / "data"
 PLAN = DATA / "ground_truth_plan.json"
 ROWS = DATA / "ground_truth.jsonl"
+DISTILLED = DATA / "ground_truth_distilled.jsonl"
 
 FAMILIES = {
     "group": ("group2", "group4", "group8", "group16"),
@@ -133,9 +145,51 @@ def repeats(plan: list[dict], n: int) -> list[dict]:
     return [ordered[int(i)] for i in np.linspace(0, len(ordered) - 1, n).round()] if ordered else []
 
 
+def read_rows(path: Path = ROWS) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
 def done_rows() -> dict[tuple[str, int], dict]:
-    rows = [json.loads(line) for line in ROWS.read_text().splitlines() if line.strip()] if ROWS.exists() else []
-    return {(r["id"], r["seed"]): r for r in rows}
+    return {(r["id"], r["seed"]): r for r in read_rows()}
+
+
+def teacher_of(original: nasir.Model, data, work: Path, threads: int | None) -> tuple[nasir.Model, float]:
+    """The original trained with seed 0 by the first column's recipe (resumed from its checkpoint,
+    so a finished one is only read) and its test accuracy."""
+    trained = nasir.train(original, data, seed=0, augment=False, out=work / "train" / "original-seed0",
+                          progress=False, threads=threads, **RECIPE)
+    return trained.apply_to(original), trained.accuracy
+
+
+def distil(plan: list[dict], original: nasir.Model, data, work: Path, epochs: int, threads: int | None,
+           cpu: str) -> None:
+    """The second column (module docstring): each planned candidate without a row in `DISTILLED`,
+    fine-tuned from the trained original's weights by distillation for `epochs` epochs."""
+    teacher, teacher_accuracy = teacher_of(original, data, work, threads)
+    done = {r["id"] for r in read_rows(DISTILLED)}
+    todo = [c for c in plan if c["id"] not in done]
+    batch = finetune_batch(len(data.train[1]))
+    recipe = {"epochs": epochs, "batch": batch, "lr": LR, "recalibrate": RECALIBRATE}
+    print(f"distilled column: {len(plan) - len(todo)} of {len(plan)} done; teacher {teacher_accuracy:.2f}%; "
+          f"CPU {cpu}", flush=True)
+    for k, candidate in enumerate(todo):
+        model = teacher.transform(with_init(candidate["pipeline"], "inherit"))
+        start = time.perf_counter()
+        inherited = evaluate(model.at_batch(batch).to_torch(), *data.test, batch)[1]
+        try:
+            tuned = nasir.train(model, data, epochs=epochs, batch=batch, lr=LR, seed=0, augment=False,
+                                teacher=teacher, recalibrate=RECALIBRATE, progress=False, threads=threads,
+                                out=work / "distil" / candidate["id"])
+            accuracy, diverged = tuned.accuracy, False
+        except TrainingDiverged:
+            accuracy, diverged = 100.0 / data.num_classes, True  # a diverged run is worth a guess
+        row = {**candidate, "seed": 0, "inherited": inherited, "distilled": accuracy, "diverged": diverged,
+               "teacher_accuracy": teacher_accuracy, "minutes": (time.perf_counter() - start) / 60, "cpu": cpu,
+               "recipe": recipe, "task": data.name}
+        with DISTILLED.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        print(f"[{k + 1}/{len(todo)}] {candidate['id']} {candidate['family']:>16}: MACs {row['macs']:.2f} inherited "
+              f"{inherited:.2f}% distilled {accuracy:.2f}% ({row['minutes']:.1f} min)", flush=True)
 
 
 def main() -> None:
@@ -147,6 +201,9 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=None, help="torch threads of each training (default: torch's)")
     p.add_argument("--work", default="gt-out", help="training checkpoints (resumed from)")
     p.add_argument("--plan-only", action="store_true", help="extend the plan and stop")
+    p.add_argument("--distilled", action="store_true",
+                   help="train only the second column: distillation from the trained original (docstring)")
+    p.add_argument("--distil-epochs", type=int, default=2, help="epochs of the second column's fine-tuning")
     args = p.parse_args()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -166,6 +223,9 @@ def main() -> None:
     if args.plan_only:
         return
     data = hard_mnist(100, 4, 0.5, args.seed).fitted(tuple(original.input_shapes[0][1:]))
+    if args.distilled:
+        distil(plan, original, data, work, args.distil_epochs, args.threads, cpu)
+        return
     done = done_rows()
     work_list = [({"id": "original", "family": "original", "pipeline": "", "macs": 1.0, "params": 1.0}, s)
                  for s in range(ORIGINAL_SEEDS)]

@@ -2,20 +2,32 @@
 (issue 51, deliver 2).
 
     python benchmarks/rank_proxies.py                     # reads benchmarks/data/ground_truth.jsonl
+    python benchmarks/rank_proxies.py --column distilled  # ... ground_truth_distilled.jsonl
 
-Reads the trained candidates of `ground_truth.py` (accuracy: the mean over a candidate's training
-seeds) and scores each at the weights its training started from (as the search sees it), on one
-seeded minibatch of 32 images of the same task:
+Reads the trained candidates of `ground_truth.py`, column `trained` (accuracy: the mean over a
+candidate's training seeds from scratch) or `distilled` (after the short distillation from the
+trained original), and scores each at the weights its training started from (as the search sees
+it: fresh for `trained`, inherited from the trained original for `distilled`), on one seeded
+minibatch of 32 images of the same task:
 - Fisher Potential as nasir's ratio to the original, BlockSwap's raw sum of Delta, and Fisher
   within its MAC band (its rank among the candidates of the same tenth of MACs: BlockSwap ranks
   at one budget);
 - grad_norm, snip, synflow, jacob_cov (NASWOT), zico (`nasir.search.proxies`);
 - MACs, parameters, and the alphaNAS mixing property (1: as mixing and deep as the original);
+- `distilled` only: `inherited`, the accuracy before any fine-tuning (the test split evaluated);
 - a vote: the mean rank of the three proxies with the highest Kendall tau on the fitting half.
 Printed: per proxy, Kendall's tau and Spearman's rho with accuracy over all rows and over the
 held-out half (every second row by id; the vote's members are chosen on the other half), the
 precision of its top 10% (the share of them among the top 10% by accuracy) and its cost in ms a
-candidate. Everything also goes to `--out` as JSON.
+candidate.
+
+Then the rules a search could keep candidates by (deliver 3): "within one point" is an accuracy of
+at least the original's minus 1 (the mean of its seeds for `trained`, the teacher's for
+`distilled`). Each score is taken relative to the original's (`relative`: a ratio, a difference
+for the log-scale jacob_cov and zico), and a rule keeps a candidate whose relative score is at
+least a floor, alone or with a MAC floor; each floor is fitted on the fitting half (the best F1 of
+"kept" against "within one point") and the rule's precision and recall are reported on the
+held-out half. Everything also goes to `--out` as JSON.
 """
 
 from __future__ import annotations
@@ -28,23 +40,25 @@ from pathlib import Path
 
 import numpy as np
 from fisher_vs_accuracy import hard_mnist, network
-from ground_truth import BINS, ROWS
+from ground_truth import BINS, DISTILLED, ROWS, read_rows, teacher_of
 from scipy.stats import kendalltau, spearmanr
 
 from nasir.fisher import fisher_potential
+from nasir.lowering.passes import with_init
 from nasir.search.proxies import PROXIES
 from nasir.summary import summarize
+from nasir.training.loop import evaluate
 from nasir.transforms.properties import properties_at_least
 
 
-def accuracies(rows: list[dict]) -> dict[str, dict]:
-    """Each candidate (the original excepted) with its mean accuracy over its training seeds."""
+def accuracies(rows: list[dict], column: str = "accuracy") -> dict[str, dict]:
+    """Each candidate (the original excepted) with its mean `column` over its training seeds."""
     out: dict[str, dict] = {}
     for r in rows:
         if r["id"] == "original":
             continue
-        c = out.setdefault(r["id"], {k: r[k] for k in ("id", "family", "pipeline", "macs", "params", "latency")})
-        c.setdefault("seeds", []).append(r["accuracy"])
+        c = out.setdefault(r["id"], {k: r.get(k) for k in ("id", "family", "pipeline", "macs", "params", "latency")})
+        c.setdefault("seeds", []).append(r[column])
     for c in out.values():
         c["accuracy"] = float(np.mean(c["seeds"]))
     return out
@@ -67,58 +81,137 @@ def in_band(score: np.ndarray, macs: np.ndarray) -> np.ndarray:
     return out
 
 
+LOG_SCALE = ("jacob_cov", "zico")
+"""Proxies that are logarithms already: relative to the original as a difference, not a ratio."""
+
+
+def relative(name: str, score: np.ndarray, base: float) -> np.ndarray:
+    """`score` relative to the original's `base`: a difference for `LOG_SCALE`, else a ratio."""
+    return score - base if name in LOG_SCALE else score / base
+
+
 def correlations(score: np.ndarray, accuracy: np.ndarray) -> tuple[float, float]:
     if np.ptp(score) == 0:
         return math.nan, math.nan
     return float(kendalltau(score, accuracy).statistic), float(spearmanr(score, accuracy).statistic)
 
 
+def precision_recall(kept: np.ndarray, good: np.ndarray) -> tuple[float, float]:
+    """(precision, recall) of keeping `kept` where `good` are the ones worth keeping (precision
+    nan when nothing is kept, recall nan when nothing is good)."""
+    hits = int((kept & good).sum())
+    return (hits / kept.sum() if kept.any() else math.nan), (hits / good.sum() if good.any() else math.nan)
+
+
+def f1(kept: np.ndarray, good: np.ndarray) -> float:
+    hits = int((kept & good).sum())
+    return 2 * hits / (kept.sum() + good.sum()) if kept.any() or good.any() else 0.0
+
+
+def fit_floor(score: np.ndarray, good: np.ndarray, macs: np.ndarray | None = None) -> tuple[float, float, float]:
+    """(floor, MAC floor, F1): the floors (each among the scores seen, the MAC floor 0 without
+    `macs`) whose rule "score >= floor and MACs >= MAC floor" has the best F1 on these rows;
+    ties go to the lowest floors (the rule that keeps most)."""
+    best = (-math.inf, 0.0, -1.0)
+    for m in sorted(set(macs)) if macs is not None else [0.0]:
+        for t in sorted(set(score)):
+            got = f1((score >= t) & ((macs >= m) if macs is not None else True), good)
+            if got > best[2]:
+                best = (float(t), float(m), got)
+    return best
+
+
+def rules(table: dict[str, np.ndarray], macs: np.ndarray, good: np.ndarray, held: np.ndarray) -> dict[str, dict]:
+    """Each score as a rule alone and with a MAC floor, fitted on ~`held`, judged on `held`."""
+    out = {}
+    for name, score in table.items():
+        for with_macs in (False, True):
+            if name == "macs" and with_macs:
+                continue
+            floor, mac_floor, fit = fit_floor(score[~held], good[~held], macs[~held] if with_macs else None)
+            kept = (score >= floor) & (macs >= mac_floor)
+            precision, recall = precision_recall(kept[held], good[held])
+            out[f"{name} + MACs" if with_macs else name] = {
+                "floor": floor, "mac_floor": mac_floor, "fit_f1": fit, "precision": precision, "recall": recall,
+                "f1": f1(kept[held], good[held]), "kept": int(kept[held].sum())}
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--column", choices=("trained", "distilled"), default="trained")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--work", default="gt-out")
-    p.add_argument("--out", default="gt-out/proxies.json")
+    p.add_argument("--work", default="gt-out", help="ground_truth.py's checkpoints (the trained original)")
+    p.add_argument("--out", default=None, help="the report as JSON (default: WORK/proxies-COLUMN.json)")
     args = p.parse_args()
-    rows = [json.loads(line) for line in ROWS.read_text().splitlines() if line.strip()]
-    candidates = sorted(accuracies(rows).values(), key=lambda c: c["id"])
+    work = Path(args.work)
+    rows = read_rows(ROWS)
     originals = [r["accuracy"] for r in rows if r["id"] == "original"]
 
     class Args:
         model, dataset, image_size = "resnet18", "cifar10", 16
-    _, original = network(Args, Path(args.work))
+    _, original = network(Args, work)
     data = hard_mnist(100, 4, 0.5, args.seed).fitted(tuple(original.input_shapes[0][1:]))
+    if args.column == "distilled":
+        teacher, bar = teacher_of(original, data, work, None)
+        candidates = sorted(accuracies(read_rows(DISTILLED), "distilled").values(), key=lambda c: c["id"])
+        start_of = lambda c: teacher.transform(with_init(c["pipeline"], "inherit"))  # noqa: E731
+        reference = teacher
+    else:
+        bar = float(np.mean(originals))
+        candidates = sorted(accuracies(rows).values(), key=lambda c: c["id"])
+        start_of = lambda c: original.transform(c["pipeline"]) if c["pipeline"] else original  # noqa: E731
+        reference = original
     pick = np.random.default_rng(args.seed).choice(len(data.train[0]), size=args.batch, replace=False)
     x, y = data.train[0][pick], data.train[1][pick]
-    base = fisher_potential(original.at_batch(args.batch), x, y, args.seed)
-    scores: dict[str, list[float]] = {name: [] for name in ("fisher", "fisher_raw", *PROXIES, "mixing")}
+    names = ("fisher", "fisher_raw", *PROXIES, "mixing") + (("inherited",) if args.column == "distilled" else ())
+    scores: dict[str, list[float]] = {name: [] for name in names}
     cost: dict[str, float] = dict.fromkeys(scores, 0.0)
-    for c in candidates:
-        model = original.transform(c["pipeline"]) if c["pipeline"] else original
+
+    def score(model) -> dict[str, float]:
+        got = {}
         start = time.perf_counter()
         report = fisher_potential(model.at_batch(args.batch), x, y, args.seed)
         cost["fisher"] += time.perf_counter() - start
-        scores["fisher"].append(report.total / base.total)
-        scores["fisher_raw"].append(sum(report.delta.values()))
+        got["fisher"], got["fisher_raw"] = report.total, sum(report.delta.values())
         for name, fn in PROXIES.items():
             start = time.perf_counter()
-            scores[name].append(fn(model, x, y))
+            got[name] = fn(model, x, y)
             cost[name] += time.perf_counter() - start
         start = time.perf_counter()
-        scores["mixing"].append(float(properties_at_least(model.module, original.module)[0]))
+        got["mixing"] = float(properties_at_least(model.module, reference.module)[0])
         cost["mixing"] += time.perf_counter() - start
+        if "inherited" in scores:
+            start = time.perf_counter()
+            got["inherited"] = evaluate(model.at_batch(args.batch).to_torch(), *data.test, args.batch)[1]
+            cost["inherited"] += time.perf_counter() - start
+        return got
+
+    base = score(reference)
+    cost = dict.fromkeys(scores, 0.0)
+    for c in candidates:
+        for name, value in score(start_of(c)).items():
+            scores[name].append(value)
     accuracy = np.array([c["accuracy"] for c in candidates])
     macs = np.array([c["macs"] for c in candidates])
     table = {name: np.array(v, float) for name, v in scores.items()}
+    table["fisher"] = table["fisher"] / base["fisher"]  # nasir's ratio
+    for name in (*PROXIES, "inherited"):
+        if name in table:
+            table[name] = relative(name, table[name], base[name])
     table["fisher_in_band"] = in_band(table["fisher"], macs)
     table["macs"], table["params"] = macs, np.array([c["params"] for c in candidates])
     held = np.arange(len(candidates)) % 2 == 1
     fit_tau = {name: correlations(s[~held], accuracy[~held])[0] for name, s in table.items()}
     members = sorted((n for n in table if not math.isnan(fit_tau[n])), key=lambda n: -fit_tau[n])[:3]
-    table["vote"] = np.mean([np.argsort(np.argsort(table[n])) for n in members], axis=0)
-    report = {"candidates": len(candidates), "original_accuracy": originals, "vote_of": members, "rows": {}}
-    print(f"{len(candidates)} candidates (original: {np.mean(originals):.2f}% over {len(originals)} seeds, "
-          f"spread {np.ptp(originals):.2f}); vote of {', '.join(members)} (chosen on the fitting half)")
+    table["vote"] = np.mean([np.argsort(np.argsort(table[n])) for n in members], axis=0) / max(1, len(candidates) - 1)
+    good = accuracy >= bar - 1
+    report = {"column": args.column, "candidates": len(candidates), "original_accuracy": originals,
+              "within_one_point_of": bar, "within": int(good.sum()), "vote_of": members, "rows": {}}
+    print(f"column {args.column}: {len(candidates)} candidates, {int(good.sum())} within one point of {bar:.2f}% "
+          f"(original: {np.mean(originals):.2f}% over {len(originals)} seeds from scratch, spread "
+          f"{np.ptp(originals):.2f}); vote of {', '.join(members)} (chosen on the fitting half)")
     print(f"{'proxy':>15} {'tau':>7} {'rho':>7} {'tau held':>9} {'rho held':>9} {'top10%':>7} {'ms':>8}")
     for name, s in table.items():
         tau, rho = correlations(s, accuracy)
@@ -128,8 +221,16 @@ def main() -> None:
                                 "top10": top_precision(s, accuracy), "ms": ms}
         print(f"{name:>15} {tau:+7.3f} {rho:+7.3f} {tau_h:+9.3f} {rho_h:+9.3f} {top_precision(s, accuracy):7.2f} "
               f"{ms:8.1f}")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=1))
+    report["rules"] = rules(table, macs, good, held)
+    print(f"\nrules for 'within one point' (floors fitted on the fitting half; held-out half: "
+          f"{int(good[held].sum())} of {int(held.sum())} within)")
+    print(f"{'rule':>22} {'floor':>8} {'MAC floor':>9} {'kept':>5} {'precision':>9} {'recall':>7} {'F1':>5}")
+    for name, r in sorted(report["rules"].items(), key=lambda kv: -kv[1]["f1"]):
+        print(f"{name:>22} {r['floor']:8.3f} {r['mac_floor']:9.2f} {r['kept']:5d} {r['precision']:9.2f} "
+              f"{r['recall']:7.2f} {r['f1']:5.2f}")
+    out = Path(args.out) if args.out else work / f"proxies-{args.column}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":

@@ -75,3 +75,45 @@ def test_rank_proxies_reads_mean_accuracy_per_candidate_and_scores_by_hand():
     assert rank.top_precision(-np.arange(10.0), np.arange(10.0), 0.2) == 0.0
     ranks = rank.in_band(np.array([3.0, 1.0, 2.0, 5.0]), np.array([0.15, 0.15, 0.15, 0.95]))
     assert ranks.tolist() == [1.0, 0.0, 0.5, 0.0]
+
+
+def test_the_distilled_column_inherits_the_trained_original_and_resumes(tiny, tmp_path, monkeypatch):
+    """Against the teacher's own test accuracy: a pipeline that keeps the function (an index split
+    of inherited weights) starts exactly where the trained original is; a row a candidate, once."""
+    from data_fixtures import quadrant_task
+
+    from nasir.data import load_dataset
+
+    monkeypatch.setattr(gt, "DISTILLED", tmp_path / "distilled.jsonl")
+    monkeypatch.setattr(gt, "RECIPE", {"epochs": 2, "batch": 32, "lr": 0.02})
+    data = load_dataset(quadrant_task(tmp_path / "q.npz", train=128, test=64), tiny.input_shapes[0][1:])
+    layer = next(lc.layer for lc in SearchSpace.of(tiny).layers if "group2" in lc.choices)
+    plan = [{"id": "c000", "family": "seq", "pipeline": f'index-split{{dim=co parts=2 layers="{layer}"}}',
+             "macs": 1.0, "params": 1.0},
+            {"id": "c001", "family": "group", "pipeline": f'group{{factor=2 layers="{layer}"}}', "macs": 0.9,
+             "params": 0.9}]
+    gt.distil(plan, tiny, data, tmp_path / "work", epochs=1, threads=1, cpu="test")
+    rows = gt.read_rows(gt.DISTILLED)
+    teacher, accuracy = gt.teacher_of(tiny, data, tmp_path / "work", 1)
+    assert [r["id"] for r in rows] == ["c000", "c001"]
+    assert rows[0]["inherited"] == pytest.approx(accuracy) and rows[0]["teacher_accuracy"] == pytest.approx(accuracy)
+    assert all(0 <= r["distilled"] <= 100 and r["recipe"]["epochs"] == 1 and not r["diverged"] for r in rows)
+    gt.distil(plan, tiny, data, tmp_path / "work", epochs=1, threads=1, cpu="test")
+    assert len(gt.read_rows(gt.DISTILLED)) == 2, "a candidate with a row is not trained again"
+
+
+def test_rule_floors_are_fitted_on_one_half_and_judged_on_the_other():
+    good = np.array([True, True, False, False, True, False])
+    assert rank.precision_recall(np.array([True, False, True, False, True, False]), good) == (2 / 3, 2 / 3)
+    assert rank.f1(np.array([True, False, True, False, True, False]), good) == pytest.approx(2 / 3)
+    score, macs = np.array([0.9, 0.8, 0.5, 0.1, 0.3, 0.2]), np.array([0.5, 0.9, 0.2, 0.9, 0.1, 0.3])
+    assert rank.fit_floor(score, good) == (0.3, 0.0, 6 / 7)  # keeps 0.9 0.8 0.5 0.3: three good of four
+    good2 = np.array([True, True, False, False, False, False])
+    assert rank.fit_floor(score, good2) == (0.8, 0.0, 1.0)
+    score3 = np.array([0.9, 0.8, 0.95, 0.1, 0.3, 0.2])  # 0.95 is bad but has few MACs: a MAC floor drops it
+    assert rank.fit_floor(score3, good2, macs) == (0.3, 0.3, 1.0)  # ties: the lowest floors
+    held = np.array([False, True] * 3)  # fitted on rows 0, 2, 4: only a MAC floor of 0.5 drops 0.95
+    got = rank.rules({"s": score3}, macs, good2, held)
+    assert (got["s + MACs"]["floor"], got["s + MACs"]["mac_floor"]) == (0.3, 0.5)
+    assert (got["s + MACs"]["precision"], got["s + MACs"]["recall"]) == (1.0, 1.0)  # held: row 1 kept, 3 and 5 not
+    assert rank.relative("zico", np.array([5.0]), 2.0) == 3.0 and rank.relative("synflow", np.array([5.0]), 2.0) == 2.5
