@@ -33,7 +33,8 @@ user of the trained-model flow gets (`nasir search --max-accuracy-drop`). The or
 seed 0 is the teacher; each planned candidate takes its weights (`init=inherit`) and is fine-tuned
 with `nasir.search.finetune`'s recipe (distillation from the original, lr 0.01 with cosine decay,
 batch norms recalibrated before each test) for `--distil-epochs` (2) epochs, one seed. A row holds
-the accuracy before fine-tuning (`inherited`) and after (`distilled`); resumable like the first.
+the accuracy before fine-tuning (`inherited`: the inherited weights, batch norms recalibrated as
+before each test) and after (`distilled`); resumable like the first.
 `--distilled` runs only this column, so it can run beside the first in a second process.
 """
 
@@ -45,6 +46,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 from fisher_vs_accuracy import cpu_name, hard_mnist, network, run_resumable
 
 import nasir
@@ -161,6 +163,17 @@ def teacher_of(original: nasir.Model, data, work: Path, threads: int | None) -> 
     return trained.apply_to(original), trained.accuracy
 
 
+def inherited_accuracy(model: nasir.Model, data, batch: int) -> float:
+    """Test accuracy of `model` at its present weights, its batch norms' running statistics
+    recalibrated over the first `RECALIBRATE` training batches (as fine-tuning does before each
+    test: a rewrite leaves the inherited statistics describing other weights)."""
+    program = model.at_batch(batch).to_torch()
+    x = data.train[0]
+    program.recalibrate(torch.from_numpy(np.ascontiguousarray(x[k:k + batch]))
+                        for k in range(0, min(RECALIBRATE, len(x) // batch) * batch, batch))
+    return evaluate(program, *data.test, batch)[1]
+
+
 def distil(plan: list[dict], original: nasir.Model, data, work: Path, epochs: int, threads: int | None,
            cpu: str) -> None:
     """The second column (module docstring): each planned candidate without a row in `DISTILLED`,
@@ -175,7 +188,7 @@ def distil(plan: list[dict], original: nasir.Model, data, work: Path, epochs: in
     for k, candidate in enumerate(todo):
         model = teacher.transform(with_init(candidate["pipeline"], "inherit"))
         start = time.perf_counter()
-        inherited = evaluate(model.at_batch(batch).to_torch(), *data.test, batch)[1]
+        inherited = inherited_accuracy(model, data, batch)
         try:
             tuned = nasir.train(model, data, epochs=epochs, batch=batch, lr=LR, seed=0, augment=False,
                                 teacher=teacher, recalibrate=RECALIBRATE, progress=False, threads=threads,

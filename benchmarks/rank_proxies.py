@@ -14,7 +14,8 @@ minibatch of 32 images of the same task:
   at one budget);
 - grad_norm, snip, synflow, jacob_cov (NASWOT), zico (`nasir.search.proxies`);
 - MACs, parameters, and the alphaNAS mixing property (1: as mixing and deep as the original);
-- `distilled` only: `inherited`, the accuracy before any fine-tuning (the test split evaluated);
+- `distilled` only: `inherited`, the accuracy before any fine-tuning (the test split evaluated,
+  batch norms recalibrated: `ground_truth.inherited_accuracy`);
 - a vote: the mean rank of the three proxies with the highest Kendall tau on the fitting half.
 Printed: per proxy, Kendall's tau and Spearman's rho with accuracy over all rows and over the
 held-out half (every second row by id; the vote's members are chosen on the other half), the
@@ -40,14 +41,13 @@ from pathlib import Path
 
 import numpy as np
 from fisher_vs_accuracy import hard_mnist, network
-from ground_truth import BINS, DISTILLED, ROWS, read_rows, teacher_of
+from ground_truth import BINS, DISTILLED, ROWS, inherited_accuracy, read_rows, teacher_of
 from scipy.stats import kendalltau, spearmanr
 
 from nasir.fisher import fisher_potential
 from nasir.lowering.passes import with_init
 from nasir.search.proxies import PROXIES
 from nasir.summary import summarize
-from nasir.training.loop import evaluate
 from nasir.transforms.properties import properties_at_least
 
 
@@ -184,7 +184,7 @@ def main() -> None:
         cost["mixing"] += time.perf_counter() - start
         if "inherited" in scores:
             start = time.perf_counter()
-            got["inherited"] = evaluate(model.at_batch(args.batch).to_torch(), *data.test, args.batch)[1]
+            got["inherited"] = inherited_accuracy(model, data, args.batch)
             cost["inherited"] += time.perf_counter() - start
         return got
 
