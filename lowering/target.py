@@ -232,6 +232,17 @@ def resolve_target(cpu: str | CPUTarget | None) -> CPUTarget:
     return cpu_target(cpu or os.environ.get(CPU_ENV) or "host")
 
 
+def runnable_target(cpu: str | CPUTarget | None, what: str = "time code", run: str = "it") -> CPUTarget:
+    """The target `cpu` names (`resolve_target`) if this machine can run, and so time, its code;
+    else NasirError saying that it cannot `what` and where to `run` it instead."""
+    target, host = resolve_target(cpu), host_target()
+    if target.lanes > host.lanes:
+        raise NasirError(f"cannot {what} for {target.cpu} on this CPU ({host.cpu}, {host.lanes} lanes): its "
+                         f"{target.lanes}-lane code does not run here, so it cannot be timed; run {run} on a "
+                         f"{target.cpu} machine")
+    return target
+
+
 def target_of(module: ModuleOp) -> CPUTarget:
     """The target `module` is compiled for: its `nasir.target`, else `resolve_target(None)`."""
     attr = TARGET.get(module, None)

@@ -73,24 +73,28 @@ def _ort_run(session, x: np.ndarray) -> Callable[[], np.ndarray]:
     return lambda: session.run(None, feed)[0]
 
 
-def nasir_executable(model, target: str = "llvm", threads: int = 1, tuning: str | None = None):
-    """The nasir column's code: the llvm backend's (threads settable later; `tuning`: its tuning
-    database, see `nasir.tune`), or TVM's CPU code (`target="tvm"`: one thread, as its unscheduled
-    nests have no parallel loops)."""
+def nasir_executable(model, target: str = "llvm", threads: int = 1, tuning: str | None = None,
+                     cpu: str | None = None):
+    """The nasir column's code: the llvm backend's for `cpu` (None: NASIR_CPU, else the host;
+    threads settable later; `tuning`: its tuning database, see `nasir.tune`), or TVM's CPU code
+    (`target="tvm"`: one thread, as its unscheduled nests have no parallel loops)."""
     if target == "llvm":
         from nasir.runtime.llvm_executable import compile_llvm
 
-        return compile_llvm(model.module, threads=threads, tuning=tuning)
+        return compile_llvm(model.module, threads=threads, tuning=tuning, cpu=cpu)
     import nasir
 
     return nasir.compile(model, target=target)
 
 
 def bench_model(name: str, dataset: str, threads: list[int], repeat: int, peak: float,
-                target: str = "llvm", tune: bool = False) -> list[dict]:
-    """One row per thread count: latencies of nasir (`target`), ORT, PyTorch on `name` at `dataset`,
-    batch 1. With `tune` (llvm), nasir is the cost model's code (no tuning database) and "nasir
-    tuned" the code after `nasir.tune` (one thread, the user's database; its seconds in `tune_s`)."""
+                target: str = "llvm", tune: bool = False, cpu: str | None = None,
+                ort_peak: float | None = None) -> list[dict]:
+    """One row per thread count: latencies of nasir (`target`, for `cpu`), ORT, PyTorch on `name` at
+    `dataset`, batch 1; nasir's % of `peak` (its code's width) and ORT's of `ort_peak` (the
+    host's; default `peak`). With `tune` (llvm), nasir is the cost model's code (no tuning database)
+    and "nasir tuned" the code after `nasir.tune` (one thread, the user's database; its seconds in
+    `tune_s`)."""
     import torch
 
     import nasir
@@ -111,11 +115,11 @@ def bench_model(name: str, dataset: str, threads: list[int], repeat: int, peak: 
         model = nasir.load(path)
         import_s = time.perf_counter() - start
         macs = model.summary().total_macs
-        exe = nasir_executable(model, target, tuning="none" if tune else None)
+        exe = nasir_executable(model, target, tuning="none" if tune else None, cpu=cpu)
         runs = {"nasir": exe}
         if tune:
-            report = nasir.tune(model)
-            runs["nasir tuned"] = nasir_executable(model, target)
+            report = nasir.tune(model, cpu=cpu)
+            runs["nasir tuned"] = nasir_executable(model, target, cpu=cpu)
         for t in threads:
             for e in runs.values() if target == "llvm" else ():
                 e.threads = t
@@ -134,13 +138,14 @@ def bench_model(name: str, dataset: str, threads: list[int], repeat: int, peak: 
             for backend in ("nasir", "ort", "torch"):
                 row[f"{backend}_gflops"] = gflops(macs, row[f"{backend}_ms"])
             row["nasir_pct_peak"] = 100 * row["nasir_gflops"] / (peak * t)
-            row["ort_pct_peak"] = 100 * row["ort_gflops"] / (peak * t)
+            row["ort_pct_peak"] = 100 * row["ort_gflops"] / ((ort_peak or peak) * t)
             rows.append(row)
     return rows
 
 
 def bench_variants(model_name: str, dataset: str, variants: list[str], repeat: int, threads: int = 1,
-                   on_compile: Callable[[str], None] = lambda _: None, target: str = "llvm") -> list[dict]:
+                   on_compile: Callable[[str], None] = lambda _: None, target: str = "llvm",
+                   cpu: str | None = None) -> list[dict]:
     """Raw rows (see `add_realisation`) for the base, then each other variant of `model_name`.
 
     Every variant is transformed, compiled (nasir) and exported (ORT) first, calling `on_compile(name)`
@@ -155,7 +160,7 @@ def bench_variants(model_name: str, dataset: str, variants: list[str], repeat: i
         for name in ["base", *(v for v in variants if v != "base")]:
             on_compile(name)
             model = original.transform(ALL_VARIANTS[name]) if ALL_VARIANTS[name] else original
-            exe = nasir_executable(model, target, threads)
+            exe = nasir_executable(model, target, threads, cpu=cpu)
             runs[f"nasir {name}"] = lambda exe=exe: exe(x)
             runs[f"ort {name}"] = _ort_run(ort_session(model.to_onnx(Path(tmp) / f"{name}.onnx"), threads), x)
             rows.append({"model": model_name, "dataset": dataset, "variant": name, "pipeline": ALL_VARIANTS[name],
@@ -184,14 +189,17 @@ def add_realisation(rows: list[dict]) -> list[dict]:
     return rows
 
 
-def model_table(rows: list[dict], peak: float):
+def model_table(rows: list[dict], peak: float, ort_peak: float | None = None):
+    """`peak`: of nasir's code's width; `ort_peak`: of this machine's (where it differs)."""
     from rich.table import Table
 
-    table = Table(title=f"zoo, batch 1 (median ms; nasir/ORT < 1: nasir faster; peak {peak:.0f} GFLOP/s/thread; "
+    peaks = f"peak {peak:.0f}" + (f", ORT's {ort_peak:.0f}" if ort_peak and ort_peak != peak else "")
+    table = Table(title=f"zoo, batch 1 (median ms; nasir/ORT < 1: nasir faster; {peaks} GFLOP/s/thread; "
                         "GF/s count the model's MACs, a Winograd stem's as a direct conv's)")
     tuned = any("tune_s" in r for r in rows)
     cols = ("model", "dataset", "thr", "compile s", "nasir ms", "ORT ms", "torch ms", "nasir/ORT",
-            *(("tune s", "tuned ms", "tuned/ORT") if tuned else ()), "nasir GF/s", "ORT GF/s", "% peak", "err")
+            *(("tune s", "tuned ms", "tuned/ORT") if tuned else ()), "nasir GF/s", "ORT GF/s", "% peak",
+            "ORT % peak", "err")
     for col in cols:
         table.add_column(col, justify="left" if col in ("model", "dataset") else "right")
     for r in rows:
@@ -200,7 +208,8 @@ def model_table(rows: list[dict], peak: float):
         table.add_row(r["model"], r["dataset"], str(r["threads"]), f"{r['nasir_compile_s']:.1f}",
                       f"{r['nasir_ms']:.2f}", f"{r['ort_ms']:.2f}", f"{r['torch_ms']:.2f}",
                       f"{r['nasir_over_ort']:.2f}", *tuned_cells, f"{r['nasir_gflops']:.1f}",
-                      f"{r['ort_gflops']:.1f}", f"{r['nasir_pct_peak']:.0f}%", f"{r['max_abs_err_vs_ort']:.1e}")
+                      f"{r['ort_gflops']:.1f}", f"{r['nasir_pct_peak']:.0f}%", f"{r['ort_pct_peak']:.0f}%",
+                      f"{r['max_abs_err_vs_ort']:.1e}")
     return table
 
 
@@ -257,9 +266,10 @@ def plot(result: dict, path: Path) -> Path:
 
 def run(jobs: list[tuple[str, str]], threads: list[int], repeat: int, variant_model: str,
         variant_datasets: list[str], variants: list[str], out: Path, make_plot: bool = True, console=None,
-        target: str = "llvm", tune: bool = False) -> dict:
+        target: str = "llvm", tune: bool = False, cpu: str | None = None) -> dict:
     """Measure the (model, dataset) `jobs` and the variants with nasir's `target` (llvm or tvm;
-    `tune`: llvm tuned too, see `bench_model`), write OUT/bench.json (+ bench.png)."""
+    `tune`: llvm tuned too, see `bench_model`; `cpu`: llvm's code for that CPU, which must run
+    here, its % of peak against the peak of its own width), write OUT/bench.json (+ bench.png)."""
     import platform
 
     from rich.console import Console
@@ -272,17 +282,18 @@ def run(jobs: list[tuple[str, str]], threads: list[int], repeat: int, variant_mo
     result = {"config": {"jobs": jobs, "threads": threads, "repeat": repeat,
                          "variant_model": variant_model, "variant_datasets": variant_datasets,
                          "variants": variants, "machine": platform.processor() or platform.machine(),
-                         "target": target, "tune": tune},
-              "peak": measure_peak_gflops(), "models": [], "variants": []}
-    peak = result["peak"]["peak_gflops"]
-    console.print(f"measured peak: {peak:.1f} GFLOP/s (1 thread, {result['peak']['cpu']}, "
-                  f"<{result['peak']['vector_width']} x float> FMA)")
+                         "target": target, "tune": tune, "cpu": cpu},
+              "peak": measure_peak_gflops(cpu=cpu), "host_peak": measure_peak_gflops(), "models": [], "variants": []}
+    peak, ort_peak = result["peak"]["peak_gflops"], result["host_peak"]["peak_gflops"]
+    for name, p in (("nasir's code", result["peak"]), ("this machine, ORT's", result["host_peak"])):
+        console.print(f"measured peak, {name}: {p['peak_gflops']:.1f} GFLOP/s (1 thread, {p['cpu']}, "
+                      f"<{p['vector_width']} x float> FMA)")
     start = time.perf_counter()
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("benchmarking", total=steps)
         for m, d in jobs:
             progress.update(task, description=f"{m} {d}")
-            for row in bench_model(m, d, threads, repeat, peak, target, tune):
+            for row in bench_model(m, d, threads, repeat, peak, target, tune, cpu, ort_peak):
                 result["models"].append(row)
                 progress.console.log(f"{m} {d} threads={row['threads']}: nasir {row['nasir_ms']:.2f} ms, "
                                      f"ORT {row['ort_ms']:.2f} ms, torch {row['torch_ms']:.2f} ms")
@@ -294,7 +305,7 @@ def run(jobs: list[tuple[str, str]], threads: list[int], repeat: int, variant_mo
                 progress.update(task, description=f"{variant_model} {d}: {name}")
 
             rows = add_realisation(bench_variants(variant_model, d, variants, repeat, on_compile=on_compile,
-                                                  target=target))
+                                                  target=target, cpu=cpu))
             result["variants"] += rows
             progress.advance(task)
             for r in rows:
@@ -306,7 +317,7 @@ def run(jobs: list[tuple[str, str]], threads: list[int], repeat: int, variant_mo
     if make_plot:
         plot(result, out / "bench.png")
     if result["models"]:
-        console.print(model_table(result["models"], peak))
+        console.print(model_table(result["models"], peak, ort_peak))
     if result["variants"]:
         console.print(variant_table(result["variants"]))
     console.print(f"wrote {out / 'bench.json'}{' and bench.png' if make_plot else ''} "
@@ -338,6 +349,9 @@ def main(argv: list[str] | None = None) -> dict:
                              "TVM vs PyTorch CUDA on the variant model and variants, see nasir/gpu_bench.py)")
     parser.add_argument("--tune-trials", type=int, default=0,
                         help="--target cuda: also tune with TVM's meta_schedule for this many schedules per model")
+    parser.add_argument("--cpu", default=None,
+                        help="llvm: compile nasir's code for this CPU (one whose code runs here: znver3 or "
+                             "x86-64-v3 gives AVX2 code on an AVX-512 machine); %% of peak against that width's peak")
     parser.add_argument("--out", type=Path, default=Path("bench-out"))
     parser.add_argument("--no-plot", action="store_true")
     parser.add_argument("--tune", action="store_true",
@@ -359,7 +373,7 @@ def main(argv: list[str] | None = None) -> dict:
     return run(jobs, args.threads, args.repeat or (3 if args.quick else 10), args.variant_model,
                args.variant_datasets or (["imagenet"] if args.quick else ["cifar10", "imagenet"]),
                args.variants, args.out, make_plot=not args.no_plot, console=Console(width=max(Console().width, 150)),
-               target=args.target, tune=args.tune)
+               target=args.target, tune=args.tune, cpu=args.cpu)
 
 
 def _gpu_main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict:

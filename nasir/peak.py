@@ -2,8 +2,9 @@
 
 The benchmark suite (`nasir.benchmarks`) reports every model's GFLOP/s as a percentage of this
 number, measured in the same run, so "percent of peak" reflects the machine as it is now (turbo,
-other load) rather than a datasheet. The kernel is LLVM IR for the host target (vector width from
-`nasir.lowering.target.host_target`, never hard-coded): `accumulators` independent chains of
+other load) rather than a datasheet. The kernel is LLVM IR for the host target, or for a named CPU
+whose code runs here (`cpu="znver3"`: the 8-lane AVX2 peak of an AVX-512 machine; vector width from
+`nasir.lowering.target`, never hard-coded): `accumulators` independent chains of
 `<W x float>` FMAs, enough to cover the FMA latency times the number of FMA ports, so the loop is
 throughput-bound:
 
@@ -59,22 +60,21 @@ def fma_kernel_ir(width: int, accumulators: int) -> str:
 class _PeakKernel:
     """The JIT-compiled kernel; keeps the MCJIT engine alive while it is called."""
 
-    def __init__(self, width: int, accumulators: int):
+    def __init__(self, target, accumulators: int):
         import llvmlite.binding as llvm
 
         from nasir.lowering.loops_to_llvm.llvm_ir import optimize
-        from nasir.lowering.target import host_target
 
-        self.width, self.accumulators = width, accumulators
-        self.engine = llvm.create_mcjit_compiler(optimize(fma_kernel_ir(width, accumulators), host_target()),
-                                                 host_target().target_machine(jit=True))
+        self.width, self.accumulators = target.lanes, accumulators
+        self.engine = llvm.create_mcjit_compiler(optimize(fma_kernel_ir(self.width, accumulators), target),
+                                                 target.target_machine(jit=True))
         self.engine.finalize_object()
         self.fn = ctypes.CFUNCTYPE(None, ctypes.c_int64, *[ctypes.c_void_p] * 3)(
             self.engine.get_function_address("peak"))
         # m slightly below 1 and c small keep the sums finite (no denormals, no infinities).
-        self.m = np.full(width, 0.999, np.float32)
-        self.c = np.full(width, 1e-3, np.float32)
-        self.out = np.zeros(width * accumulators, np.float32)
+        self.m = np.full(self.width, 0.999, np.float32)
+        self.c = np.full(self.width, 1e-3, np.float32)
+        self.out = np.zeros(self.width * accumulators, np.float32)
 
     def flops(self, iterations: int) -> int:
         return 2 * self.width * self.accumulators * iterations
@@ -84,20 +84,24 @@ class _PeakKernel:
 
 
 @cache
-def _kernel(width: int, accumulators: int) -> _PeakKernel:
-    return _PeakKernel(width, accumulators)
+def _kernel(target, accumulators: int) -> _PeakKernel:
+    return _PeakKernel(target, accumulators)
 
 
-def measure_peak_gflops(repeat: int = 50, seconds: float = 0.002, accumulators: int = 12) -> dict[str, float]:
-    """GFLOP/s of the FMA kernel on the calling thread: `repeat` runs of about `seconds` each.
+def measure_peak_gflops(repeat: int = 50, seconds: float = 0.002, accumulators: int = 12,
+                        cpu: str | None = None) -> dict[str, float]:
+    """GFLOP/s of the FMA kernel on the calling thread: `repeat` runs of about `seconds` each, the
+    kernel compiled for `cpu` (None: the host; a named CPU's code must run here, else NasirError).
 
     Returns {"peak_gflops": best run, "median_gflops": median run, ...}. Runs are short and the best
     one is the peak: on a shared machine a long run measures the other processes' time slices too.
-    12 accumulators cover 4-cycle FMA latency on 2 ports with registers to spare.
+    12 accumulators cover 4-cycle FMA latency on 2 ports with registers to spare (and fit the 16
+    registers of AVX2).
     """
-    from nasir.lowering.target import host_target
+    from nasir.lowering.target import host_target, runnable_target
 
-    kernel = _kernel(host_target().lanes, accumulators)
+    target = host_target() if cpu is None else runnable_target(cpu, "measure the peak", "the measurement")
+    kernel = _kernel(target, accumulators)
     iterations = 1 << 10
     while True:  # calibrate: grow until one run takes about `seconds`
         start = time.perf_counter()
@@ -114,4 +118,4 @@ def measure_peak_gflops(repeat: int = 50, seconds: float = 0.002, accumulators: 
         rates.append(kernel.flops(iterations) / (time.perf_counter() - start) / 1e9)
     return {"peak_gflops": float(np.max(rates)), "median_gflops": float(np.median(rates)),
             "vector_width": kernel.width, "accumulators": accumulators, "repeat": repeat,
-            "cpu": host_target().cpu}
+            "cpu": target.cpu}

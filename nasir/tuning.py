@@ -27,7 +27,7 @@ from nasir.lowering.schedule.default_schedule import tunable
 from nasir.lowering.schedule.schedules import candidate_schedules
 from nasir.lowering.schedule.tuned import TuningDatabase, default_tuning_db, nest_signature
 from nasir.errors import NasirError
-from nasir.lowering.target import CPUTarget, host_target, resolve_target, set_target, target_of
+from nasir.lowering.target import CPUTarget, resolve_target, runnable_target, set_target, target_of
 from nasir.model import Model
 
 TOP = 4
@@ -89,12 +89,7 @@ def tunable_nests(model: Model, cpu: str | None) -> tuple[Model, dict[str, list[
 def timeable_target(cpu: str | None) -> CPUTarget:
     """The target `cpu` names (see `resolve_target`), if this machine can run and so time its code;
     else NasirError."""
-    target, host = resolve_target(cpu), host_target()
-    if target.lanes > host.lanes:
-        raise NasirError(f"cannot tune for {target.cpu} on this CPU ({host.cpu}, {host.lanes} lanes): its "
-                         f"{target.lanes}-lane code does not run here, so it cannot be timed; run nasir tune "
-                         f"on a {target.cpu} machine")
-    return target
+    return runnable_target(cpu, "tune", "nasir tune")
 
 
 def tune(model: Model, cpu: str | None = None, threads: int = 1, database: str | Path | None = None,

@@ -48,6 +48,9 @@ class Profile:
     total_ms: float
     outside_ms: float
     threads: int
+    peak_gflops: float | None = None
+    """The machine's FMA peak for the code's vector width, all its threads together
+    (`nasir.peak`); where given, the table has a "% peak" column."""
 
     @classmethod
     def from_ticks(cls, calls: list[dict], ticks: list[float], total_ms: float, threads: int) -> "Profile":
@@ -67,30 +70,38 @@ class Profile:
     HEADER = ("layer", "shares kernel", "MMACs", "ms", "time %", "MACs %", "GFLOP/s")
     """"shares kernel": the kernel of an earlier layer this call runs (identical nests share one)."""
 
+    @property
+    def header(self) -> tuple[str, ...]:
+        return self.HEADER + (("% peak",) if self.peak_gflops else ())
+
     def _cells(self, rows: list[ProfileRow]) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
         macs = max(self.total_macs, 1)
 
-        def rate(m: int, ms: float) -> str:
-            return f"{2 * m / (ms * 1e6):.1f}" if m and ms > 0 else "-"
+        def rate(m: int, ms: float) -> tuple[str, ...]:
+            gflops = 2 * m / (ms * 1e6) if m and ms > 0 else None
+            cells = (f"{gflops:.1f}" if gflops else "-",)
+            if self.peak_gflops:
+                cells += (f"{100 * gflops / self.peak_gflops:.0f}" if gflops else "-",)
+            return cells
 
         first = {}  # kernel -> the first layer (in call order) that runs it
         for r in self.rows:
             first.setdefault(r.kernel, r.layer)
         body = [(r.layer, "" if first[r.kernel] == r.layer else r.kernel,
                  f"{r.macs / 1e6:.2f}" if r.macs else "-", f"{r.ms:.3f}",
-                 f"{100 * r.share:.1f}", f"{100 * r.macs / macs:.1f}" if r.macs else "-", rate(r.macs, r.ms))
+                 f"{100 * r.share:.1f}", f"{100 * r.macs / macs:.1f}" if r.macs else "-", *rate(r.macs, r.ms))
                 for r in rows]
         foot = [("outside kernels", "", "", f"{self.outside_ms:.3f}", f"{100 * self.outside_ms / self.total_ms:.1f}",
-                 "", ""),
+                 "", *[""] * len(rate(0, 0))),
                 (f"total ({self.threads} thread{'s' if self.threads > 1 else ''})", f"{len(self.rows)} calls",
                  f"{self.total_macs / 1e6:.2f}", f"{self.total_ms:.3f}", "100.0", "100.0",
-                 rate(self.total_macs, self.total_ms))]
+                 *rate(self.total_macs, self.total_ms))]
         return body, foot
 
     def text(self, rows: list[ProfileRow] | None = None) -> str:
         """Plain text of `rows` (default: all, in call order)."""
         body, foot = self._cells(self.rows if rows is None else rows)
-        return plain_table(self.HEADER, body, foot, left=2)
+        return plain_table(self.header, body, foot, left=2)
 
     def __str__(self) -> str:
         return self.text()
@@ -98,7 +109,7 @@ class Profile:
     def table(self, rows: list[ProfileRow] | None = None):
         """A rich table of `rows` (default: all, in call order)."""
         body, foot = self._cells(self.rows if rows is None else rows)
-        return rich_table(self.HEADER, body, foot, left=2)
+        return rich_table(self.header, body, foot, left=2)
 
     def __rich__(self):
         return self.table()

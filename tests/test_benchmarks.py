@@ -18,7 +18,7 @@ def result(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
     benchmarks.main(["--models", "resnet18", "--datasets", "cifar10", "--threads", "1", "--repeat", "1",
                      "--variant-model", "resnet18", "--variant-datasets", "cifar10",
-                     "--variants", "base", "group4", "--tune", "--out", str(out)])
+                     "--variants", "base", "group4", "--tune", "--cpu", "x86-64-v3", "--out", str(out)])
     return out, json.loads((out / "bench.json").read_text())
 
 
@@ -32,6 +32,19 @@ def test_writes_json_and_png(result):
     assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert data["peak"]["peak_gflops"] > 1.0
     assert data["peak"]["peak_gflops"] >= data["peak"]["median_gflops"]
+
+
+def test_avx2_code_is_measured_against_the_avx2_peak_and_ort_against_the_machines(result):
+    """--cpu x86-64-v3: nasir's code and its peak at 8 lanes on any x86 machine; ORT's % of the
+    peak of the machine's own width (LLVM's host features, read here independently)."""
+    import llvmlite.binding as llvm
+
+    _, data = result
+    assert (data["config"]["cpu"], data["peak"]["cpu"], data["peak"]["vector_width"]) == ("x86-64-v3", "x86-64-v3", 8)
+    host = 16 if "+avx512f" in llvm.get_host_cpu_features().flatten().split(",") else 8
+    assert data["host_peak"]["vector_width"] == host
+    (row,) = data["models"]
+    assert close(row["ort_pct_peak"], 100 * row["ort_gflops"] / data["host_peak"]["peak_gflops"])
 
 
 def test_model_rows(result):

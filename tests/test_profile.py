@@ -7,6 +7,8 @@ the noise of a shared machine)."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -86,3 +88,21 @@ def test_cli_profile_prints_layers_by_time(tmp_path, capsys):
     rows = [line for line in out.splitlines() if any(m in line for m in macs)]
     assert len(rows) == 2 and macs[0] in rows[0]  # slowest first (the export renames the layers)
     assert "2 calls" in out
+
+
+def test_cli_profile_gives_each_layer_its_share_of_the_same_width_peak(tmp_path, capsys):
+    """% peak = GFLOP/s (2 MACs / ms, from the row itself) over the printed peak of the code's width:
+    AVX2 code (x86-64-v3) against the 8-lane peak on any x86 machine."""
+    path = two_convs().to_onnx(tmp_path / "two.onnx")
+    with pytest.raises(SystemExit) as done:
+        cli.main(["profile", str(path), "--repeat", "3", "--cpu", "x86-64-v3"])
+    out = capsys.readouterr().out
+    assert done.value.code == 0
+    peak = re.search(r"peak: ([\d.]+) GFLOP/s a thread \(8-lane FMAs, x86-64-v3\)", out)
+    assert peak, out
+    header = next(line for line in out.splitlines() if "GFLOP/s" in line and "% peak" in line)
+    rows = [[c for c in line.split() if c not in "│┃|"] for line in out.splitlines() if f" {LARGE_MACS / 1e6:.2f} " in line]
+    assert len(rows) == 1 and header
+    mmacs, ms, gflops, share = float(rows[0][-6]), float(rows[0][-5]), float(rows[0][-2]), float(rows[0][-1])
+    assert gflops == pytest.approx(2 * mmacs / ms, rel=0.03)  # MACs and ms as printed, rounded
+    assert share == pytest.approx(100 * gflops / float(peak.group(1)), abs=1.0)

@@ -23,6 +23,7 @@ pipe (`| head`) ends it quietly (exit status 141, as for `yes | head`); progress
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from importlib.metadata import version
 import tempfile
@@ -36,6 +37,7 @@ from nasir import zoo
 from nasir.api import TARGETS
 from nasir.variants import ALL_VARIANTS
 from nasir.errors import FrontendError, NasirError
+from nasir.peak import measure_peak_gflops
 from nasir.tools.console import ToolConsole, end_on_closed_pipe, fail, show, step
 from nasir.tools.reference import compare, onnxruntime_outputs, require_onnxruntime, seeded_inputs
 from nasir.tuning import timeable_target
@@ -186,6 +188,12 @@ def cmd_profile(args) -> int:
         exe = nasir.compile(model, target=args.target, threads=args.threads, profile=True, **llvm_options(args))
     with step(progress, f"running {args.repeat} times"):
         profile = exe.profile(*inputs, repeat=args.repeat)
+    if args.target == "llvm":  # the peak of the code's own width: an AVX2 CPU's on an AVX-512 machine
+        with step(progress, "measuring the FMA peak"):
+            peak = measure_peak_gflops(cpu=args.cpu)
+        profile = dataclasses.replace(profile, peak_gflops=peak["peak_gflops"] * args.threads)
+        out.print(f"peak: {peak['peak_gflops']:.1f} GFLOP/s a thread ({peak['vector_width']}-lane FMAs, "
+                  f"{peak['cpu']}), measured now")
     rows = profile.by_time() if args.sort == "time" else profile.rows
     out.print(profile.table(rows[: args.top] if args.top else rows))
     return 0
