@@ -1,13 +1,14 @@
 """Schedules tuned on the host: `nasir tune MODEL`, `nasir.tune(model)`, `compile(..., tune=True)`.
 
 For each distinct conv or gemm of a model (by `nest_signature`: its shape, stride, groups and fused
-epilogue), the few schedules the cost model ranks highest (`candidate_schedules`) are compiled
-alone and timed (`nasir.kernels.KernelTimes`, the search's kernel cache), and the fastest goes into
+epilogue), the few schedules the cost model ranks highest and the spatial schedule with each other
+register tile (`candidate_schedules(..., tiles=True)`: a grouped conv with fewer channels a group
+than lanes has only those) are compiled alone and timed (`nasir.kernels.KernelTimes`, the search's kernel cache), and the fastest goes into
 the tuning database (`nasir.lowering.schedule.tuned`) under the target CPU's name, where
 default-schedule finds it in every later compile of any model with that nest. A nest the database
 already holds for the CPU is not timed again.
 
-    report = nasir.tune(nasir.load("resnet34.onnx"))       # about 15 distinct convs, 4 schedules each
+    report = nasir.tune(nasir.load("resnet34.onnx"))       # about 15 distinct convs, 4-16 schedules each
     report.gain                                            # sum of cost-model times / tuned, alone
 """
 
@@ -31,7 +32,8 @@ from nasir.lowering.target import CPUTarget, resolve_target, runnable_target, se
 from nasir.model import Model
 
 TOP = 4
-"""Schedules timed per nest: the cost model's choice and the next three it ranks."""
+"""Schedules of the cost model's ranking timed per nest (its choice and the next three), before
+the other register tiles of the spatial schedule."""
 MARGIN = 0.02
 """How much faster than the cost model's choice another schedule must run alone to be kept (a
 closer time is within the noise of a median of seven)."""
@@ -81,7 +83,7 @@ def tunable_nests(model: Model, cpu: str | None) -> tuple[Model, dict[str, list[
     groups: dict[str, list[nest.ComputeOp]] = {}
     for op in level.module.walk():
         if isinstance(op, nest.ComputeOp) and (shape := tunable(op, target)) is not None:
-            if len(candidate_schedules(shape, target, 2)) > 1:
+            if len(candidate_schedules(shape, target, 2, tiles=True)) > 1:
                 groups.setdefault(nest_signature(op), []).append(op)
     return level, groups
 
@@ -112,7 +114,7 @@ def tune(model: Model, cpu: str | None = None, threads: int = 1, database: str |
             if row is not None:
                 nests.append(TunedNest(layers, signature, row[1], row[2]))
             else:
-                schedules = candidate_schedules(tunable(ops[0], target), target, top)
+                schedules = candidate_schedules(tunable(ops[0], target), target, top, tiles=True)
                 timed = [kernels.kernel_ms(with_schedule(level, ops[0], s)) for s in schedules]
                 best = min(range(len(timed)), key=timed.__getitem__)
                 best = best if timed[best] < timed[0] * (1 - MARGIN) else 0

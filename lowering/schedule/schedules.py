@@ -7,7 +7,8 @@
 - `winograd_schedule`, `channel_pool_schedule`, `depthwise_channel_schedule`: a Winograd stem, a max
   pool and a depthwise conv with lanes over channels;
 - `schedule_for`: the better of the spatial and channel families by the cost model;
-  `candidate_schedules`: the few it ranks highest, for tuning (`nasir.tuning`) to time.
+  `candidate_schedules`: the few it ranks highest, and the spatial schedule's other register tiles
+  (`spatial_tiles`), for tuning (`nasir.tuning`) to time.
 
     schedule_for(NestView.of(op), target)    # Schedule(splits=[("co", 16)], vector="co.i", ...)
 """
@@ -96,52 +97,83 @@ def _lanes_along_output(n: NestView, target: CPUTarget) -> tuple[Schedule, list[
     return sched, loops, vec, width
 
 
-def spatial_vector_schedule(n: NestView, target: CPUTarget) -> Schedule:
-    """Vector lanes over the output dim that is contiguous (conv's ow), register tile co x oh."""
+def spatial_vector_schedule(n: NestView, target: CPUTarget, tile: tuple[int | None, int | None] | None = None
+                            ) -> Schedule:
+    """Vector lanes over the output dim that is contiguous (conv's ow), register tile co x oh: the
+    cost model's pick of the legal tiles (`spatial_tiles`), or `tile` (one of them: tuning's
+    variants)."""
     sched, loops, vec, width = _lanes_along_output(n, target)
-    par = n.dims[: n.npar]
-    tile = []
-    if n.combiner == "mac" and n.dims[n.npar:] and sched.vector and len(n.maps) >= 2:
-        read0, read1 = affine.map_dims(n.maps[0]), affine.map_dims(n.maps[1])
-        col = next(((name, e) for pos, (name, e) in reversed(list(enumerate(par)))
-                    if name in loops and pos not in read0 and pos in read1), None)
-        row = next(((name, e) for pos, (name, e) in enumerate(par)
-                    if name in loops and e > 1 and pos in read0 and pos not in read1), None)
-        factors, vec_pos = (8, 4, 2), [name for name, _ in par].index(vec[0])
-        if col is None and Loop.outer(vec[0]) in loops and vec_pos not in read0:
-            # the vector loop's blocks (a classifier's 1000 classes in 125 vectors of 8): each
-            # broadcast input feeds several independent accumulators instead of one FMA chain
-            col, factors = (Loop.outer(vec[0]), -(-vec[1] // width)), range(8, 1, -1)
-        if col is not None:
-            # bytes of input 1 one output channel reads (conv: ci * kh * kw floats)
-            row_bytes = 4 * math.prod(e for _, e in n.dims[n.npar:])
-            cols = [f for f in factors if col[1] % f == 0 and f * row_bytes <= tile_input1_bytes(target)] or \
-                [f for f in (2,) if col[1] % f == 0]
-            # a strided vector read (stride-2 conv) costs a shuffle per row: without a window (1x1
-            # conv) the rows share no input, so no row tile
-            strided = stride_of(n.maps[0], n.in_shapes[0], vec_pos) != 1
-            rows = (7, 4, 2) if not strided or len(n.dims) - n.npar > 1 else ()
-            pairs = [(c, r) for c in cols for r in rows
-                     if row is not None and row[1] % r == 0 and c * r <= max_accumulators(target)]
-            window = None if row is None else row_window(n, [name for name, _ in par].index(row[0]))
-            if pairs and window is not None and window.taps > 1:
-                # rows that share input rows (conv's kh): the most accumulators, then the fewest
-                # loads per FMA (8 channels per group at 56: 4 x 4 ran 0.92x the time of 8 x 2);
-                # 1x1 convs keep the widest channel block (4 x 4 ran MobileNetV2 1.03x slower)
-                c, r = min(pairs, key=lambda p: (-p[0] * p[1], channel_loads_per_fma(p[0], p[1], window)))
-            elif pairs:
-                c, r = pairs[0]
-            elif cols:
-                c, r = cols[0], None
-            else:  # one output channel per group (depthwise): rows alone share the input rows
-                c, r = None, next((r for r in rows if row is not None and row[1] % r == 0), None)
-            if r is not None:
-                tile += _tile_loop(sched, loops, row[0], row[1], r)
-            if c is not None:
-                tile += _tile_loop(sched, loops, col[0], col[1], c)
+    options = _spatial_tile_options(n, target, sched, loops, vec, width)
+    tile_loops = []
+    if options is not None:
+        col, row, cols, rows, pairs, window = options
+        if tile is not None:
+            c, r = tile
+        elif pairs and window is not None and window.taps > 1:
+            # rows that share input rows (conv's kh): the most accumulators, then the fewest
+            # loads per FMA (8 channels per group at 56: 4 x 4 ran 0.92x the time of 8 x 2);
+            # 1x1 convs keep the widest channel block (4 x 4 ran MobileNetV2 1.03x slower)
+            c, r = min(pairs, key=lambda p: (-p[0] * p[1], channel_loads_per_fma(p[0], p[1], window)))
+        elif pairs:
+            c, r = pairs[0]
+        elif cols:
+            c, r = cols[0], None
+        else:  # one output channel per group (depthwise): rows alone share the input rows
+            c, r = None, next((r for r in rows if row is not None and row[1] % r == 0), None)
+        if r is not None:
+            tile_loops += _tile_loop(sched, loops, row[0], row[1], r)
+        if c is not None:
+            tile_loops += _tile_loop(sched, loops, col[0], col[1], c)
     if n.dims[n.npar:] and sched.vector:
         _unroll_inner_reductions(sched, n)
-    return _finish(sched, n, loops, tile)
+    return _finish(sched, n, loops, tile_loops)
+
+
+def _spatial_tile_options(n: NestView, target: CPUTarget, sched: Schedule, loops: list[str], vec, width: int):
+    """What a spatial schedule's register tile may be: (col, row, cols, rows, pairs, window) with
+    the dims (name, extent) tiled by output channels (`col`, read by the weight only) and by rows
+    (`row`, read by the input only), their legal factors and the (col, row) factor pairs within
+    `max_accumulators`; None where the nest has no tile (no reduction, no vector loop, no dim of
+    output channels). The caller tiles the loops."""
+    if not (n.combiner == "mac" and n.dims[n.npar:] and sched.vector and len(n.maps) >= 2):
+        return None
+    par = n.dims[: n.npar]
+    read0, read1 = affine.map_dims(n.maps[0]), affine.map_dims(n.maps[1])
+    col = next(((name, e) for pos, (name, e) in reversed(list(enumerate(par)))
+                if name in loops and pos not in read0 and pos in read1), None)
+    row = next(((name, e) for pos, (name, e) in enumerate(par)
+                if name in loops and e > 1 and pos in read0 and pos not in read1), None)
+    factors, vec_pos = (8, 4, 2), [name for name, _ in par].index(vec[0])
+    if col is None and Loop.outer(vec[0]) in loops and vec_pos not in read0:
+        # the vector loop's blocks (a classifier's 1000 classes in 125 vectors of 8): each
+        # broadcast input feeds several independent accumulators instead of one FMA chain
+        col, factors = (Loop.outer(vec[0]), -(-vec[1] // width)), range(8, 1, -1)
+    if col is None:
+        return None
+    # bytes of input 1 one output channel reads (conv: ci * kh * kw floats)
+    row_bytes = 4 * math.prod(e for _, e in n.dims[n.npar:])
+    cols = [f for f in factors if col[1] % f == 0 and f * row_bytes <= tile_input1_bytes(target)] or \
+        [f for f in (2,) if col[1] % f == 0]
+    # a strided vector read (stride-2 conv) costs a shuffle per row: without a window (1x1
+    # conv) the rows share no input, so no row tile
+    strided = stride_of(n.maps[0], n.in_shapes[0], vec_pos) != 1
+    rows = (7, 4, 2) if not strided or len(n.dims) - n.npar > 1 else ()
+    pairs = [(c, r) for c in cols for r in rows
+             if row is not None and row[1] % r == 0 and c * r <= max_accumulators(target)]
+    window = None if row is None else row_window(n, [name for name, _ in par].index(row[0]))
+    return col, row, cols, rows, pairs, window
+
+
+def spatial_tiles(n: NestView, target: CPUTarget) -> list[tuple[int | None, int | None]]:
+    """Every register tile (output channels, rows) a spatial schedule of `n` may take, for tuning
+    to time: the factor pairs within the accumulator budget, channels alone, rows alone."""
+    sched, loops, vec, width = _lanes_along_output(n, target)
+    options = _spatial_tile_options(n, target, sched, loops, vec, width)
+    if options is None:
+        return []
+    col, row, cols, rows, pairs, _ = options
+    alone = [(c, None) for c in cols] + [(None, r) for r in rows if row is not None and row[1] % r == 0]
+    return pairs + alone
 
 
 def lane_packs(n: NestView, pos: int, width: int) -> tuple[int | None, dict[int, str]]:
@@ -251,17 +283,27 @@ def channel_vector_plans(n: NestView, target: CPUTarget) -> list[ChannelPlan]:
                         window) for _, r_col, r_row, used in ranked]
 
 
-def candidate_schedules(n: NestView, target: CPUTarget, limit: int) -> list[Schedule]:
+def candidate_schedules(n: NestView, target: CPUTarget, limit: int, tiles: bool = False) -> list[Schedule]:
     """At most `limit` schedules of a nest, best first by the cost model (the first is
     `schedule_for`'s): the spatial schedule and the channel plans (`channel_vector_plans`). A nest
-    with no channel plan has one; tuning times the others."""
+    with no channel plan has one; tuning times the others. With `tiles`, then the spatial schedule
+    with each other register tile (`spatial_tiles`): a grouped conv with fewer channels a group
+    than lanes has no channel plan, and its tile is what tuning can change."""
     spatial = spatial_vector_schedule(n, target)
     plans: list = channel_vector_plans(n, target)
     if plans and channel_score(plans[0], target) > spatial_score(n, spatial, target):
         plans.insert(1, spatial)
     else:
         plans.insert(0, spatial)
-    return [p if isinstance(p, Schedule) else channel_vector_schedule(n, p, target) for p in plans[:limit]]
+    ranked = [p if isinstance(p, Schedule) else channel_vector_schedule(n, p, target) for p in plans[:limit]]
+    if tiles:
+        seen = {str(s.to_attr()) for s in ranked}
+        for tile in spatial_tiles(n, target):
+            variant = spatial_vector_schedule(n, target, tile)
+            if str(variant.to_attr()) not in seen:
+                seen.add(str(variant.to_attr()))
+                ranked.append(variant)
+    return ranked
 
 
 def channel_vector_schedule(n: NestView, plan: ChannelPlan, target: CPUTarget) -> Schedule:
