@@ -48,8 +48,8 @@ from scipy.stats import kendalltau, spearmanr
 
 from nasir.fisher import fisher_potential
 from nasir.lowering.passes import with_init
+from nasir.search.finetune import finetune_batch
 from nasir.search.proxies import PROXIES
-from nasir.summary import summarize
 from nasir.transforms.properties import properties_at_least
 
 
@@ -189,7 +189,7 @@ def main() -> None:
         cost["mixing"] += time.perf_counter() - start
         if "inherited" in scores:
             start = time.perf_counter()
-            got["inherited"] = inherited_accuracy(model, data, args.batch)
+            got["inherited"] = inherited_accuracy(model, data, finetune_batch(len(data.train[1])))  # as the rows
             cost["inherited"] += time.perf_counter() - start
         return got
 
@@ -228,11 +228,11 @@ def main() -> None:
               f"{ms:8.1f}")
     latency = np.array([c["latency"] for c in candidates])
     faster = latency < FASTER
-    for key, rows, what in (("rules", np.ones(len(candidates), bool), "every candidate"),
-                            ("rules_faster", faster, f"the candidates timed faster than {FASTER:g} of the original")):
-        report[key] = rules({n: s[rows] for n, s in table.items()}, macs[rows], good[rows], held[rows])
+    for key, among, what in (("rules", np.ones(len(candidates), bool), "every candidate"),
+                             ("rules_faster", faster, f"the candidates timed faster than {FASTER:g} of the original")):
+        report[key] = rules({n: s[among] for n, s in table.items()}, macs[among], good[among], held[among])
         print(f"\nrules for 'within one point' among {what} (floors fitted on the fitting half; held-out half: "
-              f"{int(good[rows & held].sum())} of {int((rows & held).sum())} within)")
+              f"{int(good[among & held].sum())} of {int((among & held).sum())} within)")
         print(f"{'rule':>22} {'floor':>8} {'MAC floor':>9} {'kept':>5} {'precision':>9} {'recall':>7} {'F1':>5}")
         for name, r in sorted(report[key].items(), key=lambda kv: -kv[1]["f1"]):
             print(f"{name:>22} {r['floor']:8.3f} {r['mac_floor']:9.2f} {r['kept']:5d} {r['precision']:9.2f} "

@@ -3,9 +3,9 @@
 For each distinct conv or gemm of a model (by `nest_signature`: its shape, stride, groups and fused
 epilogue), the few schedules the cost model ranks highest and the spatial schedule with each other
 register tile (`candidate_schedules(..., tiles=True)`: a grouped conv with fewer channels a group
-than lanes has only those) are compiled alone and timed (`nasir.kernels.KernelTimes`, the search's kernel cache), and the fastest goes into
-the tuning database (`nasir.lowering.schedule.tuned`) under the target CPU's name, where
-default-schedule finds it in every later compile of any model with that nest. A nest the database
+than lanes has only those) are compiled alone and timed (`nasir.kernels.KernelTimes`, the search's
+kernel cache), and the fastest goes into the tuning database (`nasir.lowering.schedule.tuned`)
+under the target CPU's name, where default-schedule finds it in every later compile of any model with that nest. A nest the database
 already holds for the CPU is not timed again.
 
     report = nasir.tune(nasir.load("resnet34.onnx"))       # about 15 distinct convs, 4-16 schedules each
@@ -27,7 +27,6 @@ from nasir.lowering.pipeline import LLVM_PIPELINE
 from nasir.lowering.schedule.default_schedule import tunable
 from nasir.lowering.schedule.schedules import candidate_schedules
 from nasir.lowering.schedule.tuned import TuningDatabase, default_tuning_db, nest_signature
-from nasir.errors import NasirError
 from nasir.lowering.target import CPUTarget, resolve_target, runnable_target, set_target, target_of
 from nasir.model import Model
 

@@ -300,8 +300,8 @@ def candidate_schedules(n: NestView, target: CPUTarget, limit: int, tiles: bool 
         seen = {str(s.to_attr()) for s in ranked}
         for tile in spatial_tiles(n, target):
             variant = spatial_vector_schedule(n, target, tile)
-            if str(variant.to_attr()) not in seen:
-                seen.add(str(variant.to_attr()))
+            if (key := str(variant.to_attr())) not in seen:
+                seen.add(key)
                 ranked.append(variant)
     return ranked
 
