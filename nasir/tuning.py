@@ -5,8 +5,8 @@ epilogue), the few schedules the cost model ranks highest and the spatial schedu
 register tile (`candidate_schedules(..., tiles=True)`: a grouped conv with fewer channels a group
 than lanes has only those) are compiled alone and timed (`nasir.kernels.KernelTimes`, the search's
 kernel cache), and the fastest goes into the tuning database (`nasir.lowering.schedule.tuned`)
-under the target CPU's name, where default-schedule finds it in every later compile of any model with that nest. A nest the database
-already holds for the CPU is not timed again.
+under the target CPU's name, where default-schedule finds it in every later compile of any model
+with that nest. A nest the database already holds for the CPU is not timed again.
 
     report = nasir.tune(nasir.load("resnet34.onnx"))       # about 15 distinct convs, 4-16 schedules each
     report.gain                                            # sum of cost-model times / tuned, alone
