@@ -13,7 +13,7 @@ the original's MACs computed before the first transformed layer (layers in progr
 share bounds the saving.
 
 Measured (Intel Xeon @ 2.50GHz cascadelake), 2026-11-27, ResNet-34 cifar10:
-the 120 Fisher-evaluated candidates of three evolution runs (benchmarks/search_reproduce.py):
+the 120 Fisher-checked candidates of three evolution runs (benchmarks/search_reproduce.py):
 median 0.000 (the stem only), mean 0.010, max 0.197; 500 random draws: median 0.000, mean 0.081.
 So at most 0.3% (evolution) to 2.7% (random) of Fisher's time.
 """
@@ -53,7 +53,7 @@ def main() -> None:
     model = zoo.load(args.model, args.dataset).transform("convert-nn-to-nest")
     summary = summarize(model)
     pipelines = [c["pipeline"] for path in args.results for c in map(json.loads, open(path))
-                 if c.get("fisher_ratio") is not None]
+                 if c.get("score") is not None]
     space, rng = SearchSpace.of(model), np.random.default_rng(args.seed)
     pipelines += [space.random_pipeline(rng) for _ in range(args.draws)]
     if not pipelines:

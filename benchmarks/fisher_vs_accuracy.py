@@ -139,7 +139,7 @@ def target(args, out: Path, onnx: Path, original: nasir.Model, data: Dataset, fi
     start = time.perf_counter()
     result = nasir.search(onnx, budget=args.search_budget, time_limit=args.search_time, data=str(task),
                           out=out / "search", workers=args.workers, strategy=args.strategy, progress=False,
-                          seed=args.seed)
+                          seed=args.seed, capacity="fisher")  # the experiment is about Fisher Potential
     log(report, out, f"search ({args.strategy}): {len(result.candidates)} candidates in "
                      f"{time.perf_counter() - start:.0f} s, {len(result.accepted)} accepted, front "
                      f"{len(result.pareto)}, {len(result.measured)} measured")
@@ -153,7 +153,7 @@ def target(args, out: Path, onnx: Path, original: nasir.Model, data: Dataset, fi
                "macs": candidate.outcome.mac_ratio if candidate else 1.0,
                "speedup": candidate.speedup.median if candidate else 1.0,
                "speedup_iqr": candidate.speedup.iqr if candidate else 0.0,
-               "fisher": candidate.outcome.fisher_ratio if candidate else 1.0}
+               "fisher": candidate.outcome.score if candidate else 1.0}
         rows.append(row)
         report["target"] = rows
         log(report, out, f"{name:>10}: {row['speedup']:5.2f}x (IQR {row['speedup_iqr']:.2f})  Fisher {row['fisher']:5.3f}  "

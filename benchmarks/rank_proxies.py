@@ -48,6 +48,7 @@ from scipy.stats import kendalltau, spearmanr
 
 from nasir.fisher import fisher_potential
 from nasir.lowering.passes import with_init
+from nasir.search.capacity import RULES, relative
 from nasir.search.finetune import finetune_batch
 from nasir.search.proxies import PROXIES
 from nasir.transforms.properties import properties_at_least
@@ -86,15 +87,6 @@ def in_band(score: np.ndarray, macs: np.ndarray) -> np.ndarray:
 FASTER = 0.95
 """A search's check matters among the candidates it would return: the rules are also fitted and
 judged among those timed below this share of the original's latency (`rules_faster`)."""
-LOG_SCALE = ("jacob_cov", "zico")
-"""Proxies that are logarithms already: relative to the original as a difference, not a ratio."""
-
-
-def relative(name: str, score: np.ndarray, base: float) -> np.ndarray:
-    """`score` relative to the original's `base`: a difference for `LOG_SCALE`, else a ratio."""
-    return score - base if name in LOG_SCALE else score / base
-
-
 def correlations(score: np.ndarray, accuracy: np.ndarray) -> tuple[float, float]:
     if np.ptp(score) == 0:
         return math.nan, math.nan
@@ -127,18 +119,27 @@ def fit_floor(score: np.ndarray, good: np.ndarray, macs: np.ndarray | None = Non
 
 
 def rules(table: dict[str, np.ndarray], macs: np.ndarray, good: np.ndarray, held: np.ndarray) -> dict[str, dict]:
-    """Each score as a rule alone and with a MAC floor, fitted on ~`held`, judged on `held`."""
+    """Each score as a rule alone and with a MAC floor, fitted on ~`held` and judged on `held`
+    (`floor`, `precision`, `recall`, `f1`), and both ways round, pooled (`pooled_*`: each half
+    judged by the floors fitted on the other, the counts added: with a few good candidates a half,
+    one half alone is noise)."""
     out = {}
     for name, score in table.items():
         for with_macs in (False, True):
             if name == "macs" and with_macs:
                 continue
-            floor, mac_floor, fit = fit_floor(score[~held], good[~held], macs[~held] if with_macs else None)
-            kept = (score >= floor) & (macs >= mac_floor)
-            precision, recall = precision_recall(kept[held], good[held])
+            kept = {}
+            for judged in (held, ~held):
+                floor, mac_floor, fit = fit_floor(score[~judged], good[~judged], macs[~judged] if with_macs else None)
+                kept[judged is held] = ((score >= floor) & (macs >= mac_floor), floor, mac_floor, fit)
+            (mine, floor, mac_floor, fit), (other, *_) = kept[True], kept[False]
+            pooled = np.where(held, mine, other)
+            precision, recall = precision_recall(mine[held], good[held])
+            pooled_precision, pooled_recall = precision_recall(pooled, good)
             out[f"{name} + MACs" if with_macs else name] = {
                 "floor": floor, "mac_floor": mac_floor, "fit_f1": fit, "precision": precision, "recall": recall,
-                "f1": f1(kept[held], good[held]), "kept": int(kept[held].sum())}
+                "f1": f1(mine[held], good[held]), "kept": int(mine[held].sum()), "pooled_precision": pooled_precision,
+                "pooled_recall": pooled_recall, "pooled_f1": f1(pooled, good)}
     return out
 
 
@@ -149,6 +150,9 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work", default="gt-out", help="ground_truth.py's checkpoints (the trained original)")
     p.add_argument("--out", default=None, help="the report as JSON (default: WORK/proxies-COLUMN.json)")
+    p.add_argument("--scores", default=None, metavar="REPORT",
+                   help="take the scores and their costs from an earlier report of the same column instead of measuring "
+                        "them (minutes) again: for the rules only")
     args = p.parse_args()
     work = Path(args.work)
     rows = read_rows(ROWS)
@@ -161,6 +165,9 @@ def main() -> None:
     if args.column == "distilled":
         teacher, bar = teacher_of(original, data, work, None)
         candidates = sorted(accuracies(read_rows(DISTILLED), "distilled").values(), key=lambda c: c["id"])
+        latency = {r["id"]: r["latency"] for r in rows}  # timed once, with the trained column
+        for c in candidates:
+            c["latency"] = latency[c["id"]]
         start_of = lambda c: teacher.transform(with_init(c["pipeline"], "inherit"))  # noqa: E731
         reference = teacher
     else:
@@ -193,11 +200,18 @@ def main() -> None:
             cost["inherited"] += time.perf_counter() - start
         return got
 
-    base = score(reference)
-    cost = dict.fromkeys(scores, 0.0)
-    for c in candidates:
-        for name, value in score(start_of(c)).items():
-            scores[name].append(value)
+    ids = [c["id"] for c in candidates]
+    if args.scores:
+        raw = json.loads(Path(args.scores).read_text())["raw"]
+        if raw["ids"] != ids:
+            raise SystemExit(f"{args.scores} scored other candidates than the rows hold now: measure them again")
+        base, scores, cost = raw["base"], raw["scores"], raw["cost"]
+    else:
+        base = score(reference)
+        cost = dict.fromkeys(scores, 0.0)
+        for c in candidates:
+            for name, value in score(start_of(c)).items():
+                scores[name].append(value)
     accuracy = np.array([c["accuracy"] for c in candidates])
     macs = np.array([c["macs"] for c in candidates])
     table = {name: np.array(v, float) for name, v in scores.items()}
@@ -213,7 +227,8 @@ def main() -> None:
     table["vote"] = np.mean([np.argsort(np.argsort(table[n])) for n in members], axis=0) / max(1, len(candidates) - 1)
     good = accuracy >= bar - 1
     report = {"column": args.column, "candidates": len(candidates), "original_accuracy": originals,
-              "within_one_point_of": bar, "within": int(good.sum()), "vote_of": members, "rows": {}}
+              "within_one_point_of": bar, "within": int(good.sum()), "vote_of": members, "rows": {},
+              "raw": {"ids": ids, "base": base, "scores": scores, "cost": cost}}
     print(f"column {args.column}: {len(candidates)} candidates, {int(good.sum())} within one point of {bar:.2f}% "
           f"(original: {np.mean(originals):.2f}% over {len(originals)} seeds from scratch, spread "
           f"{np.ptp(originals):.2f}); vote of {', '.join(members)} (chosen on the fitting half)")
@@ -233,10 +248,25 @@ def main() -> None:
         report[key] = rules({n: s[among] for n, s in table.items()}, macs[among], good[among], held[among])
         print(f"\nrules for 'within one point' among {what} (floors fitted on the fitting half; held-out half: "
               f"{int(good[among & held].sum())} of {int((among & held).sum())} within)")
-        print(f"{'rule':>22} {'floor':>8} {'MAC floor':>9} {'kept':>5} {'precision':>9} {'recall':>7} {'F1':>5}")
-        for name, r in sorted(report[key].items(), key=lambda kv: -kv[1]["f1"]):
+        print(f"{'rule':>22} {'floor':>8} {'MAC floor':>9} {'kept':>5} {'precision':>9} {'recall':>7} {'F1':>5} "
+              f"{'pooled P':>9} {'R':>5} {'F1':>5}")
+        for name, r in sorted(report[key].items(), key=lambda kv: (-kv[1]["pooled_f1"], -kv[1]["f1"])):
             print(f"{name:>22} {r['floor']:8.3f} {r['mac_floor']:9.2f} {r['kept']:5d} {r['precision']:9.2f} "
-                  f"{r['recall']:7.2f} {r['f1']:5.2f}")
+                  f"{r['recall']:7.2f} {r['f1']:5.2f} {r['pooled_precision']:9.2f} {r['pooled_recall']:5.2f} "
+                  f"{r['pooled_f1']:5.2f}")
+    print("\nthe search's rules as shipped (nasir.search.capacity.RULES), judged on the held-out half / on every row")
+    print(f"{'rule':>10} {'among':>8} {'kept':>5} {'precision':>9} {'recall':>7} {'F1':>5} {'all P':>6} {'R':>5} {'F1':>5}")
+    report["shipped"] = {}
+    for name, rule in RULES.items():
+        kept = (table[rule.score] >= rule.floor if rule.score else np.ones(len(candidates), bool)) & (macs >= rule.mac_floor)
+        for among, what in ((np.ones(len(candidates), bool), "every"), (faster, "faster")):
+            part = among & held
+            precision, recall = precision_recall(kept[part], good[part])
+            all_precision, all_recall = precision_recall(kept[among], good[among])
+            report["shipped"][f"{name} {what}"] = {"precision": precision, "recall": recall, "f1": f1(kept[part], good[part]),
+                                                  "all_precision": all_precision, "all_recall": all_recall}
+            print(f"{name:>10} {what:>8} {int(kept[part].sum()):5d} {precision:9.2f} {recall:7.2f} "
+                  f"{f1(kept[part], good[part]):5.2f} {all_precision:6.2f} {all_recall:5.2f} {f1(kept[among], good[among]):5.2f}")
     out = Path(args.out) if args.out else work / f"proxies-{args.column}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1))

@@ -122,7 +122,7 @@ def test_a_search_with_a_tolerance_returns_a_fine_tuned_network_that_scores_as_r
     path = tmp_path / "trained.onnx"
     original.to_onnx(path)
     result = nasir.search(path, budget=8, out=tmp_path / "run", data=str(task), accuracy_drop=100.0,
-                          finetune_epochs=3, finetune_top=4, fisher_top=None, progress=False,
+                          finetune_epochs=3, finetune_top=4, check_top=None, progress=False,
                           choices=("identity", "group4", "depthwise"))
     verified = result.verified
     data = np.load(task)
@@ -132,7 +132,7 @@ def test_a_search_with_a_tolerance_returns_a_fine_tuned_network_that_scores_as_r
     assert len(choose.test[1]) + len(report.test[1]) == len(data["y_test"])
     assert 1 <= len(verified.rows) <= 4 and all("init=inherit" in r.candidate.pipeline for r in verified.rows)
     for c in result.candidates:  # no capacity check: every legal candidate is estimated and kept
-        assert c.outcome.stage in (None, "legality", "properties") and c.outcome.fisher_ratio is None
+        assert c.outcome.stage in (None, "legality", "properties") and c.outcome.score is None
         assert (c.outcome.status == "accepted") == (c.outcome.estimate_ms is not None)
     assert result.best is (verified.best.candidate if verified.best else None)
     rows = [json.loads(line) for line in (tmp_path / "run" / "results.jsonl").read_text().splitlines()]
@@ -203,7 +203,7 @@ def test_the_cli_prints_the_fine_tuned_candidates_and_the_verdict(trained, tmp_p
     original.to_onnx(path)
     done = subprocess.run([sys.executable, "-m", "nasir.tools.cli", "search", str(path), "--budget", "4",
                            "--data", str(task), "--max-accuracy-drop", "0", "--finetune-epochs", "1",
-                           "--finetune-top", "2", "--choices", "identity,depthwise", "--fisher-top", "0",
+                           "--finetune-top", "2", "--choices", "identity,depthwise", "--check-top", "0",
                            "--out", str(tmp_path / "s")], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr
     text = " ".join(done.stdout.split())

@@ -118,4 +118,7 @@ def test_rule_floors_are_fitted_on_one_half_and_judged_on_the_other():
     got = rank.rules({"s": score3}, macs, good2, held)
     assert (got["s + MACs"]["floor"], got["s + MACs"]["mac_floor"]) == (0.3, 0.5)
     assert (got["s + MACs"]["precision"], got["s + MACs"]["recall"]) == (1.0, 1.0)  # held: row 1 kept, 3 and 5 not
-    assert rank.relative("zico", np.array([5.0]), 2.0) == 3.0 and rank.relative("synflow", np.array([5.0]), 2.0) == 2.5
+    # the other way round, fitted on rows 1, 3, 5: alone a floor of 0.8 keeps rows 0 and 2 (0.95 bad); pooled with
+    # the first half (0.9 fitted there keeps none of 1, 3, 5): one good of two kept, one of two good found
+    assert (got["s"]["pooled_precision"], got["s"]["pooled_recall"]) == (0.5, 0.5)
+    assert got["s + MACs"]["pooled_f1"] == 1.0  # floors 0.8 and MACs 0.3 keep row 0 of 0, 2, 4

@@ -32,7 +32,7 @@ from nasir.data import minibatch
 from nasir.fisher import fisher_potential
 from nasir.search import strategies
 from nasir.errors import NasirError, PassError
-from nasir.search.driver import FisherBar, Search, SearchOptions, default_init, measure_front, tell
+from nasir.search.driver import CheckBar, Search, SearchOptions, default_init, measure_front, tell
 from nasir.search.evaluate import ROUNDS, Outcome
 from nasir.search.progress import SearchProgress
 from nasir.search.results import Candidate, pareto_front, passes, ranked
@@ -40,9 +40,11 @@ from nasir.tools.cli import parser
 from nasir.timing import Spread, busy, interleaved, ratios
 from nasir.kernels import KernelTimes, compiler_digest, nest_key, standalone
 from nasir.lowering.passes import pipeline_steps, with_init
+from nasir.search.proxies import synflow
 from nasir.search.space import SearchSpace, conv_nests, layer_pattern
 from nasir.search.workers import MEASURE
 from nasir.search.sources import from_nn, load_source
+from nasir.summary import summarize
 
 TESTS = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
@@ -56,7 +58,8 @@ def tiny(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def first(tiny, tmp_path_factory):
-    return nasir.search(tiny, budget=BUDGET, out=tmp_path_factory.mktemp("first"), seed=0, progress=False)
+    return nasir.search(tiny, budget=BUDGET, out=tmp_path_factory.mktemp("first"), seed=0, progress=False,
+                        capacity="fisher")
 
 
 MILD = ("identity", "group2", "shift-oh", "shift-ow", "unshare-oh2")
@@ -67,9 +70,9 @@ Potential rejects them all; a search over these accepts some (one of eight at se
 @pytest.fixture(scope="module")
 def mild(tiny, tmp_path_factory):
     """A search over `MILD` choices: it keeps a best network (`first` keeps none). Their estimates
-    are about the original's, so Fisher Potential is measured for all of them (`fisher_top=None`)."""
+    are about the original's, so Fisher Potential is measured for all of them (`check_top=None`)."""
     return nasir.search(tiny, budget=BUDGET, out=tmp_path_factory.mktemp("mild"), seed=0, progress=False,
-                        choices=MILD, fisher_top=None)
+                        choices=MILD, check_top=None, capacity="fisher")
 
 
 def lines(out: Path) -> list[dict]:
@@ -132,7 +135,7 @@ def test_passes_of_a_pipeline():
 
 def test_pareto_front_by_hand():
     def cand(n, ms, fisher, status="accepted"):
-        return Candidate(n, f"p{n}", Outcome(status, fisher_ratio=fisher, estimate_ms=ms))
+        return Candidate(n, f"p{n}", Outcome(status, score=fisher, estimate_ms=ms))
 
     pool = [cand(0, 10, 1.0), cand(1, 8, 1.2), cand(2, 9, 1.1), cand(3, 5, 1.05), cand(4, 1, 9, "rejected")]
     assert [c.number for c in pareto_front(pool)] == [3, 1]
@@ -280,8 +283,8 @@ def test_search_writes_its_results(first):
     rows = lines(out)
     assert len(rows) == BUDGET == len({r["pipeline"] for r in rows})
     assert {r["status"] for r in rows} <= {"accepted", "rejected", "skipped", "failed"}
-    assert all(r["stage"] in ("legality", "properties", "fisher") for r in rows if r["status"] == "rejected")
-    assert all(r["stage"] == "estimate" and r["fisher_ratio"] is None for r in rows if r["status"] == "skipped")
+    assert all(r["stage"] in ("legality", "properties", "capacity") for r in rows if r["status"] == "rejected")
+    assert all(r["stage"] == "estimate" and r["score"] is None for r in rows if r["status"] == "skipped")
     assert (out / "pareto.png").stat().st_size > 0
     if first.best is not None:
         assert (out / "best.pipeline").read_text().strip() == f"convert-nn-to-nest,{first.best.pipeline}"
@@ -369,12 +372,41 @@ def test_accepted_candidates_keep_fisher_potential(tiny, mild):
     for c in accepted:
         value = fisher_potential(fisher_model.transform(c.pipeline), inputs, labels, seed=0).total
         assert value >= original
-        assert value / original == pytest.approx(c.outcome.fisher_ratio, rel=1e-6)
-    assert any(c.outcome.stage == "fisher" for c in result.candidates)
+        assert value / original == pytest.approx(c.outcome.score, rel=1e-6)
+    assert any(c.outcome.stage == "capacity" for c in result.candidates)
     for c in result.candidates:
-        if c.outcome.stage == "fisher":
+        if c.outcome.stage == "capacity":
             value = fisher_potential(fisher_model.transform(c.pipeline), inputs, labels, seed=0).total
             assert value < original
+
+
+def test_the_default_check_is_synflow_above_a_mac_floor(tiny, tmp_path):
+    """The default rule for a model file, whose weights the candidates inherit (docs/fisher.md):
+    MACs at least 0.45 of the original's, then synflow at least 1.6e-5 of its; recomputed here from
+    each pipeline (synflow by `nasir.search.proxies`, tested by hand there) on the search's
+    minibatch."""
+    choices = ("identity", "group2", "group4", "bottleneck-co4", "depthwise")
+    result = nasir.search(tiny, budget=10, out=tmp_path / "default", seed=0, progress=False, choices=choices,
+                          check_top=None)
+    _, model = load_source(str(tiny), "cifar10", 16)
+    x, _ = minibatch(None, 16, 0, (3, 16, 16), 10)
+    original_synflow, original_macs = synflow(model, x), summarize(model).total_macs
+    seen = set()
+    for c in result.candidates:
+        o = c.outcome
+        if o.stage in ("legality", "properties"):
+            continue
+        candidate = model.transform(c.pipeline)
+        macs = summarize(candidate).total_macs / original_macs
+        if macs < 0.45:
+            assert o.status == "rejected" and o.stage == "capacity" and o.score is None and "MACs" in o.reason, c
+            seen.add("below the MAC floor")
+            continue
+        ratio = synflow(candidate, x) / original_synflow
+        assert o.score == pytest.approx(ratio, rel=1e-6), c
+        assert o.status == ("accepted" if ratio >= 1.6e-5 else "rejected"), c
+        seen.add(o.status)
+    assert {"below the MAC floor", "accepted"} <= seen, "both sides of the MAC floor must occur to mean anything"
 
 
 def test_fisher_is_spent_only_below_the_bar_of_the_fastest_accepted(tiny, tmp_path):
@@ -386,7 +418,7 @@ def test_fisher_is_spent_only_below_the_bar_of_the_fastest_accepted(tiny, tmp_pa
     top = 2  # and a slack that accepts most candidates, so that their kernels get timed
     choices = ("identity", "group2", "group4", "bottleneck-co2", "shift-oh")
     result = nasir.search(tiny, budget=16, out=tmp_path / "bar", seed=1, progress=False, choices=choices,
-                          fisher_top=top, fisher_slack=0.35)
+                          check_top=top, slack=0.35, capacity="fisher")
     accepted_before: list[float] = []
     kinds = set()
     for c in result.candidates:
@@ -396,10 +428,10 @@ def test_fisher_is_spent_only_below_the_bar_of_the_fastest_accepted(tiny, tmp_pa
         fastest = sorted(accepted_before)[:top]
         bar = min([result.original_ms] + ([fastest[-1]] if len(fastest) == top else []))
         if o.status == "skipped":
-            assert o.estimate_ms >= bar and o.fisher_ratio is None and f"{bar:.3f} ms" in o.reason, c
+            assert o.estimate_ms >= bar and o.score is None and f"{bar:.3f} ms" in o.reason, c
             kinds.add("skipped")
         else:
-            assert o.fisher_ratio is not None, c
+            assert o.score is not None, c
             if o.estimate_ms is not None and o.estimate_ms < bar:
                 kinds.add("measured below the bar")
         if o.status == "accepted":
@@ -410,9 +442,9 @@ def test_fisher_is_spent_only_below_the_bar_of_the_fastest_accepted(tiny, tmp_pa
 
 def test_the_strategies_learn_from_fisher_rejections_as_infeasible_trials():
     study = optuna.create_study(directions=list(strategies.DIRECTIONS))
-    outcomes = [Outcome("accepted", fisher_ratio=1.2, mac_ratio=0.5, estimate_ms=4.0),
-                Outcome("rejected", "fisher", fisher_ratio=0.7, mac_ratio=0.25),
-                Outcome("rejected", "fisher", fisher_ratio=0.9, mac_ratio=0.5, estimate_ms=6.0),
+    outcomes = [Outcome("accepted", score=1.2, mac_ratio=0.5, estimate_ms=4.0),
+                Outcome("rejected", "capacity", score=0.7, mac_ratio=0.25),
+                Outcome("rejected", "capacity", score=0.9, mac_ratio=0.5, estimate_ms=6.0),
                 Outcome("skipped", "estimate", mac_ratio=0.9, estimate_ms=9.0),
                 Outcome("rejected", "properties"), Outcome("failed")]
     for outcome in outcomes:
@@ -420,7 +452,7 @@ def test_the_strategies_learn_from_fisher_rejections_as_infeasible_trials():
     trials = study.get_trials()
     assert [t.state.name for t in trials] == ["COMPLETE"] * 3 + ["PRUNED"] * 2 + ["FAIL"]
     assert [t.values for t in trials[:3]] == [[4.0, 1.2], [2.5, 0.7], [6.0, 0.9]]
-    assert [t.constraints["fisher"] for t in trials[:3]] == pytest.approx([-0.25, 0.25, 0.05])
+    assert [t.constraints["capacity"] for t in trials[:3]] == pytest.approx([-0.25, 0.25, 0.05])
 
 
 def test_evolution_and_tpe_begin_with_the_whole_network_variants(tiny, tmp_path):
@@ -441,13 +473,13 @@ def test_evolution_and_tpe_begin_with_the_whole_network_variants(tiny, tmp_path)
 
 
 def test_fisher_bar_by_hand():
-    bar = FisherBar(10.0, 2)
+    bar = CheckBar(10.0, 2)
     assert bar.value == 10.0
     for status, ms, expected in (("accepted", 12.0, 10.0), ("accepted", 7.0, 10.0), ("rejected", 1.0, 10.0),
                                  ("skipped", 2.0, 10.0), ("accepted", 5.0, 7.0), ("accepted", 6.0, 6.0)):
         bar.add(Candidate(0, "p", Outcome(status, estimate_ms=ms)))
         assert bar.value == expected, (status, ms)
-    assert FisherBar(10.0, None, [Candidate(0, "p", Outcome("accepted", estimate_ms=1.0))]).value is None
+    assert CheckBar(10.0, None, [Candidate(0, "p", Outcome("accepted", estimate_ms=1.0))]).value is None
 
 
 def test_best_so_far_is_the_fastest_estimate_accepted_by_then():
@@ -456,11 +488,11 @@ def test_best_so_far_is_the_fastest_estimate_accepted_by_then():
 
     rows = [("accepted", 8.0, 5.0), ("rejected", 2.0, 6.0), ("accepted", 4.0, 30.0), ("skipped", 1.0, 31.0),
             ("accepted", 5.0, 40.0)]
-    result = SearchResult(10.0, [Candidate(k, f"p{k}", Outcome(status, estimate_ms=ms, finished_s=at, fisher_ratio=1.0))
+    result = SearchResult(10.0, [Candidate(k, f"p{k}", Outcome(status, estimate_ms=ms, finished_s=at, score=1.0))
                                  for k, (status, ms, at) in enumerate(rows)])
     assert best_so_far(result, 1.0) is None
     assert best_so_far(result, 10.0)["pipeline"] == "p0"
-    assert best_so_far(result, 60.0) == {"pipeline": "p2", "estimate_speedup": 2.5, "fisher_ratio": 1.0,
+    assert best_so_far(result, 60.0) == {"pipeline": "p2", "estimate_speedup": 2.5, "score": 1.0,
                                          "mac_ratio": None}
 
 
@@ -544,7 +576,7 @@ def test_a_finished_search_run_again_says_it_resumed_and_reprints_its_front(mild
     out = tmp_path / "again"
     shutil.copytree(mild.out, out)
     command = [str(BIN / "nasir"), "search", str(tiny), "--budget", str(BUDGET), "--out", str(out),
-               "--choices", ",".join(MILD), "--fisher-top", "0"]
+               "--choices", ",".join(MILD), "--check-top", "0", "--capacity", "fisher"]
     written = {p.name: os.stat(p).st_mtime_ns for p in out.iterdir() if p.suffix in (".onnx", ".npz", ".pipeline")}
     done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "COLUMNS": "300"})
     assert done.returncode == 0, done.stderr
@@ -558,7 +590,7 @@ def test_a_finished_search_run_again_says_it_resumed_and_reprints_its_front(mild
     assert f"best: trial {mild.best.number}, {mild.best.speedup.median:.2f}x faster" in said
     om, speedup = mild.original_measured.median, mild.best.speedup  # the table's ms: at the original's median
     assert f"{om / speedup.median:.2f} [{om / speedup.q1 - om / speedup.q3:.2f}]" in said
-    assert "accuracy not measured: Fisher Potential keeps a measure of capacity at initialisation" in said
+    assert "accuracy not measured: the capacity check estimates it at initialisation" in said
     assert lines(out) == lines(mild.out)
 
 
@@ -568,7 +600,7 @@ def test_progress_in_a_log_is_not_cut_at_80_columns(capsys):
             progress.add(Candidate(k, "p", Outcome("rejected", "properties")))
         progress.add(Candidate(3, "p", Outcome("accepted", estimate_ms=1.0)))
         progress.add(Candidate(4, "p", Outcome("skipped", "estimate", estimate_ms=6.0)))
-    assert ("rejected: properties 3 | too slow for Fisher 1 | failed 0 | best speedup (est.) 5.00x"
+    assert ("rejected: properties 3 | too slow to score 1 | failed 0 | best speedup (est.) 5.00x"
             in capsys.readouterr().err)
 
 
@@ -596,11 +628,12 @@ def ray_head(tmp_path):
 
 
 def test_ray_gives_the_local_results(first, tiny, ray_head, tmp_path):
-    remote = nasir.search(tiny, budget=BUDGET, out=tmp_path / "ray", seed=0, workers=2, ray=ray_head, progress=False)
+    remote = nasir.search(tiny, budget=BUDGET, out=tmp_path / "ray", seed=0, workers=2, ray=ray_head, progress=False,
+                          capacity="fisher")
     assert [(c.pipeline, c.outcome.status, c.outcome.stage) for c in remote.candidates] == \
         [(c.pipeline, c.outcome.status, c.outcome.stage) for c in first.candidates]
-    assert np.allclose([c.outcome.fisher_ratio or 0 for c in remote.candidates],
-                       [c.outcome.fisher_ratio or 0 for c in first.candidates], rtol=1e-9)
+    assert np.allclose([c.outcome.score or 0 for c in remote.candidates],
+                       [c.outcome.score or 0 for c in first.candidates], rtol=1e-9)
 
 
 # --- the CLI's refusals ------------------------------------------------------------------------
@@ -662,7 +695,7 @@ def test_with_init_writes_init_into_the_steps_that_take_it():
 
 
 def test_the_models_the_workers_load_are_written_once_and_share_their_weights(tmp_path):
-    """original.npz and original_fisher.npz hold the same arrays: one file, hard-linked; a resumed
+    """original.npz and original_check.npz hold the same arrays: one file, hard-linked; a resumed
     search does not write them again; each model loads back with the weights it had."""
     from nasir.model import load_text
     from nasir.search.driver import save_models
@@ -672,9 +705,9 @@ def test_the_models_the_workers_load_are_written_once_and_share_their_weights(tm
     out = tmp_path / "run"
     out.mkdir()
     save_models(out, one, many, resumed=False)
-    npz, fisher_npz = out / "original.npz", out / "original_fisher.npz"
+    npz, fisher_npz = out / "original.npz", out / "original_check.npz"
     assert os.stat(npz).st_ino == os.stat(fisher_npz).st_ino
-    for path, model in ((out / "original.mlir", one), (out / "original_fisher.mlir", many)):
+    for path, model in ((out / "original.mlir", one), (out / "original_check.mlir", many)):
         back = load_text(path)
         assert back.input_shapes == model.input_shapes
         assert all(np.array_equal(back.weights[k], model.weights[k]) for k in model.weights)
@@ -689,8 +722,8 @@ def test_the_front_tables_ms_rank_as_the_speedups_do():
     speedup) ranks them as their speedups do."""
     from nasir.search.results import SearchResult, front_table
 
-    fast = Candidate(1, "a", Outcome("accepted", estimate_ms=1.0, mac_ratio=0.5, param_ratio=0.5, fisher_ratio=1.0))
-    slow = Candidate(2, "b", Outcome("accepted", estimate_ms=2.0, mac_ratio=0.9, param_ratio=0.9, fisher_ratio=1.1))
+    fast = Candidate(1, "a", Outcome("accepted", estimate_ms=1.0, mac_ratio=0.5, param_ratio=0.5, score=1.0))
+    slow = Candidate(2, "b", Outcome("accepted", estimate_ms=2.0, mac_ratio=0.9, param_ratio=0.9, score=1.1))
     fast.add_samples({"candidate": [12.0, 12.5, 13.0], "original": [24.0, 25.0, 26.0]})  # loaded: 2x
     slow.add_samples({"candidate": [8.0, 8.5, 9.0], "original": [10.0, 10.2, 10.4]})     # quiet: 1.2x
     result = SearchResult(10.0, [fast, slow], pareto=[fast, slow])

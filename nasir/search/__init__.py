@@ -22,8 +22,8 @@ from pathlib import Path
 def search(model: str | Path, dataset: str = "cifar10", *, budget: int | None = 100, time_limit: float | None = None,
            strategy: str = "random", out: str | Path = "nasir-search", storage: str | None = None, seed: int = 0,
            threads: int = 1, workers: int = 1, ray: str | None = None, batch: int = 16, data: str | None = None,
-           fisher_slack: float = 0.0, properties: bool = True, cpu: str | None = None,
-           choices: tuple[str, ...] | None = None, fisher_top: int | None = 8, timeout: float = 600.0, progress: bool = True,
+           slack: float = 0.0, properties: bool = True, cpu: str | None = None,
+           choices: tuple[str, ...] | None = None, check_top: int | None = 8, timeout: float = 600.0, progress: bool = True,
            kernel_cache: str | Path | None = None, train_top: int = 0, epochs: int = 200, init: str | None = None,
            accuracy_drop: float | None = None, finetune_epochs: int = 9, finetune_top: int = 12,
            capacity: str | None = None):
@@ -44,20 +44,25 @@ def search(model: str | Path, dataset: str = "cifar10", *, budget: int | None = 
     on a validation half of `data`'s test examples; `best` becomes the fastest within
     `accuracy_drop` points of the original there, saved with its fine-tuned weights (None when none
     is: `result.verified.closest`). Every network's reported accuracy, the original's included, is
-    on the other, held-out half. `capacity`: the check candidates must pass ("fisher": Fisher
-    Potential at least the original's; "none": none, the front over latency and MACs); default
-    "fisher", and "none" with `accuracy_drop`, where fine-tuning judges accuracy (Fisher
-    Potential of inherited weights against a trained original says nothing).
-    `fisher_top`: Fisher Potential only for candidates estimated faster than the original and than
-    the `fisher_top`-th fastest accepted so far (the rest are `skipped`: they cannot change the
-    fast end of the front); None: for every candidate, the whole front explored.
+    on the other, held-out half. `capacity`: the check candidates must pass, a rule of
+    `nasir.search.capacity.RULES`: "synflow" (synflow at least 1% of the original's and MACs at
+    least 0.45 of them: the rule that best told "within one point" from the rest on nasir's ground
+    truth, docs/fisher.md; the default for fresh weights), "synflow-inherited" (the same with a
+    floor of 1.6e-5, fitted on networks fine-tuned from inherited weights; their default), "fisher"
+    (Fisher Potential at least the original's: the seeds' rule) or "none" (the front over latency
+    and MACs; the default with `accuracy_drop`, where fine-tuning measures accuracy itself).
+    `slack` lowers the rule's floor by that share. `check_top`: the check's score only for
+    candidates estimated faster than the original and than the `check_top`-th fastest accepted so
+    far (the rest are `skipped`: they cannot change the fast end of the front); None: for every
+    candidate, the whole front explored.
     `train_top`: then train the original and the `train_top` fastest measured members of the
     front on `data` for `epochs` with the papers' recipe (`nasir.search.accuracy`), adding their
     accuracy to the table, results.jsonl and pareto.png. `kernel_cache`: the SQLite file of per-nest timings (default: the user's, shared by their
     searches; `nasir.kernels.default_kernel_cache`). `ray`: evaluate as Ray tasks on the cluster at that address ("auto", "127.0.0.1:6379"; needs
     `pip install nasir[distributed]`); `workers`: processes (local) or concurrent tasks (Ray).
     """
-    from nasir.search.driver import Search, SearchOptions, check_run
+    from nasir.search.capacity import default_rule
+    from nasir.search.driver import Search, SearchOptions, check_run, default_init
     from nasir.search.workers import LocalPool
 
     def note(line: str) -> None:
@@ -65,9 +70,9 @@ def search(model: str | Path, dataset: str = "cifar10", *, budget: int | None = 
             print(line, file=sys.stderr)
 
     if capacity is None:
-        capacity = "none" if accuracy_drop is not None else "fisher"
-    options = SearchOptions(strategy, seed, batch, data, fisher_slack, properties, threads, cpu,
-                            tuple(choices) if choices else None, fisher_top, init, capacity)
+        capacity = "none" if accuracy_drop is not None else default_rule(init or default_init(str(model)))
+    options = SearchOptions(strategy, seed, batch, data, slack, properties, threads, cpu,
+                            tuple(choices) if choices else None, check_top, init, capacity)
     options.check()
     out = Path(out)
     check_run(out, budget, time_limit, workers)

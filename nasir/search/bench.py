@@ -2,9 +2,9 @@
 
 For each strategy and seed it runs a search (`nasir.search`, output in OUT/<strategy>-<seed>) and
 reports candidates per second of searching, each candidate counted once, with how many of them got
-a Fisher Potential evaluation (measuring the front whole afterwards is timed apart; the runs share
+a capacity score (measuring the front whole afterwards is timed apart; the runs share
 one kernel cache, by default OUT/kernels.db: in a new OUT the first run times its kernels cold, the
-later ones find most of them timed), the best Fisher-legal network (measured whole on the llvm
+later ones find most of them timed), the best network the check accepted (measured whole on the llvm
 backend), its speedup over the untransformed model and its time over ONNX Runtime's on the
 ORIGINAL model (the two timed interleaved in one run), and, per strategy, the median over seeds of
 the best latency estimate among accepted candidates (evolution vs random at equal budget).
@@ -46,13 +46,13 @@ def one_search(model: str, dataset: str, strategy: str, seed: int, args, out: Pa
     start = time.perf_counter()
     result = nasir.search(model, dataset, budget=args.budget, time_limit=args.time_limit, strategy=strategy,
                           seed=seed, workers=args.workers, out=out / f"{strategy}-{seed}", progress=not args.quiet,
-                          kernel_cache=kernel_cache(args, out / f"{strategy}-{seed}"), fisher_top=args.fisher_top or None)
+                          kernel_cache=kernel_cache(args, out / f"{strategy}-{seed}"), check_top=args.check_top or None)
     elapsed = time.perf_counter() - start
     accepted = result.accepted
     row = {"strategy": strategy, "seed": seed, "candidates": len(result.candidates), "seconds": elapsed,
            "search_seconds": result.seconds["search"], "front_seconds": result.seconds["front"],
            "cand_per_s": len(result.candidates) / result.seconds["search"], "accepted": len(accepted),
-           "fisher_evaluated": sum(c.outcome.fisher_ratio is not None for c in result.candidates),
+           "checked": sum(c.outcome.score is not None for c in result.candidates),
            "front": len(result.pareto), "counts": result.counts(),
            "best_at": {str(t): best_so_far(result, t) for t in args.at},
            "original_ms": result.original_ms,
@@ -60,7 +60,7 @@ def one_search(model: str, dataset: str, strategy: str, seed: int, args, out: Pa
     if result.best is not None:
         b = result.best
         row.update(best_pipeline=b.pipeline, best_ms=b.measured_ms, best_estimate=b.outcome.estimate_ms,
-                   fisher_ratio=b.outcome.fisher_ratio, mac_ratio=b.outcome.mac_ratio,
+                   score=b.outcome.score, mac_ratio=b.outcome.mac_ratio,
                    param_ratio=b.outcome.param_ratio, speedup=b.speedup.median, speedup_iqr=b.speedup.iqr,
                    ties=b.ties)
     return row
@@ -82,7 +82,7 @@ def best_so_far(result, at_s: float) -> dict | None:
         return None
     best = min(had, key=lambda c: c.outcome.estimate_ms)
     return {"pipeline": best.pipeline, "estimate_speedup": result.original_ms / best.outcome.estimate_ms,
-            "fisher_ratio": best.outcome.fisher_ratio, "mac_ratio": best.outcome.mac_ratio}
+            "score": best.outcome.score, "mac_ratio": best.outcome.mac_ratio}
 
 
 def measured_speedups(model: str, dataset: str, pipelines: set[str], rounds: int) -> dict[str, Spread]:
@@ -100,13 +100,13 @@ def measured_speedups(model: str, dataset: str, pipelines: set[str], rounds: int
 
 
 def time_to_quality(rows: list[dict], at: list[float], speedups: dict[str, Spread], strategies: list[str]) -> Table:
-    t = Table(title="time to quality: best-so-far Fisher-legal network, median over seeds "
+    t = Table(title="time to quality: best-so-far accepted network, median over seeds "
                     "(measured speedup whole, interleaved with the original; estimate in brackets)")
     t.add_column("strategy")
     for s in at:
         t.add_column(f"at {s:g} s", justify="right")
     t.add_column("cand/s", justify="right")
-    t.add_column("Fisher-evaluated", justify="right")
+    t.add_column("checked", justify="right")
     for strategy in strategies:
         runs = [r for r in rows if r["strategy"] == strategy]
         cells = []
@@ -115,7 +115,7 @@ def time_to_quality(rows: list[dict], at: list[float], speedups: dict[str, Sprea
             measured = [speedups[b["pipeline"]].median if b else 1.0 for b in bests]
             estimated = [b["estimate_speedup"] if b else 1.0 for b in bests]
             cells.append(f"{statistics.median(measured):.2f}x ({statistics.median(estimated):.2f}x)")
-        evaluated = sum(r["fisher_evaluated"] for r in runs)
+        evaluated = sum(r["checked"] for r in runs)
         total = sum(r["candidates"] for r in runs)
         t.add_row(strategy, *cells, f"{statistics.median(r['cand_per_s'] for r in runs):.2f}",
                   f"{evaluated} of {total}")
@@ -140,19 +140,19 @@ def against_ort(model: str, dataset: str, pipeline: str, repeat: int) -> dict:
 
 def table(rows: list[dict]) -> Table:
     t = Table(title="search runs")
-    for col in ("strategy", "seed", "cand", "Fisher-evaluated", "search s", "cand/s", "accepted", "front", "front s",
+    for col in ("strategy", "seed", "cand", "checked", "search s", "cand/s", "accepted", "front", "front s",
                 "total s",
-                "best est. ms", "best ms", "speedup", "Fisher", "MACs", "params"):
+                "best est. ms", "best ms", "speedup", "score", "MACs", "params"):
         t.add_column(col, justify="right")
     for r in rows:
         def f(key: str, spec: str, r: dict = r) -> str:
             return format(r[key], spec) if r.get(key) is not None else "-"
 
-        t.add_row(r["strategy"], str(r["seed"]), str(r["candidates"]), str(r["fisher_evaluated"]),
+        t.add_row(r["strategy"], str(r["seed"]), str(r["candidates"]), str(r["checked"]),
                   f("search_seconds", ".0f"),
                   f("cand_per_s", ".2f"), str(r["accepted"]), str(r["front"]), f("front_seconds", ".0f"),
                   f("seconds", ".0f"), f("best_estimate_ms", ".2f"), f("best_ms", ".2f"), f("speedup", ".2f"),
-                  f("fisher_ratio", ".3f"), f("mac_ratio", ".2f"), f("param_ratio", ".2f"))
+                  f("score", ".3f"), f("mac_ratio", ".2f"), f("param_ratio", ".2f"))
     return t
 
 
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--at", nargs="+", type=float, default=[120.0],
                    help="seconds into each search at which its best-so-far network is measured (default 120)")
     p.add_argument("--rounds", type=int, default=7, help="interleaved rounds of each time-to-quality measurement")
-    p.add_argument("--fisher-top", type=int, default=8, help="the search's --fisher-top (0: Fisher for every candidate)")
+    p.add_argument("--check-top", type=int, default=8, help="the search's --check-top (0: the score for every candidate)")
     p.add_argument("--kernel-cache", type=Path, help="SQLite file of kernel timings (default OUT/kernels.db, shared by the runs)")
     p.add_argument("--fresh-kernels", action="store_true",
                    help="each run times its kernels afresh (its own kernel cache): every run starts cold")
@@ -191,14 +191,14 @@ def main(argv: list[str] | None = None) -> dict:
         v = report["best_vs_ort"]
         console.print(f"best ({best['strategy']} seed {best['seed']}): {v['speedup']:.2f}x faster than the "
                       f"untransformed model on nasir-llvm; {v['best_over_ort']:.2f} of ONNX Runtime's time on the "
-                      f"original ({v['nasir best']:.2f} ms vs {v['ort original']:.2f} ms); Fisher "
-                      f"{best['fisher_ratio']:.3f}, MACs {best['mac_ratio']:.2f}, params {best['param_ratio']:.2f}")
+                      f"original ({v['nasir best']:.2f} ms vs {v['ort original']:.2f} ms); score "
+                      f"{best['score']:.3f}, MACs {best['mac_ratio']:.2f}, params {best['param_ratio']:.2f}")
         console.print(f"pipeline: {best['best_pipeline']}")
     for strategy in args.strategies:
         values = [r["best_estimate_ms"] for r in rows if r["strategy"] == strategy and r["best_estimate_ms"]]
         if values:
             report.setdefault("median_best_estimate_ms", {})[strategy] = statistics.median(values)
-            console.print(f"{strategy}: median over seeds of the best Fisher-legal estimate {statistics.median(values):.2f} ms")
+            console.print(f"{strategy}: median over seeds of the best accepted estimate {statistics.median(values):.2f} ms")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "search-bench.json").write_text(json.dumps(report, indent=1))
     return report

@@ -9,9 +9,9 @@ the workers waiting). Run the same command again after an interruption (even SIG
 goes on: trials that were in flight were never written and come back as interrupted (they do not
 count), finished ones are never evaluated again, and it stops at `budget` distinct finished
 candidates (or at `time_limit` seconds of this run). Evolution and tpe begin with the
-whole-network variants (`ANCHORED`). Fisher Potential, the dearest check, is spent only where it
-can change the answer (`FisherBar`): a candidate estimated slower than the original or than the
-`fisher_top`-th fastest accepted one is `skipped` (it counts towards the budget). The workers then
+whole-network variants (`ANCHORED`). The capacity check's score (synflow, or Fisher Potential),
+the dearest check, is spent only where it can change the answer (`CheckBar`): a candidate estimated slower than the original or than the
+`check_top`-th fastest accepted one is `skipped` (it counts towards the budget). The workers then
 compile the front's members whole and time them against the original, interleaved, in passes until their ranking
 holds (`measure_front`; kept in the study too, so a resumed search does not measure them again);
 a reference kernel timed before and after says whether the machine was busy meanwhile. A storage
@@ -38,7 +38,8 @@ from optuna.trial import TrialState
 from nasir.errors import NasirError
 from nasir.model import Model
 from nasir.search import strategies
-from nasir.search.evaluate import CAPACITY_CHECKS, DEFAULT_EVALUATOR, Evaluator, Outcome, Setup
+from nasir.search.capacity import DEFAULT_RULE, RULES, rule_named
+from nasir.search.evaluate import DEFAULT_EVALUATOR, Evaluator, Outcome, Setup
 from nasir.kernels import TIMING_LOCK, default_kernel_cache, timing_lock
 from nasir.search.progress import SearchProgress
 from nasir.search.results import (
@@ -80,36 +81,36 @@ class SearchOptions:
     seed: int = 0
     batch: int = 16
     data: str | None = None
-    fisher_slack: float = 0.0
+    slack: float = 0.0
     properties: bool = True
     threads: int = 1
     cpu: str | None = None
     choices: tuple[str, ...] | None = None
-    fisher_top: int | None = 8
-    """Fisher Potential only for candidates estimated faster than the original and than the
-    `fisher_top`-th fastest accepted so far (the others are `skipped`); None: for every candidate."""
+    check_top: int | None = 8
+    """The capacity check's score only for candidates estimated faster than the original and than
+    the `check_top`-th fastest accepted so far (the others are `skipped`); None: for every candidate."""
     init: str | None = None
     """How transformed convs get their weights (`SearchSpace.init`); None: "inherit" for a model
     file (the user's trained weights), "kaiming" for a zoo model (untrained)."""
-    capacity: str = "fisher"
-    """The capacity check (`nasir.search.evaluate.CAPACITY_CHECKS`): "fisher", or "none" (every
-    legal candidate accepted and estimated; the accuracy-verified search's default)."""
+    capacity: str = DEFAULT_RULE
+    """The capacity check, a rule of `nasir.search.capacity.RULES`: "synflow" (the default),
+    "fisher" (the seeds' rule), or "none" (every legal candidate accepted and estimated; the
+    accuracy-verified search's default)."""
 
     def check(self) -> None:
         if self.strategy not in strategies.SAMPLERS:
             raise NasirError(f"unknown strategy '{self.strategy}' (choose from {', '.join(strategies.SAMPLERS)})")
         if self.batch < 2:
-            raise NasirError(f"Fisher batch must be at least 2, got {self.batch}")
-        if not 0 <= self.fisher_slack < 1:
-            raise NasirError(f"fisher slack must lie in [0, 1), got {self.fisher_slack}")
+            raise NasirError(f"the capacity check's batch must be at least 2, got {self.batch}")
+        if not 0 <= self.slack < 1:
+            raise NasirError(f"slack must lie in [0, 1), got {self.slack}")
         if self.threads < 1:
             raise NasirError(f"threads must be at least 1, got {self.threads}")
-        if self.fisher_top is not None and self.fisher_top < 1:
-            raise NasirError(f"fisher top must be at least 1 (or None: every candidate), got {self.fisher_top}")
+        if self.check_top is not None and self.check_top < 1:
+            raise NasirError(f"check top must be at least 1 (or None: every candidate), got {self.check_top}")
         if self.init not in (None, *INITS):
             raise NasirError(f"unknown init '{self.init}' (choose from {', '.join(INITS)})")
-        if self.capacity not in CAPACITY_CHECKS:
-            raise NasirError(f"unknown capacity check '{self.capacity}' (choose from {', '.join(CAPACITY_CHECKS)})")
+        rule_named(self.capacity)
 
 
 def default_init(source: str) -> str:
@@ -189,19 +190,20 @@ def finished(study: optuna.Study) -> dict[int, Candidate]:
 def tell(study: optuna.Study, trial: optuna.Trial, outcome: Outcome, bar: float = 1.0,
          original_ms: float | None = None) -> None:
     """Tell the in-memory `study` how `trial` ended (`save` writes it to the file). An accepted
-    candidate and one Fisher Potential rejected are complete trials, the second infeasible: its
-    ratio fell below `bar` (the acceptance bar, 1 - fisher slack: constraint `fisher`, the
-    shortfall, <= 0 when accepted; `nasir.search.strategies`), and its latency is the estimate, or,
-    where none was made (Fisher came first), `original_ms` scaled by its MACs. Without a capacity
-    check (no Fisher ratio) the second objective is the MAC ratio and the constraint always holds."""
+    candidate and one the capacity check's score rejected are complete trials, the second
+    infeasible: its score fell below `bar` (the rule's floor, lowered by the slack: constraint
+    `capacity`, the shortfall, <= 0 when accepted; `nasir.search.strategies`), and its latency is
+    the estimate, or, where none was made (the score came first), `original_ms` scaled by its MACs.
+    Without a score (capacity "none") the second objective is the MAC ratio and the constraint
+    always holds; a candidate below the rule's MAC floor is pruned, as an illegal one."""
     for key, value in {**outcome.to_json(), "number": trial.number}.items():
         trial.set_user_attr(key, value)
-    if outcome.status == "accepted" or (outcome.status == "rejected" and outcome.stage == "fisher"
-                                        and outcome.fisher_ratio is not None and math.isfinite(outcome.fisher_ratio)):
+    if outcome.status == "accepted" or (outcome.status == "rejected" and outcome.stage == "capacity"
+                                        and outcome.score is not None and math.isfinite(outcome.score)):
         latency = outcome.estimate_ms
         if latency is None:
             latency = original_ms * outcome.mac_ratio
-        trial.set_constraint("fisher", bar - outcome.fisher_ratio if outcome.fisher_ratio is not None else 0.0)
+        trial.set_constraint("capacity", bar - outcome.score if outcome.score is not None else 0.0)
         study.tell(trial, [latency, outcome.capacity])
     else:
         study.tell(trial, state=TrialState.PRUNED if outcome.status in ("rejected", "skipped") else TrialState.FAIL)
@@ -225,19 +227,19 @@ def save(stored: optuna.Study, study: optuna.Study, numbers: list[int]) -> None:
     numbers.clear()
 
 
-def save_models(out: Path, original: Model, fisher_model: Model, resumed: bool) -> None:
-    """original.mlir/.npz and original_fisher.mlir/.npz in `out`, as the workers load them: written
-    once (a resumed search checked they hold the same model: its fingerprint), and the Fisher
+def save_models(out: Path, original: Model, check_model: Model, resumed: bool) -> None:
+    """original.mlir/.npz and original_check.mlir/.npz in `out`, as the workers load them: written
+    once (a resumed search checked they hold the same model: its fingerprint), and the check
     model's weights, the same arrays, a hard link to the original's (a copy where links fail)."""
-    paths = [out / "original.mlir", out / "original.npz", out / "original_fisher.mlir", out / "original_fisher.npz"]
+    paths = [out / "original.mlir", out / "original.npz", out / "original_check.mlir", out / "original_check.npz"]
     if resumed and all(p.exists() for p in paths):
         return
     original.save(paths[0])
-    mine, theirs = original.weights, fisher_model.weights
+    mine, theirs = original.weights, check_model.weights
     if set(mine) != set(theirs) or not all(np.array_equal(mine[k], theirs[k]) for k in mine):
-        fisher_model.save(paths[2])
+        check_model.save(paths[2])
         return
-    paths[2].write_text(fisher_model.text() + "\n")
+    paths[2].write_text(check_model.text() + "\n")
     paths[3].unlink(missing_ok=True)
     try:
         os.link(paths[1], paths[3])
@@ -260,7 +262,7 @@ class Search:
         """Load the model, check the storage, build the space; only then write into the output
         folder, so bad input leaves nothing behind."""
         o = self.options
-        original, fisher_model = load_source(self.source, self.dataset, o.batch)
+        original, check_model = load_source(self.source, self.dataset, o.batch)
         fingerprint = {"model": hashlib.sha256(original.text().encode()).hexdigest(), "source": self.source,
                        "options": json.dumps(o.__dict__, sort_keys=True, default=list)}
         stored = existing_study(self.storage)
@@ -270,18 +272,18 @@ class Search:
         space = (SearchSpace.from_json(stored.user_attrs["space"], init) if stored is not None and "space" in stored.user_attrs
                  else SearchSpace.of(original, o.choices or tuple(TEMPLATES), init))
         self.out.mkdir(parents=True, exist_ok=True)
-        save_models(self.out, original, fisher_model, resumed=stored is not None)
+        save_models(self.out, original, check_model, resumed=stored is not None)
         study = open_study(self.storage, fingerprint)
         study.set_user_attr("space", space.to_json())
-        setup = Setup(str(self.out / "original.mlir"), str(self.out / "original_fisher.mlir"),
-                      str(self.kernel_cache), o.cpu, o.threads, o.data, o.seed, o.fisher_slack,
-                      o.properties, study.user_attrs.get("profile"), study.user_attrs.get("original_fisher"),
+        setup = Setup(str(self.out / "original.mlir"), str(self.out / "original_check.mlir"),
+                      str(self.kernel_cache), o.cpu, o.threads, o.data, o.seed, o.slack,
+                      o.properties, study.user_attrs.get("profile"), study.user_attrs.get("original_score"),
                       self.evaluator, o.capacity)
         evaluator = Evaluator(setup)
         self.original = evaluator.model
         study.set_user_attr("profile", evaluator.latency.profile)
-        study.set_user_attr("original_fisher", evaluator.original_fisher)
-        self.setup = replace(setup, profile=evaluator.latency.profile, original_fisher=evaluator.original_fisher)
+        study.set_user_attr("original_score", evaluator.original_score)
+        self.setup = replace(setup, profile=evaluator.latency.profile, original_score=evaluator.original_score)
         return evaluator, space, study
 
     def run(self, budget: int | None, time_limit: float | None, workers: int = 1, pool_factory=None,
@@ -299,7 +301,7 @@ class Search:
         asked: dict[int, optuna.Trial] = {}
         unsaved: list[int] = []
         joint = strategies.joint_space({lc.layer: lc.choices for lc in space.layers})
-        bar = FisherBar(evaluator.latency.original_ms, self.options.fisher_top, done.values())
+        bar = CheckBar(evaluator.latency.original_ms, self.options.check_top, done.values())
         if self.options.strategy in ANCHORED and not done:
             for picks in space.uniform():
                 study.enqueue_trial(picks, skip_if_exists=True)
@@ -331,7 +333,7 @@ class Search:
                     for number, outcome in pool.results(wait=0.5):
                         trial = asked.pop(number)
                         outcome.finished_s = time.perf_counter() - start
-                        tell(study, trial, outcome, 1 - self.options.fisher_slack, evaluator.latency.original_ms)
+                        tell(study, trial, outcome, evaluator.check.floor, evaluator.latency.original_ms)
                         unsaved.append(number)
                         done[number] = Candidate(number, trial.user_attrs["pipeline"], outcome)
                         progress.add(done[number])
@@ -358,10 +360,10 @@ class Search:
 
     def measured_members(self, front: list[Candidate]) -> list[Candidate]:
         """The members of `front` (fastest estimate first) compiled whole and timed: all of a
-        front that Fisher Potential thinned; without a capacity check, where the front over
-        latency and MACs holds hundreds, the `fisher_top` (or 8) fastest (an accuracy-verified
-        search times the candidates it fine-tunes itself)."""
-        return front if self.options.capacity == "fisher" else front[:self.options.fisher_top or 8]
+        front that a capacity score thinned; without one, where the front over latency and MACs
+        holds hundreds, the `check_top` (or 8) fastest (an accuracy-verified search times the
+        candidates it fine-tunes itself)."""
+        return front if RULES[self.options.capacity].score is not None else front[:self.options.check_top or 8]
 
     def finish(self, evaluator: Evaluator, result: SearchResult) -> SearchResult:
         """Pick the fastest measured member of the front, write the output files."""
@@ -375,8 +377,8 @@ class Search:
         return result
 
 
-class FisherBar:
-    """The estimate a candidate must beat to have its Fisher Potential measured (`value`, ms; None:
+class CheckBar:
+    """The estimate a candidate must beat to have its capacity score measured (`value`, ms; None:
     every candidate): the original's time, then, once `top` candidates are accepted, the estimate
     of the `top`-th fastest of them. A slower candidate cannot enter the front among the `top`
     fastest, so measuring its capacity cannot change which network the search reports."""

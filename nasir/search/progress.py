@@ -42,7 +42,7 @@ class SearchProgress:
         c = self.counts
         rejected = ", ".join(f"{k} {v}" for k, v in c.items() if k not in ("accepted", "skipped", "failed"))
         best = f"{self.original_ms / self.best_ms:.2f}x" if self.best_ms else "-"
-        return (f"accepted {c.get('accepted', 0)} | rejected: {rejected or '0'} | too slow for Fisher "
+        return (f"accepted {c.get('accepted', 0)} | rejected: {rejected or '0'} | too slow to score "
                 f"{c.get('skipped', 0)} | failed {c.get('failed', 0)} | best speedup (est.) {best}")
 
     def measuring(self, members: int, pass_number: int = 1) -> None:

@@ -1,6 +1,6 @@
 """What a search found: every candidate with its outcome, the Pareto front, the best network.
 
-The front is over the accepted candidates: lower latency estimate and higher Fisher ratio, neither
+The front is over the accepted candidates: lower latency estimate and higher capacity (`Outcome.capacity`), neither
 worse in both. Its members are compiled whole and timed against the original in interleaved
 rounds (`samples`; `measured_ms` their median, beside the estimate), ranked by speedup, and those
 whose interquartile ranges meet are ties; `best` is the fastest measured member. Files written in the output folder (each whole or not at
@@ -9,7 +9,7 @@ all: written beside, then renamed):
 - `results.jsonl`: one line per candidate (trial number, pipeline, outcome, figures; the front's
   `measured_ms`, `measured_iqr_ms`, `speedup`, `speedup_iqr`, `rounds`, `ties`; `accuracy` of
   the trained ones, after a line for the original, when the front was trained: `accuracy.py`);
-- `pareto.png`: latency vs Fisher ratio, the front's estimates and measured times, the original's
+- `pareto.png`: latency vs capacity, the front's estimates and measured times, the original's
   measured time (trained
   networks labelled with their accuracy);
 - `best.pipeline`, `best.onnx`: the best network's pipeline, whole (`convert-nn-to-nest` first: it
@@ -126,8 +126,8 @@ class SearchResult:
 
 
 def pareto_front(candidates: Iterable[Candidate]) -> list[Candidate]:
-    """Accepted candidates no other accepted one beats in both latency and capacity (the Fisher
-    ratio, or the MAC ratio without a capacity check: `Outcome.capacity`), fastest first."""
+    """Accepted candidates no other accepted one beats in both latency and capacity (the check's
+    score, or the MAC ratio without one: `Outcome.capacity`), fastest first."""
     pool = [c for c in candidates if c.outcome.status == "accepted"]
 
     def beaten(c: Candidate) -> bool:
@@ -179,7 +179,7 @@ def front_table(result: SearchResult) -> Table:
     table = Table(title=f"Pareto front, fastest measured first (original: {original}{accuracy}; "
                         "median [IQR] of interleaved rounds, ms at the original's median; whole pipelines in "
                         "results.jsonl)")
-    columns = ("trial", "est. ms", "measured ms", "speedup", "MACs / orig.", "params / orig.", "Fisher / orig.",
+    columns = ("trial", "est. ms", "measured ms", "speedup", "MACs / orig.", "params / orig.", "score / orig.",
                *(("acc %",) if trained else ()), "ties", "passes")
     for col in columns:
         table.add_column(col, justify="left" if col == "passes" else "right", overflow="fold")
@@ -191,7 +191,7 @@ def front_table(result: SearchResult) -> Table:
               if speedup else "-")
         table.add_row(str(c.number), f"{o.estimate_ms:.2f}", ms,
                       f"{speedup.median:.2f}x [{speedup.iqr:.2f}]" if speedup else "-", f"{o.mac_ratio:.2f}",
-                      f"{o.param_ratio:.2f}", f"{o.fisher_ratio:.3f}" if o.fisher_ratio is not None else "-", *acc, ", ".join(map(str, c.ties)),
+                      f"{o.param_ratio:.2f}", f"{o.score:.3f}" if o.score is not None else "-", *acc, ", ".join(map(str, c.ties)),
                       passes(c.pipeline))
     return table
 
@@ -226,7 +226,7 @@ def write_jsonl(result: SearchResult, path: Path) -> None:
 
 
 def plot_front(result: SearchResult, path: Path) -> None:
-    """Latency vs capacity (the Fisher ratio, or the MAC ratio: `Outcome.capacity`): the accepted
+    """Latency vs capacity (the check's score, or the MAC ratio: `Outcome.capacity`): the accepted
     candidates' estimates, the front's estimates joined, its measured members' medians with their
     IQR, the original's measured time, and the accuracy of the trained or fine-tuned networks."""
     import matplotlib
@@ -258,7 +258,7 @@ def plot_front(result: SearchResult, path: Path) -> None:
         if accuracy is not None:
             ax.annotate(f"{accuracy:.1f}%", (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
     ax.set_xlabel("latency (ms, batch 1)")
-    ax.set_ylabel("Fisher Potential / original's" if any(c.outcome.fisher_ratio is not None for c in acc)
+    ax.set_ylabel("capacity score / original's" if any(c.outcome.score is not None for c in acc)
                   else "MACs / original's (no capacity check)")
     ax.legend()
     ax.grid(alpha=0.3)

@@ -1,14 +1,14 @@
 """Search strategies: Optuna samplers over the per-layer choices.
 
 - `random`: NAS-PTE's: every layer's choice drawn uniformly;
-- `evolution`: NSGA-II on (latency estimate, Fisher Potential ratio);
+- `evolution`: NSGA-II on (latency estimate, the capacity check's score);
 - `tpe`: Optuna's (multi-objective) Tree-structured Parzen Estimator.
 
-The study minimises the latency estimate and maximises the Fisher ratio, under one constraint:
-Fisher Potential at least the original's (constraint `fisher`, which the driver sets on each trial
-it completes: the ratio's distance below the acceptance bar, <= 0 when accepted; Optuna's samplers
-read it from the trial). Candidates rejected by Fisher
-Potential are told with their figures as infeasible trials, so evolution and tpe learn from how
+The study minimises the latency estimate and maximises the capacity check's score (relative to
+the original's: `nasir.search.capacity`), under one constraint: the score at least the rule's
+floor (constraint `capacity`, which the driver sets on each trial it completes: the score's
+distance below the floor, <= 0 when accepted; Optuna's samplers read it from the trial).
+Candidates rejected by the score are told with their figures as infeasible trials, so evolution and tpe learn from how
 far they fell short (NSGA-II ranks feasible before infeasible, infeasible by shortfall; TPE
 weighs feasible trials apart) instead of seeing nothing while almost every early candidate is
 rejected.

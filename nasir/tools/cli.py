@@ -38,6 +38,7 @@ from nasir.api import TARGETS
 from nasir.variants import ALL_VARIANTS
 from nasir.errors import FrontendError, NasirError
 from nasir.peak import measure_peak_gflops
+from nasir.search.capacity import RULES
 from nasir.tools.console import ToolConsole, end_on_closed_pipe, fail, show, step
 from nasir.tools.reference import compare, onnxruntime_outputs, require_onnxruntime, seeded_inputs
 from nasir.tuning import timeable_target
@@ -205,8 +206,8 @@ def cmd_search(args) -> int:
     result = nasir.search(args.model, args.dataset, budget=args.budget, time_limit=args.time_limit,
                           strategy=args.strategy, out=args.out, storage=args.storage, seed=args.seed,
                           threads=args.threads, workers=args.workers, ray=args.ray, batch=args.batch, data=args.data,
-                          fisher_slack=args.fisher_slack, properties=not args.no_properties, choices=args.choices,
-                          fisher_top=args.fisher_top or None, cpu=args.cpu,
+                          slack=args.slack, properties=not args.no_properties, choices=args.choices,
+                          check_top=args.check_top or None, cpu=args.cpu,
                           timeout=args.timeout, kernel_cache=args.kernel_cache, train_top=args.train_top,
                           epochs=args.epochs, init=args.init, capacity=args.capacity,
                           accuracy_drop=args.max_accuracy_drop, finetune_epochs=args.finetune_epochs,
@@ -232,9 +233,9 @@ def cmd_search(args) -> int:
                   + ", ".join(f"trial {c.number} {c.accuracy:.2f}% ({c.speedup.median:.2f}x)"
                               for c in trained) + f"; runs in {args.out}/train/")
     elif result.best is not None:
-        out.print("accuracy not measured: Fisher Potential keeps a measure of capacity at initialisation, not "
-                  "trained accuracy (docs/fisher.md); train before trusting a network: --train-top K --data D "
-                  "trains the K fastest beside the original")
+        out.print("accuracy not measured: the capacity check estimates it at initialisation (within one point "
+                  "of the original for about 1 in 5 it keeps: docs/fisher.md); train before trusting a network: "
+                  "--train-top K --data D trains the K fastest beside the original")
     if result.busy:
         out.print(f"the machine was busy while the front was measured: {result.busy}")
     out.print(f"results: {args.out}/results.jsonl, plot: {args.out}/pareto.png")
@@ -480,20 +481,23 @@ def search_args(c: argparse.ArgumentParser) -> None:
     c.add_argument("--out", default="nasir-search", help="output folder (default nasir-search)")
     c.add_argument("--storage", help="Optuna storage URL (default sqlite:///OUT/study.db)")
     c.add_argument("--seed", type=int, default=0, help="seed of the strategy, the minibatch and new weights (default 0)")
-    c.add_argument("--batch", type=int, default=16, help="Fisher Potential minibatch size (default 16)")
-    c.add_argument("--data", help="Fisher minibatch and training data: a CIFAR-10/100 folder, an .npz, 'digits' "
+    c.add_argument("--batch", type=int, default=16, help="the capacity check's minibatch size (default 16)")
+    c.add_argument("--data", help="the capacity check's minibatch and training data: a CIFAR-10/100 folder, an .npz, 'digits' "
                                   "or 'mnist5k' (default synthetic)")
-    c.add_argument("--fisher-slack", type=float, default=0.0,
-                   help="accept Fisher Potential down to (1 - SLACK) of the original's (default 0)")
+    c.add_argument("--slack", type=float, default=0.0,
+                   help="lower the capacity check's floor by this share (default 0)")
     c.add_argument("--init", choices=("inherit", "kaiming"),
                    help="weights of transformed convs: inherit (derived from the model's; default for a file) or "
                         "kaiming (fresh; default for a zoo model, whose weights are untrained)")
-    c.add_argument("--fisher-top", type=int, default=8, metavar="K",
-                   help="measure Fisher Potential only for candidates estimated faster than the original and "
+    c.add_argument("--check-top", type=int, default=8, metavar="K",
+                   help="score capacity only for candidates estimated faster than the original and "
                         "than the K-th fastest accepted so far; 0: for every candidate (default 8)")
-    c.add_argument("--capacity", choices=("fisher", "none"),
-                   help="the capacity check: fisher (Fisher Potential at least the original's; the default) or none "
-                        "(every legal candidate kept; the default with --max-accuracy-drop, where fine-tuning judges)")
+    c.add_argument("--capacity", choices=tuple(RULES),
+                   help="the capacity check: synflow (synflow >= 1%% and MACs >= 0.45 of the original's; the "
+                        "default for fresh weights, docs/fisher.md), synflow-inherited (synflow >= 1.6e-5 and MACs >= "
+                        "0.45; the default for inherited weights), fisher (Fisher Potential at least the original's: "
+                        "the seeds' rule) or none (every legal candidate kept; the default with --max-accuracy-drop, "
+                        "where fine-tuning judges)")
     c.add_argument("--no-properties", action="store_true", help="skip the mixing/depth property filter")
     c.add_argument("--choices", type=lambda text: tuple(text.split(",")), metavar="A,B,...",
                    help="the per-layer choices to search over (default: all of nasir.search.space.TEMPLATES)")
