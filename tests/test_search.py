@@ -537,7 +537,10 @@ def test_ctrl_c_stops_a_search_and_its_workers_with_one_line(tiny, tmp_path):
     130, one line and no traceback from the search or its workers; the same command resumes."""
     out, budget = tmp_path / "run", 8
     command = [str(BIN / "nasir"), "search", str(tiny), "--budget", str(budget), "--workers", "2", "--out", str(out)]
-    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    # SIGINT as a terminal leaves it: a suite started in the background (`make test &`) ignores it,
+    # and a child inherits that, so Ctrl-C would not reach it at all
+    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 300
     while counted(out / "study.db") < 2 and time.time() < deadline and run.poll() is None:
         time.sleep(0.2)

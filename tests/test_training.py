@@ -287,7 +287,9 @@ def test_ctrl_c_stops_nasir_train_with_one_line_and_the_same_command_resumes(tin
     model.save(tmp_path / "tiny.mlir")
     command = [sys.executable, "-m", "nasir.tools.cli", "train", str(tmp_path / "tiny.mlir"), "--data", str(task),
                "--epochs", "12", "--batch", "16", "--out", str(tmp_path / "run")]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # SIGINT as a terminal leaves it (a suite started in the background ignores it, and so would the child)
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 300
     while not (tmp_path / "run" / "metrics.csv").exists() and time.time() < deadline and proc.poll() is None:
         time.sleep(0.2)
