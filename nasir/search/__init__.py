@@ -61,16 +61,15 @@ def search(model: str | Path, dataset: str = "cifar10", *, budget: int | None = 
     searches; `nasir.kernels.default_kernel_cache`). `ray`: evaluate as Ray tasks on the cluster at that address ("auto", "127.0.0.1:6379"; needs
     `pip install nasir[distributed]`); `workers`: processes (local) or concurrent tasks (Ray).
     """
-    from nasir.search.capacity import default_rule
-    from nasir.search.driver import Search, SearchOptions, check_run, default_init
+    from nasir.search.driver import Search, SearchOptions, check_run
     from nasir.search.workers import LocalPool
 
     def note(line: str) -> None:
         if progress:
             print(line, file=sys.stderr)
 
-    if capacity is None:
-        capacity = "none" if accuracy_drop is not None else default_rule(init or default_init(str(model)))
+    if capacity is None and accuracy_drop is not None:
+        capacity = "none"  # else the driver's default for the search's init (`default_rule`)
     options = SearchOptions(strategy, seed, batch, data, slack, properties, threads, cpu,
                             tuple(choices) if choices else None, check_top, init, capacity)
     options.check()

@@ -38,7 +38,7 @@ from optuna.trial import TrialState
 from nasir.errors import NasirError
 from nasir.model import Model
 from nasir.search import strategies
-from nasir.search.capacity import DEFAULT_RULE, RULES, rule_named
+from nasir.search.capacity import default_rule, rule_named
 from nasir.search.evaluate import DEFAULT_EVALUATOR, Evaluator, Outcome, Setup
 from nasir.kernels import TIMING_LOCK, default_kernel_cache, timing_lock
 from nasir.search.progress import SearchProgress
@@ -92,10 +92,10 @@ class SearchOptions:
     init: str | None = None
     """How transformed convs get their weights (`SearchSpace.init`); None: "inherit" for a model
     file (the user's trained weights), "kaiming" for a zoo model (untrained)."""
-    capacity: str = DEFAULT_RULE
-    """The capacity check, a rule of `nasir.search.capacity.RULES`: "synflow" (the default),
+    capacity: str | None = None
+    """The capacity check, a rule of `nasir.search.capacity.RULES`: "synflow", "synflow-inherited",
     "fisher" (the seeds' rule), or "none" (every legal candidate accepted and estimated; the
-    accuracy-verified search's default)."""
+    accuracy-verified search's default); None: `default_rule` of the search's init."""
 
     def check(self) -> None:
         if self.strategy not in strategies.SAMPLERS:
@@ -110,7 +110,8 @@ class SearchOptions:
             raise NasirError(f"check top must be at least 1 (or None: every candidate), got {self.check_top}")
         if self.init not in (None, *INITS):
             raise NasirError(f"unknown init '{self.init}' (choose from {', '.join(INITS)})")
-        rule_named(self.capacity)
+        if self.capacity is not None:
+            rule_named(self.capacity)
 
 
 def default_init(source: str) -> str:
@@ -278,12 +279,12 @@ class Search:
         setup = Setup(str(self.out / "original.mlir"), str(self.out / "original_check.mlir"),
                       str(self.kernel_cache), o.cpu, o.threads, o.data, o.seed, o.slack,
                       o.properties, study.user_attrs.get("profile"), study.user_attrs.get("original_score"),
-                      self.evaluator, o.capacity)
+                      self.evaluator, o.capacity or default_rule(init))
         evaluator = Evaluator(setup)
         self.original = evaluator.model
         study.set_user_attr("profile", evaluator.latency.profile)
-        study.set_user_attr("original_score", evaluator.original_score)
-        self.setup = replace(setup, profile=evaluator.latency.profile, original_score=evaluator.original_score)
+        study.set_user_attr("original_score", evaluator.check.original_score)
+        self.setup = replace(setup, profile=evaluator.latency.profile, original_score=evaluator.check.original_score)
         return evaluator, space, study
 
     def run(self, budget: int | None, time_limit: float | None, workers: int = 1, pool_factory=None,
@@ -363,7 +364,7 @@ class Search:
         front that a capacity score thinned; without one, where the front over latency and MACs
         holds hundreds, the `check_top` (or 8) fastest (an accuracy-verified search times the
         candidates it fine-tunes itself)."""
-        return front if RULES[self.options.capacity].score is not None else front[:self.options.check_top or 8]
+        return front if rule_named(self.setup.capacity).score is not None else front[:self.options.check_top or 8]
 
     def finish(self, evaluator: Evaluator, result: SearchResult) -> SearchResult:
         """Pick the fastest measured member of the front, write the output files."""

@@ -122,7 +122,6 @@ class Evaluator:
         self.batch = minibatch(setup.data, shape[0], setup.seed, tuple(shape[1:]), classes)
         self.check = rule_named(setup.capacity).bind(self.check_model, *self.batch, setup.seed, setup.slack,
                                                      setup.original_score)
-        self.original_score = self.check.original_score
         self.original_properties = analyse(self.check_model.module)
         summary = summarize(self.check_model)
         self.original_macs, self.original_params = summary.total_macs, summary.total_params
