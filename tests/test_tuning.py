@@ -4,6 +4,7 @@ once and keeps the fastest."""
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import subprocess
 import sys
@@ -61,6 +62,29 @@ def test_every_candidate_schedule_computes_the_conv_and_the_first_is_the_cost_mo
     for schedule in schedules:
         exe = compile_llvm(with_schedule(level, conv1, schedule).module)
         np.testing.assert_allclose(exe(x), want, rtol=1e-4, atol=1e-4)
+
+
+def test_the_tuning_space_holds_the_wider_register_tiles_and_each_computes_the_conv():
+    """Beyond the cost model's ranking and its spatial tiles: the channel plan's other register
+    tiles and spatial tiles beyond the cost model's accumulator budget, within all registers but 4
+    (12 of AVX2's 16, 28 of AVX-512's 32), every one computing the conv (PyTorch)."""
+    model = two_convs()
+    target = resolve_target(None)
+    level, groups = tunable_nests(model, None)
+    conv1 = next(ops[0] for ops in groups.values() if ops[0].layer_name == "conv1")
+    shape = tunable(conv1, target)
+    schedules = candidate_schedules(shape, target, 4, tiles=True)
+    keys = [str(s.to_attr()) for s in schedules]
+    assert len(set(keys)) == len(keys) and schedules[0] == schedule_for(shape, target)
+    accumulators = [math.prod(f for loop, f in s.unroll.items() if loop not in ("ci", "kh", "kw")) for s in schedules]
+    assert max(accumulators) == target.registers - 4, "a tile of all registers but 4"
+    assert "co.i" in {s.vector for s in schedules[4:]}, "the channel plan's other tiles"
+    x = rand(1, 16, 14, 14)
+    t = lambda a: torch.tensor(a)  # noqa: E731
+    want = F.relu(F.conv2d(t(x), t(W1), t(B1), 1, 1)).numpy()
+    for schedule in schedules[4:]:
+        exe = compile_llvm(with_schedule(level, conv1, schedule).module)
+        np.testing.assert_allclose(exe(x), want, rtol=1e-4, atol=1e-4, err_msg=str(schedule.to_attr()))
 
 
 WG = rand(16, 4, 3, 3)
