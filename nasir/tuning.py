@@ -1,14 +1,15 @@
 """Schedules tuned on the host: `nasir tune MODEL`, `nasir.tune(model)`, `compile(..., tune=True)`.
 
 For each distinct conv or gemm of a model (by `nest_signature`: its shape, stride, groups and fused
-epilogue), the few schedules the cost model ranks highest and the spatial schedule with each other
-register tile (`candidate_schedules(..., tiles=True)`: a grouped conv with fewer channels a group
-than lanes has only those) are compiled alone and timed (`nasir.kernels.KernelTimes`, the search's
+epilogue), the few schedules the cost model ranks highest, the spatial schedule with each other
+register tile (a grouped conv with fewer channels a group than lanes has only those) and the
+channel plan with its other register tiles, up to all registers but 4 in accumulators
+(`candidate_schedules(..., tiles=True)`), are compiled alone and timed (`nasir.kernels.KernelTimes`, the search's
 kernel cache), and the fastest goes into the tuning database (`nasir.lowering.schedule.tuned`)
 under the target CPU's name, where default-schedule finds it in every later compile of any model
 with that nest. A nest the database already holds for the CPU is not timed again.
 
-    report = nasir.tune(nasir.load("resnet34.onnx"))       # about 15 distinct convs, 4-16 schedules each
+    report = nasir.tune(nasir.load("resnet34.onnx"))       # about 15 distinct convs, about 15 schedules each
     report.gain                                            # sum of cost-model times / tuned, alone
 """
 
@@ -32,7 +33,7 @@ from nasir.model import Model
 
 TOP = 4
 """Schedules of the cost model's ranking timed per nest (its choice and the next three), before
-the other register tiles of the spatial schedule."""
+the other register tiles of the spatial schedule and of the channel plan."""
 MARGIN = 0.02
 """How much faster than the cost model's choice another schedule must run alone to be kept (a
 closer time is within the noise of a median of seven)."""
