@@ -4,10 +4,10 @@ For each distinct conv or gemm of a model (by `nest_signature`: its shape, strid
 epilogue), the few schedules the cost model ranks highest, the spatial schedule with each other
 register tile (a grouped conv with fewer channels a group than lanes has only those) and the
 channel plan with its other register tiles, up to all registers but 4 in accumulators
-(`candidate_schedules(..., tiles=True)`), are compiled alone and timed (`nasir.kernels.KernelTimes`, the search's
-kernel cache), and the fastest goes into the tuning database (`nasir.lowering.schedule.tuned`)
-under the target CPU's name, where default-schedule finds it in every later compile of any model
-with that nest. A nest the database already holds for the CPU is not timed again.
+(`candidate_schedules(..., tiles=True)`), are compiled alone and timed
+(`nasir.kernels.KernelTimes`, the search's kernel cache), and the fastest goes into the tuning
+database (`nasir.lowering.schedule.tuned`) under the target CPU's name, where default-schedule
+finds it in every later compile of any model with that nest. A nest the database already holds for the CPU is not timed again.
 
     report = nasir.tune(nasir.load("resnet34.onnx"))       # about 15 distinct convs, about 15 schedules each
     report.gain                                            # sum of cost-model times / tuned, alone

@@ -193,15 +193,12 @@ def spatial_tiles(n: NestView, target: CPUTarget) -> list[tuple[int | None, int 
     return pairs + alone + wider
 
 
-def channel_tiles(n: NestView, target: CPUTarget) -> list[ChannelPlan]:
-    """The channel plan's other register tiles, for tuning to time: for each block of r_col channel
-    vectors, the most points that fit `tile_registers`, the most that divide the row, and half the
-    registers' worth (the cost model's budget counts the broadcasts a window keeps live; LLVM may
-    reload them instead: on Zen 3 a grouped 3x3 conv's 1 x 8 tile ran 0.61-0.93x the time of
-    2 x 4). Empty without a channel plan."""
-    plan = channel_vector_plan(n, target)
-    if plan is None:
-        return []
+def channel_tiles(plan: ChannelPlan, target: CPUTarget) -> list[ChannelPlan]:
+    """`plan` (a nest's channel plan) with other register tiles, for tuning to time: for each block
+    of r_col channel vectors, the most points that fit `tile_registers`, the most that divide the
+    row, and half the registers' worth (the cost model's budget counts the broadcasts a window keeps
+    live; LLVM may reload them instead: on Zen 3 a grouped 3x3 conv's 1 x 8 tile ran 0.61-0.93x the
+    time of 2 x 4)."""
     tiles = []
     for r_col in (1, 2, 3, 4):
         if (plan.col_extent // target.lanes) % r_col:
@@ -328,7 +325,8 @@ def candidate_schedules(n: NestView, target: CPUTarget, limit: int, tiles: bool 
     than lanes has no channel plan, and its tile is what tuning can change; then the channel plan
     with its other register tiles (`channel_tiles`)."""
     spatial = spatial_vector_schedule(n, target)
-    plans: list = channel_vector_plans(n, target)
+    channel = channel_vector_plans(n, target)
+    plans: list = list(channel)
     if plans and channel_score(plans[0], target) > spatial_score(n, spatial, target):
         plans.insert(1, spatial)
     else:
@@ -336,13 +334,10 @@ def candidate_schedules(n: NestView, target: CPUTarget, limit: int, tiles: bool 
     ranked = [p if isinstance(p, Schedule) else channel_vector_schedule(n, p, target) for p in plans[:limit]]
     if tiles:
         seen = {str(s.to_attr()) for s in ranked}
-        for tile in spatial_tiles(n, target):
-            variant = spatial_vector_schedule(n, target, tile)
-            if (key := str(variant.to_attr())) not in seen:
-                seen.add(key)
-                ranked.append(variant)
-        for tile in channel_tiles(n, target):
-            variant = channel_vector_schedule(n, tile, target)
+        variants = [spatial_vector_schedule(n, target, tile) for tile in spatial_tiles(n, target)]
+        if channel:
+            variants += [channel_vector_schedule(n, tile, target) for tile in channel_tiles(channel[0], target)]
+        for variant in variants:
             if (key := str(variant.to_attr())) not in seen:
                 seen.add(key)
                 ranked.append(variant)
