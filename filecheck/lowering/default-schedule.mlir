@@ -6,8 +6,9 @@
 // target's vector width. The 32-channel conv on a 7x7 image would fill 7 of 16 lanes over ow: it is
 // vectorised over output channels instead, from weights packed in blocks of the vector width, with a
 // register tile of every ow x both channel blocks. With AVX2 (8 lanes, 16 registers) the 8 channels
-// of the first conv are one vector, and its 6-point rows one tile; the second conv's tile is its 4
-// channel vectors at one point (a 7-point row would not fit 14 registers beside its broadcasts).
+// of the first conv are one vector, and its 6-point rows one tile; the second conv's tile is 2 of
+// its 4 channel vectors at 4 points: 8 accumulators, as many FMAs as AVX2's two 4-cycle FMA units
+// keep in flight (4 vectors at one point would leave half of them idle; a 7-point row would not fit).
 
 builtin.module {
   func.func @main(%x: tensor<1x4x6x6xf32>, %v: tensor<1x288xf32>, %x7: tensor<1x8x7x7xf32>) -> tensor<1x8x6x6xf32> {
@@ -32,4 +33,4 @@ builtin.module {
 // AVX2: name = "sig"
 // AVX2-SAME: schedule = {splits = {{\[}}["i1", 8 : i64]]
 // AVX2: name = "conv7"
-// AVX2-SAME: schedule = {splits = {{\[}}["co", 8 : i64]], order = ["n", "oh", "ow", "ci", "kh", "kw", "co.o", "co.i"], vector = "co.i", unroll = {co.o = 4 : i64, kw = 3 : i64, kh = 3 : i64}, parallel = "oh", pack = {"1" = "OIHW8o"}}
+// AVX2-SAME: schedule = {splits = {{\[}}["co", 8 : i64], ["ow", 4 : i64], ["co.o", 2 : i64]], order = ["n", "co.o.o", "oh", "ow.o", "ci", "kh", "kw", "ow.i", "co.o.i", "co.i"], vector = "co.i", unroll = {ow.i = 4 : i64, co.o.i = 2 : i64, kw = 3 : i64, kh = 3 : i64}, parallel = "co.o.o", pack = {"1" = "OIHW8o"}}

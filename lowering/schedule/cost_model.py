@@ -27,6 +27,25 @@ def tile_input1_bytes(target: CPUTarget) -> int:
     return 3 * target.l1_bytes
 
 
+LATENCY_SLACK = 1.5
+"""Independent accumulators a register tile needs per FMA in flight (the FMA latency times the
+FMAs issued per cycle) to keep the FMA units busy beside its loads and loop overhead. Zen 3 (4 x 2
+in flight, AVX2): 12-accumulator tiles ran 0.6-0.75x the time of 8-accumulator ones (ResNeXt-29's
+1x1 convs: channel 2 x 6 against 2 x 4, spatial 4 x 3 against 4 x 2)."""
+
+
+def accumulators_needed(target: CPUTarget) -> int:
+    """Accumulators that hide the FMA latency (`LATENCY_SLACK`): 12 on Zen 3 and Zen 5, 6 on Zen 4
+    (one 16-lane FMA a cycle)."""
+    return math.ceil(LATENCY_SLACK * target.fma_latency * target.fmas_per_cycle)
+
+
+def latency_bound(accumulators: int, target: CPUTarget) -> float:
+    """Fraction of the FMA rate a register tile of `accumulators` independent chains keeps
+    (`accumulators_needed`)."""
+    return min(1.0, accumulators / accumulators_needed(target))
+
+
 def max_accumulators(target: CPUTarget) -> int:
     """Vector accumulators of a spatial register tile: half the vector registers (16 of AVX-512's
     32), the rest for its input vectors, broadcasts and addresses."""
@@ -41,7 +60,8 @@ def channel_score(plan: "ChannelPlan", target: CPUTarget) -> float:
     """Estimated fraction of the FMA rate a channel schedule keeps: its lanes and epilogue
     (`ChannelPlan.efficiency`) and its loads per FMA. (The L2 term of `channel_tile_score` only
     ranks the tiles of one nest.)"""
-    return plan.efficiency * load_bound(channel_loads_per_fma(plan.r_col, plan.r_row, plan.window), target)
+    return (plan.efficiency * load_bound(channel_loads_per_fma(plan.r_col, plan.r_row, plan.window), target)
+            * latency_bound(plan.r_col * plan.r_row, target))
 
 
 def spatial_score(n: NestView, sched: Schedule, target: CPUTarget) -> float:
@@ -62,7 +82,8 @@ def spatial_score(n: NestView, sched: Schedule, target: CPUTarget) -> float:
             lo, hi = affine.expr_range(expr, extents)
             left, right = left or lo < 0, right or hi >= n.in_shapes[0][axis]
     score *= 1 - EDGE_COST * min(left + right, vectors) / vectors
-    return score * load_bound(spatial_loads_per_fma(n, sched), target)
+    rows, cols = spatial_tile(n, sched)
+    return score * load_bound(1 / rows + 1 / cols, target) * latency_bound(rows * cols, target)
 
 
 EDGE_COST = 0.4
@@ -76,9 +97,10 @@ def load_bound(loads_per_fma: float, target: CPUTarget) -> float:
     return min(1.0, target.loads_per_fma / loads_per_fma)
 
 
-def spatial_loads_per_fma(n: NestView, sched: Schedule) -> float:
-    """Loads per FMA of a spatial register tile of c output channels x r rows: each input vector
-    feeds c FMAs, each broadcast weight r."""
+def spatial_tile(n: NestView, sched: Schedule) -> tuple[int, int]:
+    """(r, c): the rows (read by input 0) and output channels (read by the weight only) of a
+    spatial register tile, its r x c accumulators; each input vector feeds c FMAs, each broadcast
+    weight r, so it loads 1/r + 1/c per FMA."""
     read0 = {n.dims[pos][0] for pos in affine.map_dims(n.maps[0])} if n.maps else set()
     reductions = {name for name, _ in n.dims[n.npar:]}
     rows = cols = 1
@@ -88,7 +110,7 @@ def spatial_loads_per_fma(n: NestView, sched: Schedule) -> float:
                 rows *= factor
             else:
                 cols *= factor
-    return 1 / rows + 1 / cols
+    return rows, cols
 
 
 BALANCED_ITERATIONS = 8
@@ -242,11 +264,12 @@ def channel_tile_score(r_col: int, r_row: int, used: float, red: int, target: CP
                        window: Window | None = None) -> float:
     """Estimated fraction of the FMA rate a channel tile of r_col vectors x r_row points keeps:
     its loads per FMA beyond the target's `loads_per_fma` slow it, its epilogue adds
-    `epilogue_cost` to `red` FMAs per accumulator, and a tail tile (its points need guards) is
-    discounted steeply. Its packed weights stream from L2 when they do not fit L1 beside its inputs."""
+    `epilogue_cost` to `red` FMAs per accumulator, too few accumulators leave the FMA latency
+    exposed (`latency_bound`), and a tail tile (its points need guards) is discounted by its
+    used share to the fourth. Its packed weights stream from L2 when they do not fit L1 beside its inputs."""
     width = target.lanes
     loads = load_bound(channel_loads_per_fma(r_col, r_row, window), target)
-    score = used ** 8 * loads * red / (red + epilogue_cost(r_row, width))
+    score = used ** 4 * loads * latency_bound(r_col * r_row, target) * red / (red + epilogue_cost(r_row, width))
     if r_col * width * red * 4 > target.l1_bytes:  # weight vectors stream from L2
         score *= min(1.0, L2_WEIGHT_VECTORS_PER_FMA * r_row)
     return score
