@@ -140,6 +140,8 @@ BOUNDS_CHECKS = RecordsKey("nasir.bounds_checks", "what each checked access is: 
 WINOGRAD = IntKey("nasir.winograd", "a conv run as 1-D Winograd: outputs of a tile (default-schedule)")
 SCRATCH_BYTES = IntKey("nasir.scratch_bytes", "bytes a compute op's kernel needs of its own while it runs")
 FUSE_ROWS = FlagKey("nasir.fuse_rows", "a max pool whose kernel computes its producer's rows too")
+PAD_ROWS = IntKey("nasir.pad_rows", "rows below each channel plane of a nest's NCHW result that no nest "
+                   "writes or reads (pad-planes: a plane pitch off the cache sets' period)")
 IN_PLACE = IntKey("nasir.in_place", "a bufferized nest writes its result over this operand's bytes")
 SCRATCH_OFFSET = IntKey("nasir.scratch_offset", "arena offset of a bufferized op's scratch bytes")
 WEIGHT = StrKey("nasir.weight", "the weight a view of the weights buffer is (nest-bufferize)")

@@ -62,9 +62,16 @@ from xdsl.traits import Pure
 from xdsl.utils.exceptions import VerifyException
 
 from nasir.dialects.affine import expr_range, map_dims
+from nasir.dialects.attributes import PAD_ROWS
 from nasir.dialects.nn import Conv2DOp, GemmOp, MatMulOp
 from nasir.dialects.schedule import Schedule
 from nasir.dialects.shapes import Shape, shape_of, tensor
+
+def pad_rows(value: SSAValue) -> int:
+    """Rows below each channel plane of `value` (an NCHW nest result) that hold no element of it
+    (`PAD_ROWS`, pad-planes); 0 for any other value."""
+    return PAD_ROWS.get(value.owner, 0) if isinstance(value.owner, ComputeOp) else 0
+
 
 COMBINERS = {"mac": 2, "max": 1, "avg": 1, "copy": 1}
 """Combiner name -> number of leading inputs it reads; later inputs serve the epilogue."""
@@ -279,8 +286,11 @@ class ComputeOp(IRDLOperation):
                 raise VerifyException(
                     f"{where}: map {i} is {amap.num_dims}-d -> {len(amap.results)} but the domain has "
                     f"{ndims} dims and input {i} has rank {rank}")
-            for e in amap.results:
-                expr_range(e, extents)
+            padded = pad_rows(operand)
+            for axis, e in enumerate(amap.results):
+                lo, hi = expr_range(e, extents)
+                if padded and axis == 2 and hi >= shape_of(operand)[2] - padded:
+                    raise VerifyException(f"{where}: input {i} is read in the {padded} padding rows of its planes")
         out_shape = shape_of(self.result)
         omap = self.output_map
         if omap.num_dims != ndims or len(omap.results) != len(out_shape):
@@ -292,10 +302,14 @@ class ComputeOp(IRDLOperation):
             if lo < 0 or hi >= out_shape[axis]:
                 raise VerifyException(
                     f"{where}: out_map result {axis} spans [{lo}, {hi}] outside the output extent {out_shape[axis]}")
-        if math.prod(extents[:npar]) != math.prod(out_shape):
+        padded = PAD_ROWS.get(self, 0)
+        written = math.prod(out_shape) * (out_shape[2] - padded) // out_shape[2] if padded else math.prod(out_shape)
+        if padded and (len(out_shape) != 4 or expr_range(omap.results[2], extents)[1] >= out_shape[2] - padded):
+            raise VerifyException(f"{where}: writes the {padded} padding rows of its result's planes")
+        if math.prod(extents[:npar]) != written:
             raise VerifyException(
                 f"{where}: parallel dims cover {math.prod(extents[:npar])} points but the output has "
-                f"{math.prod(out_shape)} elements")
+                f"{written} elements" + (f" outside its {padded} padding rows" if padded else ""))
         for kind, refs, _ in self.steps:
             for k in refs:
                 if not arity <= k < len(self.inputs):

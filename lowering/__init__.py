@@ -1,7 +1,7 @@
 """nasir.lowering: the conversions between levels, one subpackage each, and the passes' registry.
 
     nn_to_nest/     convert-nn-to-nest, lower-batch-norm
-    schedule/       default-schedule, pack-weights, pack-activations, the Winograd plan (CPU)
+    schedule/       default-schedule, pack-weights, pack-activations, pad-planes, the Winograd plan (CPU)
     bufferize.py    nest-bufferize
     nest_to_loops/  convert-nest-to-loops
     loops_to_llvm/  convert-loops-to-llvm, LLVM IR, O3

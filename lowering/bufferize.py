@@ -130,7 +130,7 @@ class Arena:
 def in_place_operand(op: Operation, owns_bytes: Callable[[SSAValue], bool]) -> int | None:
     """The operand whose bytes `op` may write its result over: one that only its epilogue reads,
     at the output's own index (`maps[k] == out_map`: each element is read just before it is
-    written), of the result's size, and `owns_bytes` (an arena value no one reads later)."""
+    written), of the result's shape (pad-planes may give either padding rows), and `owns_bytes` (an arena value no one reads later)."""
     if not isinstance(op, nest.ComputeOp):
         return None
     result = op.results[0]
@@ -138,7 +138,7 @@ def in_place_operand(op: Operation, owns_bytes: Callable[[SSAValue], bool]) -> i
     for k in sorted(epilogue):
         v = op.operands[k]
         uses = [j for j, o in enumerate(op.operands) if o is v]
-        if (owns_bytes(v) and nbytes(shape_of(v)) == nbytes(shape_of(result))
+        if (owns_bytes(v) and shape_of(v) == shape_of(result)
                 and all(j in epilogue and op.access_maps[j] == op.output_map for j in uses)):
             return k
     return None

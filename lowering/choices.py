@@ -12,7 +12,7 @@ graph exercised. Per nest:
   `channel-pool` (a max pool with lanes over channels), `depthwise-channel`, `fused-rows pool` (a
   channel-pool whose kernel computes its producer's rows: FUSE_ROWS);
 - **layouts** of its main input and its output: `NCHWc` where pack-activations blocked the
-  tensor, else `plain`;
+  tensor, `padded` where pad-planes gave its planes a padding row, else `plain`;
 - **epilogue**: the fused steps (`relu`, `clip`, `sigmoid`, `hard_swish`, `add` of a tensor,
   `bias` for an add of a vector, ...);
 - **tail**: the vector loop's extent is not a multiple of its lanes (a masked last vector);
@@ -51,7 +51,7 @@ from nasir.lowering.target import CPUTarget, set_target, target_of
 
 FAMILIES = ("spatial", "channel", "winograd", "channel-pool", "depthwise-channel", "fused-rows pool")
 """Every schedule family default-schedule chooses from."""
-LAYOUTS = ("plain", "NCHWc")
+LAYOUTS = ("plain", "NCHWc", "padded")
 
 
 @dataclass(frozen=True)
@@ -142,7 +142,7 @@ def epilogue_names(op: nest.ComputeOp) -> tuple[str, ...]:
 
 
 def _layout(value) -> str:
-    return "NCHWc" if len(shape_of(value)) == 5 else "plain"
+    return "NCHWc" if len(shape_of(value)) == 5 else "padded" if nest.pad_rows(value) else "plain"
 
 
 def lowering_choices(module: ModuleOp, cpu: str | CPUTarget | None = None) -> LoweringChoices:
@@ -155,11 +155,11 @@ def lowering_choices(module: ModuleOp, cpu: str | CPUTarget | None = None) -> Lo
         set_target(out, cpu)
     target = target_of(out)
     stages = LLVM_PIPELINE.split(",")
-    scheduled, packed, bufferized = (stages.index(s) + 1 for s in
-                                     ("default-schedule", "pack-activations", "nest-bufferize"))
+    scheduled, laid_out, bufferized = (stages.index(s) + 1 for s in
+                                     ("default-schedule", "pad-planes", "nest-bufferize"))
     run_pipeline(out, ",".join(stages[:scheduled]))
     families = {op.layer_name: family(op) for op in out.walk() if isinstance(op, nest.ComputeOp)}
-    run_pipeline(out, ",".join(stages[scheduled:packed]))
+    run_pipeline(out, ",".join(stages[scheduled:laid_out]))
     choices = LoweringChoices()
     for op in out.walk():
         if not isinstance(op, nest.ComputeOp):
@@ -175,7 +175,7 @@ def lowering_choices(module: ModuleOp, cpu: str | CPUTarget | None = None) -> Lo
                 choices.transitions.add((families[producer.layer_name], _layout(value), consumer))
     returned = next(op for op in out.walk() if isinstance(op, func.ReturnOp)).operands
     choices.outputs = [v.owner.layer_name for v in returned if isinstance(v.owner, nest.ComputeOp)]
-    run_pipeline(out, ",".join(stages[packed:bufferized]))
+    run_pipeline(out, ",".join(stages[laid_out:bufferized]))
     for op in out.walk():
         if isinstance(op, nest.ComputeOp) and IN_PLACE.on(op):
             choice = choices.nests[op.layer_name]

@@ -26,6 +26,7 @@ from nasir.lowering.nn_to_nest.convert import ConvertNnToNestPass
 from nasir.lowering.schedule.default_schedule import DefaultSchedulePass
 from nasir.lowering.schedule.pack_activations import PackActivationsPass
 from nasir.lowering.schedule.pack_weights import PackWeightsPass
+from nasir.lowering.schedule.pad_planes import PadPlanesPass
 from nasir.transforms.bottleneck import BottleneckPass
 from nasir.transforms.fold_batch_norm import FoldBatchNormPass
 from nasir.transforms.fuse_epilogue import FuseEpiloguePass
@@ -54,7 +55,7 @@ PASSES: tuple[type[ModulePass], ...] = (
     # analyses
     PrintCapacityPass,
     # lowering (the llvm pipeline, in order)
-    ConvertNnToNestPass, LowerBatchNormPass, DefaultSchedulePass, PackActivationsPass, PackWeightsPass,
+    ConvertNnToNestPass, LowerBatchNormPass, DefaultSchedulePass, PackActivationsPass, PadPlanesPass, PackWeightsPass,
     NestBufferizePass, ConvertNestToLoopsPass, ConvertLoopsToLLVMPass,
 )
 

@@ -28,7 +28,9 @@ from xdsl.ir import Block, Region
 
 from nasir import dialects, lowering, runtime
 from nasir.dialects import nest, nn
+from nasir.dialects.attributes import PAD_ROWS
 from nasir.dialects.module import WeightStore
+from nasir.lowering.schedule.pad_planes import aliased, padded, reads_rows_only
 from nasir.lowering.schedule.tuned import cache_dir
 from nasir.lowering.target import CPU_ENV, host_target, set_target
 from nasir.model import Model
@@ -50,12 +52,21 @@ def standalone(model: Model, op: nest.ComputeOp, batch: int | None = None) -> Mo
 
     `batch`: the nest at that batch instead of its own, so the search's candidate at the Fisher
     batch gives the kernels of the batch-1 network it stands for (printed identically to those
-    of that network transformed itself); `NotBatched` when the batch is not its first dimension."""
+    of that network transformed itself); `NotBatched` when the batch is not its first dimension.
+    Its arguments and result have the padding rows pad-planes would give them in a compile (NCHW
+    planes a multiple of 1 KiB apart: an argument it reads at rows only, its result), so it is
+    timed on the planes it runs on."""
     data = [v for v in op.inputs if not is_weight(v)]
     types = [v.type for v in data]
     result_type, domain = op.result.type, op.domain
     if batch is not None:
         types, result_type, domain = nest_at_batch(op, batch)
+    # the planes pad-planes would give it in a compile: an argument it reads at rows only, its result
+    types = [padded(t) if aliased(t.get_shape()) and all(reads_rows_only(op, k) for k, u in enumerate(op.inputs)
+                                                        if u is v) else t for v, t in zip(data, types)]
+    pad_result = aliased(result_type.get_shape())
+    if pad_result:
+        result_type = padded(result_type)
     block = Block(arg_types=types)
     mapping = dict(zip(data, block.args))
     store = WeightStore()
@@ -68,6 +79,8 @@ def standalone(model: Model, op: nest.ComputeOp, batch: int | None = None) -> Mo
     properties = {**op.properties, "name": StringAttr("nest"), "domain": domain}
     clone = nest.ComputeOp.create(operands=[mapping[v] for v in op.inputs], properties=properties,
                                   result_types=[result_type])
+    if pad_result:
+        PAD_ROWS.set(clone, 1)
     block.add_ops([clone, func.ReturnOp(clone.result)])
     main = func.FuncOp("main", (types, [result_type]), Region(block))
     return Model(ModuleOp([main]), store, [f"x{k}" for k in range(len(data))], ["y"])

@@ -11,10 +11,10 @@ the torch backend, against ONNX Runtime.
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
+from onnx_graphs import Initializers, save_graph
 
 from nasir.frontend.onnx_import import import_onnx
 from nasir.runtime.llvm_executable import compile_llvm
@@ -22,19 +22,8 @@ from nasir.runtime.torch_executable import compile_torch
 
 
 def _graph(path) -> None:
-    rng = np.random.default_rng(0)
-    inits: list[onnx.TensorProto] = []
-
-    def const(name: str, array) -> str:
-        inits.append(numpy_helper.from_array(np.asarray(array), name))
-        return name
-
-    def conv_weight(name: str, shape) -> str:
-        fan_in = int(np.prod(shape[1:]))
-        return const(name, (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32))
-
-    def bias(name: str, n: int) -> str:
-        return const(name, (0.1 * rng.standard_normal(n)).astype(np.float32))
+    inits = Initializers()
+    const, conv_weight, bias, rng = inits.const, inits.conv_weight, inits.bias, inits.rng
 
     n = helper.make_node
     nodes = [
@@ -72,12 +61,7 @@ def _graph(path) -> None:
         n("ReduceMean", ["sp"], ["pooled"], axes=[2, 3], keepdims=0),
         n("LogSoftmax", ["pooled"], ["y"], axis=1),
     ]
-    graph = helper.make_graph(nodes, "cnn_ops", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 16, 16])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 256])], initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    onnx.save(model, path)
+    save_graph(path, "cnn_ops", nodes, inits, (1, 16, 16, 16), (1, 256))
 
 
 @pytest.fixture(scope="module")

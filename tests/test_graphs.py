@@ -50,15 +50,17 @@ REQUIRED_TRANSITIONS = {
     ("channel", "plain", "winograd"), ("channel", "plain", "spatial+epilogue"), ("winograd", "NCHWc", "channel-pool"),
     ("winograd", "plain", "channel"), ("depthwise-channel", "NCHWc", "channel-pool"), ("fused-rows pool", "plain", "spatial"),
     ("depthwise-channel", "plain", "channel"), ("channel", "NCHWc", "channel+epilogue"),
-    ("winograd", "NCHWc", "fused-rows pool"),
+    ("winograd", "NCHWc", "fused-rows pool"), ("spatial", "padded", "spatial"), ("spatial", "padded", "channel-pool"),
+    ("channel", "padded", "spatial"),
 }
 """Transitions (producer family, layout, consumer family) every run must exercise."""
 MAX_LAYERS = 8
 """Layers of a drawn case at most (a 12-layer graph takes up to a minute to compile checked: the
 fuzzer, `python -m nasir.fuzz`, draws those)."""
-COVERING_SEEDS = [106, 8, 365, 14, 47, 265, 169, 306, 59, 18, 162, 142, 114, 380]
+COVERING_SEEDS = [106, 8, 365, 14, 47, 265, 169, 306, 59, 18, 162, 142, 114, 380, 11, 81, 2]
 """Seeds of `SeededDraw` whose 6-layer cases together exercise every required choice and transition
-(a greedy cover of 1,500 seeds' `lowering_choices`), run as @examples before the drawn cases."""
+(a greedy cover of 1,500 seeds' `lowering_choices`; 11, 81 and 2 added for pad-planes' padded
+planes and the plain residual a padded one displaced), run as @examples before the drawn cases."""
 
 
 class HypothesisDraw:

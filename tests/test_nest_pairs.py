@@ -166,15 +166,20 @@ def test_kernel_writing_bytes_another_argument_holds_is_refused():
 def test_winograd_conv_writing_over_its_residual_keeps_noalias_on_its_scratch():
     """A Winograd conv (its scratch the last kernel argument) that writes its result over the
     residual it adds: the residual and the result share bytes and lose noalias, the scratch keeps
-    it (before, the result kept it and the scratch lost it). torch's numbers."""
+    it (before, the result kept it and the scratch lost it). torch's numbers. (A 1x1 conv reads the
+    residual first, by broadcasts over its channels: it stays NCHW, as the Winograd conv's result
+    is, at both widths; channel-blocked, it would not share that result's bytes.)"""
     ws, w, v, x = rand(64, 8, 1, 1), rand(64, 8, 7, 7) / 20, rand(8, 64, 1, 1) / 8, rand(1, 8, 32, 32)
+    p = rand(8, 64, 1, 1) / 8
 
     def body(a, W):
         side = nn.Conv2DOp.new(a[0], W("ws", ws), strides=(2, 2)).named("side")
         relu = nn.ReluOp.new(side.results[0]).named("relu")
+        probe = nn.Conv2DOp.new(relu.results[0], W("p", p)).named("probe")
         stem = nn.Conv2DOp.new(a[0], W("w", w), strides=(2, 2), pads=(3,) * 4).named("stem")
         add = nn.AddOp.new(stem.results[0], relu.results[0]).named("add")
-        return [side, relu, stem, add, nn.Conv2DOp.new(add.results[0], W("v", v)).named("last")]
+        last = nn.Conv2DOp.new(add.results[0], W("v", v)).named("last")
+        return [side, relu, probe, stem, add, last, nn.AddOp.new(last.results[0], probe.results[0]).named("sum")]
 
     model = build([(1, 8, 32, 32)], body)
     assert WINOGRAD.on(scheduled_nests(model)["stem"])
@@ -182,8 +187,9 @@ def test_winograd_conv_writing_over_its_residual_keeps_noalias_on_its_scratch():
     kernel = next(f for f in lowered.module.ops if isinstance(f, func.FuncOp) and f.sym_name.data == "stem")
     # x, the packed weight, the residual, the result, the scratch
     assert ["llvm.noalias" in a.data for a in kernel.arg_attrs.data] == [True, True, False, False, True]
-    t = {name: torch.from_numpy(a) for name, a in dict(ws=ws, w=w, v=v, x=x).items()}
-    want = F.conv2d(F.conv2d(t["x"], t["w"], stride=2, padding=3) + F.conv2d(t["x"], t["ws"], stride=2).relu(), t["v"])
+    t = {name: torch.from_numpy(a) for name, a in dict(ws=ws, w=w, v=v, p=p, x=x).items()}
+    side = F.conv2d(t["x"], t["ws"], stride=2).relu()
+    want = F.conv2d(F.conv2d(t["x"], t["w"], stride=2, padding=3) + side, t["v"]) + F.conv2d(side, t["p"])
     np.testing.assert_allclose(run(model, x), want.numpy(), rtol=1e-4, atol=1e-4)
 
 

@@ -27,6 +27,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from nasir.dialects import nest
 from nasir.dialects.schedule import Schedule
+from nasir.lowering.schedule.pad_planes import ALIASING_BYTES
 from nasir.transforms.nest_spec import is_weight
 
 NO_TUNING = "none"
@@ -48,13 +49,19 @@ def default_tuning_db() -> Path:
     return cache_dir() / "tuning.db"
 
 
+MEMORY_LAYOUT = f"planes padded at {ALIASING_BYTES} bytes"
+"""How the llvm backend lays out the activations a tuned nest reads and writes (pad-planes), part of
+every signature: a schedule timed on other planes (aliased ones, before pad-planes) is not the one
+to give a nest now, so the database forgets it."""
+
+
 def nest_signature(op: nest.ComputeOp) -> str:
     """What `op` computes, its name and schedule left out: its properties, its operands' types and
-    which operands are weights. Two convs of one shape, stride and fused epilogue share it, in
-    any model (the layer's place in the graph does not count)."""
+    which operands are weights, and the `MEMORY_LAYOUT` it runs on. Two convs of one shape, stride
+    and fused epilogue share it, in any model (the layer's place in the graph does not count)."""
     properties = sorted((k, str(v)) for k, v in op.properties.items() if k not in ("name", "schedule"))
     operands = [(str(v.type), is_weight(v)) for v in op.inputs]
-    text = repr((properties, operands, str(op.result.type)))
+    text = repr((properties, operands, str(op.result.type), MEMORY_LAYOUT))
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 

@@ -1,0 +1,113 @@
+"""pad-planes: a ResNeXt-like block on 32 x 32 and 16 x 16 images (planes 4 KiB and 1 KiB apart)
+compiled for llvm at both vector widths against ONNX Runtime, with the tensors the pass pads; and
+the nest verifier holding readers off the padding rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+import torch.nn.functional as F
+from onnx import helper
+from onnx_graphs import Initializers, save_graph
+from test_llvm_backend import build, rand
+from xdsl.utils.exceptions import VerifyException
+
+from nasir.dialects import nest, nn
+from nasir.dialects.attributes import PAD_ROWS
+from nasir.dialects.shapes import shape_of
+from nasir.frontend.onnx_import import import_onnx
+from nasir.kernels import standalone
+from nasir.lowering.passes import run_pipeline
+from nasir.lowering.pipeline import LLVM_PIPELINE
+from nasir.runtime.llvm_executable import compile_llvm
+from nasir.tuning import tunable_nests
+
+
+def _block(path) -> None:
+    """x (64 x 32 x 32) -> 1x1 128 -> grouped 3x3 -> 1x1 64 (+ x) -> 1x1 64 (+ its input) -> 1x1
+    stride 2 -> 1x1 -> max pool 2x2 -> 3x3 -> mean."""
+    inits = Initializers()
+    weight, bias = inits.conv_weight, inits.bias
+
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["x", weight("w1", (128, 64, 1, 1)), bias("b1", 128)], ["c1"]),
+        n("Relu", ["c1"], ["a"]),
+        n("Conv", ["a", weight("w2", (128, 32, 3, 3)), bias("b2", 128)], ["c2"], pads=[1, 1, 1, 1], group=4),
+        n("Relu", ["c2"], ["b"]),
+        n("Conv", ["b", weight("w3", (64, 128, 1, 1)), bias("b3", 64)], ["c3"]),
+        n("Add", ["c3", "x"], ["s"]),
+        n("Relu", ["s"], ["d"]),
+        n("Conv", ["d", weight("w7", (64, 64, 1, 1)), bias("b7", 64)], ["c7"]),
+        n("Add", ["c7", "d"], ["s7"]),
+        n("Relu", ["s7"], ["d7"]),
+        n("Conv", ["d7", weight("w4", (96, 64, 1, 1)), bias("b4", 96)], ["e"], strides=[2, 2]),
+        n("Conv", ["e", weight("w5", (96, 96, 1, 1)), bias("b5", 96)], ["f"]),
+        n("MaxPool", ["f"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        n("Conv", ["p", weight("w6", (32, 96, 3, 3)), bias("b6", 32)], ["g"], pads=[1, 1, 1, 1]),
+        n("ReduceMean", ["g"], ["y"], axes=[2, 3], keepdims=0),
+    ]
+    save_graph(path, "block", nodes, inits, (1, 64, 32, 32), (1, 32))
+
+
+@pytest.fixture(scope="module")
+def case(tmp_path_factory):
+    path = tmp_path_factory.mktemp("pad_planes") / "block.onnx"
+    _block(path)
+    x = np.random.default_rng(1).standard_normal((1, 64, 32, 32)).astype(np.float32)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return str(path), x, session.run(None, {"x": x})[0]
+
+
+def test_the_block_matches_onnxruntime_with_its_1x1_inputs_padded(case, cpu):
+    path, x, expected = case
+    module = import_onnx(path).module
+    steps = LLVM_PIPELINE.split(",")
+    run_pipeline(module, ",".join(steps[: steps.index("pad-planes") + 1]))
+    padded = {op.layer_name: shape_of(op.result) for op in module.walk()
+              if isinstance(op, nest.ComputeOp) and PAD_ROWS.on(op)}
+    # b, d (read by a 1x1 conv and its residual add), d7 (by a 1x1 conv) and e (16 x 16, by a 1x1
+    # conv) pad; a (read by the grouped 3x3 conv's zero padding) does not; f pads where its max
+    # pool does not read it channel-blocked (pack-activations: with AVX2's 8 lanes)
+    assert padded.pop("conv_1") == (1, 128, 33, 32)  # b
+    assert padded.pop("conv_2") == (1, 64, 33, 32)  # d
+    assert padded.pop("conv_3") == (1, 64, 33, 32)  # d7
+    assert padded.pop("conv_4") == (1, 96, 17, 16)  # e
+    assert padded in ({}, {"conv_5": (1, 96, 17, 16)})
+    np.testing.assert_allclose(compile_llvm(import_onnx(path).module, threads=2)(x), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_the_verifier_keeps_readers_off_the_padding_rows(case):
+    path, _, _ = case
+    module = import_onnx(path).module
+    steps = LLVM_PIPELINE.split(",")
+    run_pipeline(module, ",".join(steps[: steps.index("pad-planes") + 1]))
+    producer = next(op for op in module.walk() if isinstance(op, nest.ComputeOp) and PAD_ROWS.on(op)
+                    and shape_of(op.result)[1] == 128)
+    reader = next(iter(producer.result.uses)).operation
+    reader.verify()
+    PAD_ROWS.set(producer, 2)  # the reader's rows 0..31 now reach into the padding (rows 31, 32)
+    with pytest.raises(VerifyException, match="padding rows"):
+        reader.verify()
+
+
+def test_a_nest_timed_alone_runs_on_the_padded_planes_it_gets_in_a_compile(cpu):
+    """`standalone` (the kernel timings of `nasir tune` and the search): a 1x1 conv 32 -> 48 on
+    16 x 16 takes its argument and writes its result with a padding row below each plane; fed
+    planes whose padding row is NaN, its 16 rows are PyTorch's conv."""
+    w = rand(48, 32, 1, 1)
+    model = build([(1, 32, 16, 16)], lambda a, W: [
+        nn.Conv2DOp.new(a[0], W("w", w), None, (1, 1), (0,) * 4, (1, 1), 1).named("conv")])
+    level, groups = tunable_nests(model, None)
+    (ops,) = groups.values()
+    alone = standalone(level, ops[0])
+    assert "(tensor<1x32x17x16xf32>, tensor<48x32x1x1xf32>) -> tensor<1x48x17x16xf32>" in alone.text()
+    x = rand(1, 32, 16, 16)
+    planes = np.full((1, 32, 17, 16), np.nan, np.float32)
+    planes[:, :, :16] = x
+    got = compile_llvm(alone.transform("default-schedule").module)(planes)
+    want = F.conv2d(torch.tensor(x), torch.tensor(w)).numpy()
+    assert got.shape == (1, 48, 17, 16)
+    np.testing.assert_allclose(got[:, :, :16], want, rtol=1e-4, atol=1e-4)
