@@ -32,6 +32,7 @@ from nasir.fuzz import __main__ as fuzz
 from nasir.fuzz.differential import Outcome, check_case
 from nasir.fuzz.graphs import Case, SeededDraw, random_case
 from nasir.lowering.choices import FAMILIES, LAYOUTS, transition_name
+from nasir.lowering.target import resolve_target
 
 CPUS = [cpu for cpu, _ in WIDTHS.values()]
 pytestmark = pytest.mark.widths  # draws its CPU from both widths (conftest.py)
@@ -145,16 +146,29 @@ def test_saved_regressions_are_valid_graphs():
         onnx.checker.check_model(onnx.load(str(path)), full_check=True)
 
 
+def test_fuzz_cli_runs_the_widths_this_machine_runs(tmp_path, capsys, monkeypatch):
+    """On an AVX2 machine (this one taken for one) the fuzzer compiles AVX2 code only, and refuses
+    AVX-512 code it could not run with a usage error, not a traceback."""
+    monkeypatch.setattr(fuzz, "host_target", lambda: resolve_target("x86-64-v3"))
+    assert fuzz.host_cpus() == "x86-64-v3"
+    with pytest.raises(SystemExit) as stop:
+        fuzz.main(["--cases", "1", "--cpus", "x86-64-v4", "--out", str(tmp_path)])
+    assert stop.value.code == 2 and "cannot run on this CPU" in capsys.readouterr().err
+    monkeypatch.setattr(fuzz, "host_target", lambda: resolve_target("x86-64-v4"))
+    assert fuzz.host_cpus() == "x86-64-v3,x86-64-v4"
+
+
 def test_fuzz_cli_counts_choices_and_saves_mismatches(tmp_path, capsys, monkeypatch):
     """`python -m nasir.fuzz` on one case prints its figures; a mismatch (made here by a wrong
     outcome, monkeypatched) is saved as ONNX with its one-line reproduction."""
-    assert fuzz.main(["--cases", "1", "--seed", "106", "--out", str(tmp_path)]) == 0
+    # AVX2 code, which every x86 machine here runs (the default: the widths this machine runs)
+    assert fuzz.main(["--cases", "1", "--seed", "47", "--cpus", "x86-64-v3", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "1 cases" in out and "1 agree" in out and "family:channel" in out and "channel -[NCHWc]-> channel-pool" in out
 
     monkeypatch.setattr(fuzz, "check_case", lambda case, path: Outcome("mismatch", "max abs diff 1 at output 'y'"))
-    assert fuzz.main(["--cases", "1", "--seed", "106", "--out", str(tmp_path)]) == 1
+    assert fuzz.main(["--cases", "1", "--seed", "47", "--cpus", "x86-64-v3", "--out", str(tmp_path)]) == 1
     line = (tmp_path / "mismatches.txt").read_text()
-    saved = tmp_path / "mismatch-106.onnx"
-    assert line.startswith(f"nasir check {saved} --cpu x86-64-v") and "--checked" in line
+    saved = tmp_path / "mismatch-47.onnx"
+    assert line.startswith(f"nasir check {saved} --cpu x86-64-v3") and "--checked" in line
     onnx.checker.check_model(onnx.load(str(saved)))

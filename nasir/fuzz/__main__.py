@@ -25,8 +25,15 @@ import onnx
 from nasir.fuzz.differential import check_case, reproduction
 from nasir.fuzz.graphs import SeededDraw, random_case
 from nasir.lowering.choices import transition_name
+from nasir.lowering.target import host_target, resolve_target
 
-CPUS = "x86-64-v3,x86-64-v4"
+WIDTHS = ("x86-64-v3", "x86-64-v4")
+"""AVX2 and AVX-512 code: the fuzzer runs what it compiles, so by default the ones this host runs."""
+
+
+def host_cpus() -> str:
+    """The CPUs of `WIDTHS` whose code runs here (both on an AVX-512 machine, AVX2 on an AVX2 one)."""
+    return ",".join(cpu for cpu in WIDTHS if resolve_target(cpu).lanes <= host_target().lanes)
 
 
 def coverage_table(title: str, counts: Counter) -> str:
@@ -39,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--minutes", type=float, default=30.0, help="how long to draw cases (default 30)")
     p.add_argument("--cases", type=int, default=0, help="stop after this many cases (default: no limit)")
     p.add_argument("--seed", type=int, default=None, help="the first seed (default: from the clock)")
-    p.add_argument("--cpus", default=CPUS, help=f"CPUs the cases are compiled for (default {CPUS})")
+    p.add_argument("--cpus", default=host_cpus(),
+                   help=f"CPUs the cases are compiled for (default: those of {', '.join(WIDTHS)} this machine runs)")
     p.add_argument("--out", default="fuzz-out", help="folder of the mismatches (default fuzz-out)")
     p.add_argument("--every", type=float, default=60.0, help="seconds between progress lines (default 60)")
     args = p.parse_args(argv)
@@ -47,6 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     seed = int(time.time()) if args.seed is None else args.seed
     cpus = args.cpus.split(",")
+    host = host_target()
+    for cpu in cpus:
+        if resolve_target(cpu).lanes > host.lanes:
+            p.error(f"{cpu}'s code ({resolve_target(cpu).lanes}-lane vectors) cannot run on this CPU ({host.cpu}, "
+                    f"{host.lanes} lanes), and the fuzzer runs what it compiles: leave --cpus out")
     statuses, choices, transitions, refusals = Counter(), Counter(), Counter(), Counter()
     start = last = time.monotonic()
     print(f"fuzzing from seed {seed} for {args.minutes:g} min, CPUs {', '.join(cpus)}; mismatches in {out}/",
