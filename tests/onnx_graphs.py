@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 
@@ -35,3 +36,10 @@ def save_graph(path, name: str, nodes, inits: Initializers, x_shape, y_shape) ->
     model.ir_version = 8
     onnx.checker.check_model(model)
     onnx.save(model, path)
+
+
+def onnxruntime_case(path, x_shape, seed: int = 1) -> tuple[str, np.ndarray, np.ndarray]:
+    """(path, a seeded standard-normal x of `x_shape`, ONNX Runtime's y for it): the oracle's case."""
+    x = np.random.default_rng(seed).standard_normal(x_shape).astype(np.float32)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return str(path), x, session.run(None, {"x": x})[0]

@@ -11,10 +11,9 @@ the torch backend, against ONNX Runtime.
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 from onnx import helper
-from onnx_graphs import Initializers, save_graph
+from onnx_graphs import Initializers, onnxruntime_case, save_graph
 
 from nasir.frontend.onnx_import import import_onnx
 from nasir.runtime.llvm_executable import compile_llvm
@@ -68,9 +67,7 @@ def _graph(path) -> None:
 def case(tmp_path_factory):
     path = tmp_path_factory.mktemp("cnn_ops") / "cnn_ops.onnx"
     _graph(path)
-    x = np.random.default_rng(1).standard_normal((1, 16, 16, 16)).astype(np.float32)
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    return str(path), x, session.run(None, {"x": x})[0]
+    return onnxruntime_case(path, (1, 16, 16, 16))
 
 
 def test_on_torch(case):

@@ -5,12 +5,11 @@ the nest verifier holding readers off the padding rows."""
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 import torch
 import torch.nn.functional as F
 from onnx import helper
-from onnx_graphs import Initializers, save_graph
+from onnx_graphs import Initializers, onnxruntime_case, save_graph
 from test_llvm_backend import build, rand
 from xdsl.utils.exceptions import VerifyException
 
@@ -56,9 +55,7 @@ def _block(path) -> None:
 def case(tmp_path_factory):
     path = tmp_path_factory.mktemp("pad_planes") / "block.onnx"
     _block(path)
-    x = np.random.default_rng(1).standard_normal((1, 64, 32, 32)).astype(np.float32)
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    return str(path), x, session.run(None, {"x": x})[0]
+    return onnxruntime_case(path, (1, 64, 32, 32))
 
 
 def test_the_block_matches_onnxruntime_with_its_1x1_inputs_padded(case, cpu):

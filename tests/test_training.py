@@ -295,7 +295,7 @@ def test_ctrl_c_stops_nasir_train_with_one_line_and_the_same_command_resumes(tin
         time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130
+    assert proc.returncode == 130, err  # once 1 in a loaded suite on a Zen 3 (not reproduced alone)
     assert err.strip().splitlines()[-1] == "nasir: interrupted; run the same command again to resume"
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
     saved = len((tmp_path / "run" / "metrics.csv").read_text().splitlines()) - 1
