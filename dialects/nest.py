@@ -67,6 +67,7 @@ from nasir.dialects.nn import Conv2DOp, GemmOp, MatMulOp
 from nasir.dialects.schedule import Schedule
 from nasir.dialects.shapes import Shape, shape_of, tensor
 
+
 def pad_rows(value: SSAValue) -> int:
     """Rows below each channel plane of `value` (an NCHW nest result) that hold no element of it
     (`PAD_ROWS`, pad-planes); 0 for any other value."""
@@ -303,9 +304,9 @@ class ComputeOp(IRDLOperation):
                 raise VerifyException(
                     f"{where}: out_map result {axis} spans [{lo}, {hi}] outside the output extent {out_shape[axis]}")
         padded = PAD_ROWS.get(self, 0)
-        written = math.prod(out_shape) * (out_shape[2] - padded) // out_shape[2] if padded else math.prod(out_shape)
         if padded and (len(out_shape) != 4 or expr_range(omap.results[2], extents)[1] >= out_shape[2] - padded):
             raise VerifyException(f"{where}: writes the {padded} padding rows of its result's planes")
+        written = math.prod(out_shape) * (out_shape[2] - padded) // out_shape[2] if padded else math.prod(out_shape)
         if math.prod(extents[:npar]) != written:
             raise VerifyException(
                 f"{where}: parallel dims cover {math.prod(extents[:npar])} points but the output has "

@@ -130,7 +130,8 @@ class Arena:
 def in_place_operand(op: Operation, owns_bytes: Callable[[SSAValue], bool]) -> int | None:
     """The operand whose bytes `op` may write its result over: one that only its epilogue reads,
     at the output's own index (`maps[k] == out_map`: each element is read just before it is
-    written), of the result's shape (pad-planes may give either padding rows), and `owns_bytes` (an arena value no one reads later)."""
+    written), of the result's shape (pad-planes may give either padding rows), and `owns_bytes`
+    (an arena value no one reads later)."""
     if not isinstance(op, nest.ComputeOp):
         return None
     result = op.results[0]

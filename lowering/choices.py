@@ -156,7 +156,7 @@ def lowering_choices(module: ModuleOp, cpu: str | CPUTarget | None = None) -> Lo
     target = target_of(out)
     stages = LLVM_PIPELINE.split(",")
     scheduled, laid_out, bufferized = (stages.index(s) + 1 for s in
-                                     ("default-schedule", "pad-planes", "nest-bufferize"))
+                                       ("default-schedule", "pad-planes", "nest-bufferize"))
     run_pipeline(out, ",".join(stages[:scheduled]))
     families = {op.layer_name: family(op) for op in out.walk() if isinstance(op, nest.ComputeOp)}
     run_pipeline(out, ",".join(stages[scheduled:laid_out]))

@@ -62,9 +62,9 @@ def standalone(model: Model, op: nest.ComputeOp, batch: int | None = None) -> Mo
     if batch is not None:
         types, result_type, domain = nest_at_batch(op, batch)
     # the planes pad-planes would give it in a compile: an argument it reads at rows only, its result
-    types = [padded(t) if aliased(t.get_shape()) and all(reads_rows_only(op, k) for k, u in enumerate(op.inputs)
-                                                        if u is v) else t for v, t in zip(data, types)]
-    pad_result = aliased(result_type.get_shape())
+    types = [padded(t) if aliased(t) and all(reads_rows_only(op, k) for k, u in enumerate(op.inputs) if u is v)
+             else t for v, t in zip(data, types)]
+    pad_result = aliased(result_type)
     if pad_result:
         result_type = padded(result_type)
     block = Block(arg_types=types)

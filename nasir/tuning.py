@@ -7,7 +7,8 @@ channel plan with its other register tiles, up to all registers but 4 in accumul
 (`candidate_schedules(..., tiles=True)`), are compiled alone and timed
 (`nasir.kernels.KernelTimes`, the search's kernel cache), and the fastest goes into the tuning
 database (`nasir.lowering.schedule.tuned`) under the target CPU's name, where default-schedule
-finds it in every later compile of any model with that nest. A nest the database already holds for the CPU is not timed again.
+finds it in every later compile of any model with that nest. A nest the database already holds
+for the CPU is not timed again.
 
     report = nasir.tune(nasir.load("resnet34.onnx"))       # about 15 distinct convs, about 15 schedules each
     report.gain                                            # sum of cost-model times / tuned, alone

@@ -58,11 +58,17 @@ def case(tmp_path_factory):
     return onnxruntime_case(path, (1, 64, 32, 32))
 
 
-def test_the_block_matches_onnxruntime_with_its_1x1_inputs_padded(case, cpu):
-    path, x, expected = case
+def through_pad_planes(path: str):
+    """The ONNX file's module lowered by LLVM_PIPELINE up to and with pad-planes."""
     module = import_onnx(path).module
     steps = LLVM_PIPELINE.split(",")
     run_pipeline(module, ",".join(steps[: steps.index("pad-planes") + 1]))
+    return module
+
+
+def test_the_block_matches_onnxruntime_with_its_1x1_inputs_padded(case, cpu):
+    path, x, expected = case
+    module = through_pad_planes(path)
     padded = {op.layer_name: shape_of(op.result) for op in module.walk()
               if isinstance(op, nest.ComputeOp) and PAD_ROWS.on(op)}
     # b, d (read by a 1x1 conv and its residual add), d7 (by a 1x1 conv) and e (16 x 16, by a 1x1
@@ -78,9 +84,7 @@ def test_the_block_matches_onnxruntime_with_its_1x1_inputs_padded(case, cpu):
 
 def test_the_verifier_keeps_readers_off_the_padding_rows(case):
     path, _, _ = case
-    module = import_onnx(path).module
-    steps = LLVM_PIPELINE.split(",")
-    run_pipeline(module, ",".join(steps[: steps.index("pad-planes") + 1]))
+    module = through_pad_planes(path)
     producer = next(op for op in module.walk() if isinstance(op, nest.ComputeOp) and PAD_ROWS.on(op)
                     and shape_of(op.result)[1] == 128)
     reader = next(iter(producer.result.uses)).operation

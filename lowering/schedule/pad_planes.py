@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, TensorType
-from xdsl.ir import SSAValue
+from xdsl.ir import Attribute, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
@@ -44,9 +44,13 @@ put 256 channels in 4 of L1's 64 sets (a 1x1 conv 256 -> 128 on a Zen 3: 16 x 16
 17 x 17 at 75)."""
 
 
-def aliased(shape: tuple[int, ...], element_bytes: int = 4) -> bool:
-    """Whether NCHW planes of `shape` sit a multiple of `ALIASING_BYTES` apart (more than one channel)."""
-    return len(shape) == 4 and shape[1] > 1 and shape[2] * shape[3] * element_bytes % ALIASING_BYTES == 0
+def aliased(t: Attribute) -> bool:
+    """Whether `t` is an NCHW f32 tensor type of more than one channel whose planes sit a multiple of
+    `ALIASING_BYTES` apart."""
+    if not isinstance(t, TensorType) or t.element_type.bitwidth != 32:
+        return False
+    shape = t.get_shape()
+    return len(shape) == 4 and shape[1] > 1 and shape[2] * shape[3] * 4 % ALIASING_BYTES == 0
 
 
 def padded(t: TensorType) -> TensorType:
@@ -67,9 +71,7 @@ def paddable(value: SSAValue) -> bool:
     a nest reading only its rows (`reads_rows_only`)."""
     if not isinstance(value.owner, nest.ComputeOp) or not value.uses or PAD_ROWS.on(value.owner):
         return False
-    if not isinstance(value.type, TensorType) or value.type.element_type.bitwidth != 32:
-        return False
-    if not aliased(shape_of(value)):
+    if not aliased(value.type):
         return False
     return all(isinstance(use.operation, nest.ComputeOp) and reads_rows_only(use.operation, use.index)
                for use in value.uses)

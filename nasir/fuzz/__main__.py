@@ -57,9 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     cpus = args.cpus.split(",")
     host = host_target()
     for cpu in cpus:
-        if resolve_target(cpu).lanes > host.lanes:
-            p.error(f"{cpu}'s code ({resolve_target(cpu).lanes}-lane vectors) cannot run on this CPU ({host.cpu}, "
-                    f"{host.lanes} lanes), and the fuzzer runs what it compiles: leave --cpus out")
+        lanes = resolve_target(cpu).lanes
+        if lanes > host.lanes:
+            p.error(f"{cpu}'s code ({lanes}-lane vectors) cannot run on this CPU ({host.cpu}, {host.lanes} lanes), "
+                    "and the fuzzer runs what it compiles: leave --cpus out")
     statuses, choices, transitions, refusals = Counter(), Counter(), Counter(), Counter()
     start = last = time.monotonic()
     print(f"fuzzing from seed {seed} for {args.minutes:g} min, CPUs {', '.join(cpus)}; mismatches in {out}/",
