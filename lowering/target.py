@@ -77,6 +77,12 @@ class CPUTarget:
     l3_bytes_per_fma: float = 4.0
     """Bytes per vector FMA that L3 feeds at full FMA rate (about 20 GB/s per core on Zen 4)."""
 
+    @property
+    def embedded_broadcast(self) -> bool:
+        """Whether an FMA takes a broadcast memory operand (AVX-512's `{1to16}`), so that a scalar
+        feeding one FMA needs no register of its own."""
+        return self.lanes == 16
+
     def with_overrides(self, **fields) -> CPUTarget:
         """This target with some fields replaced (unknown names are an error)."""
         known = {f.name for f in dataclasses.fields(self)}

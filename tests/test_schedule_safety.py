@@ -183,6 +183,24 @@ def test_cost_model_picks_what_measured_faster():
     assert wide_1x1.vector == "ow.i" and wide_1x1.unroll["oh.i"] == 2 and wide_1x1.unroll["co.i"] == 8
 
 
+def test_cost_model_picks_what_measured_faster_on_avx2():
+    """On Zen 3 (AVX2, 16 registers; each conv alone on padded planes, `benchmarks/data/
+    tiles-znver3-*.json`), a 3x3 conv's channel tile is one channel vector x 8 points, not 2 x 4
+    (ResNet-18's 256-channel convs on 8x8: 0.75-0.78x the time; ResNeXt-29's 2-group 64-channel
+    conv on 32x32: 0.84x): without AVX-512's embedded broadcasts, a broadcast that feeds one FMA
+    holds a register only while the window's taps reuse it, so 8 points fit beside it. A 1x1 conv
+    (no window) keeps its 2 x 4 (ResNet-18's stride-2 downsample: 1 x 8 ran 1.10x the time)."""
+    target = cpu_target("znver3")
+
+    def tile(conv):
+        sched = schedule_for(conv_shape(conv_model(*conv)[0]), target)
+        assert sched.vector == "co.i"
+        return sched.unroll.get("ow", sched.unroll.get("ow.i")), sched.unroll.get("co.o.i", 1)
+    assert tile((256, 256, 8, 8, 3, 1, 1, 1)) == (8, 1)
+    assert tile((128, 128, 32, 32, 3, 1, 1, 2)) == (8, 1)
+    assert tile((128, 256, 16, 16, 1, 2, 0, 1)) == (4, 2)
+
+
 def test_channel_blocks_take_turns_on_rows_whose_input_leaves_l2():
     """A conv whose input does not stay in L2 (DenseNet's 336 -> 192 1x1 conv on 56x56 reads
     4.2 MB) runs its channel blocks inside the image rows, so the blocks re-read a row's inputs

@@ -6,9 +6,10 @@
 // target's vector width. The 32-channel conv on a 7x7 image would fill 7 of 16 lanes over ow: it is
 // vectorised over output channels instead, from weights packed in blocks of the vector width, with a
 // register tile of every ow x both channel blocks. With AVX2 (8 lanes, 16 registers) the 8 channels
-// of the first conv are one vector, and its 6-point rows one tile; the second conv's tile is 2 of
-// its 4 channel vectors at 4 points: 8 accumulators, as many FMAs as AVX2's two 4-cycle FMA units
-// keep in flight (4 vectors at one point would leave half of them idle; a 7-point row would not fit).
+// of the first conv are one vector, and its 6-point rows one tile; the second conv's tile is one
+// channel vector at all 7 points of a row: 7 accumulators, one weight vector and the 3 broadcasts
+// of a kw window live in 11 of the 16 registers (2 channel vectors at 4 points would leave a tail
+// of 1 point in 8 idle; 4 vectors at one point would leave half of the FMA units' slots idle).
 
 builtin.module {
   func.func @main(%x: tensor<1x4x6x6xf32>, %v: tensor<1x288xf32>, %x7: tensor<1x8x7x7xf32>) -> tensor<1x8x6x6xf32> {
@@ -33,4 +34,4 @@ builtin.module {
 // AVX2: name = "sig"
 // AVX2-SAME: schedule = {splits = {{\[}}["i1", 8 : i64]]
 // AVX2: name = "conv7"
-// AVX2-SAME: schedule = {splits = {{\[}}["co", 8 : i64], ["ow", 4 : i64], ["co.o", 2 : i64]], order = ["n", "co.o.o", "oh", "ow.o", "ci", "kh", "kw", "ow.i", "co.o.i", "co.i"], vector = "co.i", unroll = {ow.i = 4 : i64, co.o.i = 2 : i64, kw = 3 : i64, kh = 3 : i64}, parallel = "co.o.o", pack = {"1" = "OIHW8o"}}
+// AVX2-SAME: schedule = {splits = {{\[}}["co", 8 : i64]], order = ["n", "co.o", "oh", "ci", "kh", "kw", "ow", "co.i"], vector = "co.i", unroll = {ow = 7 : i64, kw = 3 : i64, kh = 3 : i64}, parallel = "co.o", pack = {"1" = "OIHW8o"}}

@@ -184,13 +184,32 @@ def channel_tile_registers(target: CPUTarget) -> int:
     return target.registers - 2
 
 
+def channel_tile_rows(r_col: int, window: Window | None, target: CPUTarget) -> int:
+    """Most points a channel tile of `r_col` weight vectors holds in `channel_tile_registers`: each
+    point's accumulators, beside the weight vectors and the points' broadcast inputs. Without a
+    window (1x1 conv) a broadcast feeds its r_col FMAs and dies. With one (conv's kw) LLVM keeps
+    the broadcasts live: every point's where a broadcast feeds several weight vectors (3 x 7 on
+    DenseNet's 48-channel 3x3 conv spills on AVX-512), and where it feeds one, a window's worth
+    (`window.taps`) without AVX-512's embedded broadcasts (`CPUTarget.embedded_broadcast`, which
+    fold it into the FMA): 1 x 8 to 1 x 10 tiles, 11 to 14 registers counted so, ran fastest on
+    ResNet-18's, WRN-40-2's and ResNet-34's 3x3 convs on Zen 3 (counting a broadcast per point,
+    at most 1 x 6 fitted)."""
+    registers = channel_tile_registers(target) - r_col
+    if window is None:
+        return registers // r_col
+    if r_col == 1 and not target.embedded_broadcast:
+        return registers - window.taps
+    return registers // (r_col + 1)
+
+
 PLAN_TIE = 0.01
 """Channel plans whose scores are within this fraction of the best count as equal; of those with
 no more channel vectors than the best, the one with the most accumulators wins: more independent
 FMAs per reduction step hide the loads that come from L2 (DenseNet's 1x1 convs with 96-336 input
 channels on 56x56: 2 x 14 ran 0.76-0.81x the time of 2 x 8; its 192 -> 48 3x3 conv on 56x56:
 1 x 14 0.81x of 1 x 8). More channel vectors did not: a 128-channel 3x3 conv on 28x28 ran 1.10x
-the time in 4 x 4 as in 1 x 14."""
+the time in 4 x 4 as in 1 x 14. Then the best score, then the fewest channel vectors (each
+weight vector serves more points)."""
 
 
 EPILOGUE_WEIGHT = 3.0

@@ -32,7 +32,7 @@ from nasir.lowering.schedule.cost_model import (
     balanced,
     channel_loads_per_fma,
     channel_score,
-    channel_tile_registers,
+    channel_tile_rows,
     channel_tile_score,
     depthwise_points,
     epilogue_cost,
@@ -301,16 +301,14 @@ def channel_vector_plans(n: NestView, target: CPUTarget) -> list[ChannelPlan]:
         if (col[1] // width) % r_col or (r_col > 1 and r_col * width * red * 4 > target.l2_bytes):
             continue
         streaming = input_stream_bound(n, col[1] // width, r_col, target)
-        # each point's broadcast stays live beside the weight vectors where the points share a
-        # window (conv's kw); without one (1x1 conv) it feeds r_col FMAs and dies
-        live_per_point = r_col + 1 if window is not None else r_col
-        for r_row in range(1, min(row[1], (channel_tile_registers(target) - r_col) // live_per_point) + 1):
+        for r_row in range(1, min(row[1], channel_tile_rows(r_col, window, target)) + 1):
             used = row[1] / (-(-row[1] // r_row) * r_row)
             score = channel_tile_score(r_col, r_row, used, red, target, window) * streaming
             plans.append((score, r_col, r_row, used))
     best = max(plans, key=lambda plan: plan[0])
+    # near-ties: see PLAN_TIE
     chosen = max((p for p in plans if p[0] >= best[0] * (1 - PLAN_TIE) and p[1] <= best[1]),
-                 key=lambda plan: (plan[1] * plan[2], plan[0]))
+                 key=lambda plan: (plan[1] * plan[2], plan[0], -plan[1]))
     ranked = [chosen] + sorted((p for p in plans if p is not chosen), key=lambda plan: -plan[0])
     # a lane-strided output: the tile is transposed in registers, then stored as rows of r_row lanes
     return [ChannelPlan(col[0], col[1], r_col, row[0], row[1], r_row, used * red / (red + epilogue_cost(r_row, width)),
