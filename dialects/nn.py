@@ -108,11 +108,6 @@ def _int(props: dict[str, Attribute], key: str, default: int) -> int:
     return attr.value.data if isinstance(attr, IntegerAttr) else default
 
 
-def _float(props: dict[str, Attribute], key: str, default: float) -> float:
-    attr = props.get(key)
-    return attr.value.data if isinstance(attr, FloatAttr) else default
-
-
 def _bool(props: dict[str, Attribute], key: str, default: bool = False) -> bool:
     attr = props.get(key)
     if isinstance(attr, IntegerAttr):

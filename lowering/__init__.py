@@ -6,7 +6,7 @@
     nest_to_loops/  convert-nest-to-loops
     loops_to_llvm/  convert-loops-to-llvm, LLVM IR, O3
     nest_to_torch/  the torch backend (reference numerics, Fisher Potential, export)
-    nest_to_tvm/    the GPU backend's conversion (to come)
+    nest_to_tvm/    the tvm backend: Relax and TE for TVM's CPU code and CUDA GPUs
     target.py       the CPU target description every CPU stage reads
     passes.py       every pass by name; pipelines parsed and run
     pipeline.py     the llvm backend's pass pipeline

@@ -271,11 +271,17 @@ def _old_shape(value: SSAValue, channels: int) -> tuple[int, ...]:
 class ArchPass(ModulePass, ABC):
     """Driver of every architecture transform.
 
-    Subclasses declare their options (with `layers`, `init`, `seed`) and implement `applies` (is the
-    nest of the right kind: otherwise it is skipped, or named in an error when it alone was selected)
-    and `rewrite` (raise a NasirError or replace the nest through `edit`). Without `layers`, nests
-    where the request is illegal (a factor that does not divide) are skipped unless none is left.
+    Every transform takes `layers` (a regular expression of the nests to rewrite), `init` (`kaiming`,
+    or `inherit` to slice trained weights) and `seed`. Subclasses declare their own options and
+    implement `applies` (is the nest of the right kind: otherwise it is skipped, or named in an
+    error when it alone was selected) and `rewrite` (raise a NasirError or replace the nest through
+    `edit`). Without `layers`, nests where the request is illegal (a factor that does not divide)
+    are skipped unless none is left.
     """
+
+    layers: str | None = None
+    init: str = "kaiming"
+    seed: int = 0
 
     @abstractmethod
     def applies(self, op: nest.ComputeOp) -> str | None:
@@ -331,10 +337,15 @@ def _swap(module: ModuleOp, work: ModuleOp) -> None:
     old.erase()
 
 
-def divides(what: str, layer: str, dim: str, extent: int, factor: int, note: str = "") -> None:
-    """LegalityError unless `factor` divides `extent`, naming layer, dimension and values."""
+def check_factor(what: str, factor: int) -> None:
+    """PassError unless `factor` (an option) is a positive integer."""
     if factor < 1:
         raise PassError(f"{what}: factor must be a positive integer, got {factor}")
+
+
+def divides(what: str, layer: str, dim: str, extent: int, factor: int, note: str = "") -> None:
+    """LegalityError unless `factor` divides `extent`, naming layer, dimension and values."""
+    check_factor(what, factor)
     if extent % factor:
         raise LegalityError(f"{what}: layer '{layer}': dimension {dim} = {extent}{note} is not divisible by "
                             f"factor {factor}")

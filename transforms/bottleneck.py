@@ -42,7 +42,7 @@ from xdsl.ir import SSAValue
 
 from nasir.dialects import nest, nn
 from nasir.errors import LegalityError, PassError
-from nasir.transforms.arch import ArchPass, Edit, divides
+from nasir.transforms.arch import ArchPass, Edit, check_factor, divides
 from nasir.transforms.nest_spec import Form, NestSpec, is_conv, is_weight, spatial_axis
 
 DIMS = ("co", "ci", "oh", "ow")
@@ -56,15 +56,11 @@ class BottleneckPass(ArchPass):
 
     dim: str = "co"
     factor: int = 2
-    layers: str | None = None
-    init: str = "kaiming"
-    seed: int = 0
 
     def check_options(self) -> None:
         if self.dim not in DIMS:
             raise PassError(f"bottleneck: unknown dim '{self.dim}' (choose from {', '.join(DIMS)})")
-        if self.factor < 1:
-            raise PassError(f"bottleneck: factor must be a positive integer, got {self.factor}")
+        check_factor(self.name, self.factor)
 
     def applies(self, op: nest.ComputeOp) -> str | None:
         if not is_conv(op):

@@ -29,7 +29,7 @@ import numpy as np
 
 from nasir.dialects import nest
 from nasir.errors import PassError
-from nasir.transforms.arch import ArchPass, Edit, divides
+from nasir.transforms.arch import ArchPass, Edit, check_factor, divides
 from nasir.transforms.nest_spec import NestSpec, is_conv
 
 
@@ -94,13 +94,9 @@ class GroupPass(ArchPass):
     name = "group"
 
     factor: int = 2
-    layers: str | None = None
-    init: str = "kaiming"
-    seed: int = 0
 
     def check_options(self) -> None:
-        if self.factor < 1:
-            raise PassError(f"group: factor must be a positive integer, got {self.factor}")
+        check_factor(self.name, self.factor)
 
     def applies(self, op: nest.ComputeOp) -> str | None:
         return _reason(op)
@@ -115,9 +111,6 @@ class DepthwisePass(ArchPass):
 
     name = "depthwise"
 
-    layers: str | None = None
-    init: str = "kaiming"
-    seed: int = 0
 
     def applies(self, op: nest.ComputeOp) -> str | None:
         return _reason(op)

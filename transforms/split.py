@@ -108,9 +108,6 @@ class IndexSplitPass(ArchPass):
     dim: str = "co"
     at: int | None = None
     parts: int | None = None
-    layers: str | None = None
-    init: str = "kaiming"
-    seed: int = 0
 
     def check_options(self) -> None:
         if (self.at is None) == (self.parts is None):
@@ -132,9 +129,6 @@ class UnsharePass(ArchPass):
 
     dim: str = "oh"
     parts: int = 2
-    layers: str | None = None
-    init: str = "kaiming"
-    seed: int = 0
 
     def check_options(self) -> None:
         if self.dim not in SPATIAL:

@@ -69,9 +69,6 @@ class UnfoldPass(ArchPass):
 
     dim: str = "oh"
     size: int = 3
-    layers: str | None = None
-    init: str = "kaiming"
-    seed: int = 0
 
     def check_options(self) -> None:
         if self.dim not in WINDOW:
@@ -110,9 +107,6 @@ class FoldPass(ArchPass):
     name = "fold"
 
     dim: str = "kh"
-    layers: str | None = None
-    init: str = "kaiming"
-    seed: int = 0
 
     def check_options(self) -> None:
         if self.dim not in WINDOW.values():
@@ -137,9 +131,6 @@ class ShiftPass(ArchPass):
 
     dim: str = "oh"
     offset: int = 1
-    layers: str | None = None
-    init: str = "kaiming"
-    seed: int = 0
 
     def check_options(self) -> None:
         if self.dim not in WINDOW:

@@ -19,7 +19,6 @@ from xdsl.dialects.builtin import (
     FloatAttr,
     IndexType,
     IntegerAttr,
-    MemRefType,
     VectorType,
     f32,
     i1,
@@ -358,9 +357,6 @@ class LoopBuilder:
         if fill is not None:
             self.vstore(fill, buf, [self.idx(0)], None)
         return buf
-
-    def memref_type(self, ref: SSAValue) -> MemRefType:
-        return ref.type
 
 
 def interleave_mask(width: int, group: int, offset: int) -> list[int]:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import tvm
 from tvm import s_tir, tirx
@@ -175,10 +176,27 @@ def shared_bytes(func: tirx.PrimFunc) -> int:
     return int(analysis.calculate_allocated_bytes(compacted)["main"].get("shared", 0))
 
 
+@dataclass(frozen=True)
+class BlockLimits:
+    """What a thread block may have on a cuda target: threads, shared memory (bytes) and 32-bit
+    registers, read from the attributes `build.target_of` gives it (`build.cuda_limits`)."""
+
+    threads: int
+    shared_bytes: int
+    registers: int
+
+    @classmethod
+    def of(cls, target: tvm.target.Target) -> BlockLimits:
+        attrs = target.attrs
+        return cls(int(attrs["max_threads_per_block"]), int(attrs["max_shared_memory_per_block"]),
+                   int(attrs["registers_per_block"]))
+
+
 def target_limits(target: tvm.target.Target) -> tuple[int, int]:
-    """The threads and the shared memory (bytes) a block may have on `target` (a cuda target:
-    `build.target_of`'s attributes), in `violations`' order."""
-    return int(target.attrs["max_threads_per_block"]), int(target.attrs["max_shared_memory_per_block"])
+    """The threads and the shared memory (bytes) a block may have on `target`, in `violations`'
+    order."""
+    limits = BlockLimits.of(target)
+    return limits.threads, limits.shared_bytes
 
 
 def violations(func: tirx.PrimFunc, max_threads: int | None = None, max_shared_bytes: int | None = None

@@ -41,6 +41,7 @@ from nasir.dialects import affine, nest
 from nasir.dialects.schedule import Loop, Schedule
 from nasir.errors import LoweringError
 from nasir.lowering.nest_to_tvm import nest_ops
+from nasir.lowering.nest_to_tvm.bounds import BlockLimits
 
 OPAQUE = 8
 """Relax's op pattern kOpaque: FuseOps leaves the call alone."""
@@ -88,9 +89,9 @@ class GPU:
 
     @classmethod
     def of(cls, target: tvm.target.Target) -> GPU:
-        """The limits of `target` (a cuda target: `build.target_of`'s attributes)."""
-        threads = min(GPU_TILE["threads"], int(target.attrs["max_threads_per_block"]))
-        return cls(threads, int(target.attrs["registers_per_block"]))
+        """The limits of `target` (a cuda target: `bounds.BlockLimits`)."""
+        limits = BlockLimits.of(target)
+        return cls(min(GPU_TILE["threads"], limits.threads), limits.registers)
 
     @property
     def registers(self) -> int:

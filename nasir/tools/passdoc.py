@@ -44,7 +44,9 @@ def render() -> str:
     by_section: dict[str, list[str]] = {}
     for name, cls in sorted(available_passes().items()):
         doc = inspect.cleandoc(cls.__doc__ or "(undocumented)")
-        options = [_option(f) for f in dataclasses.fields(cls)]
+        inherited = {f.name for base in cls.__mro__[1:] if dataclasses.is_dataclass(base)
+                     for f in dataclasses.fields(base)}
+        options = [_option(f) for f in sorted(dataclasses.fields(cls), key=lambda f: f.name in inherited)]
         entry = [f"### `{name}`", "", f"Defined in `{cls.__module__}`.", "", doc, ""]
         if options:
             entry += ["Options: " + "; ".join(options) + ".", ""]
