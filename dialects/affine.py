@@ -8,7 +8,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from xdsl.ir.affine import (
     AffineBinaryOpExpr,
@@ -19,6 +20,8 @@ from xdsl.ir.affine import (
     AffineMap,
 )
 from xdsl.utils.exceptions import VerifyException
+
+from nasir.errors import LoweringError
 
 
 def expr_range(expr: AffineExpr, extents: Sequence[int]) -> tuple[int, int]:
@@ -162,3 +165,28 @@ def flat_form(amap: AffineMap, shape: Sequence[int]) -> tuple[dict[int, int], in
         offset += form[1] * stride
         stride *= shape[axis]
     return coeffs, offset
+
+
+def evaluate(expr: AffineExpr, dim: Callable[[int], Any]) -> Any:
+    """Value of an affine expression, with dim i given by `dim(i)`: an int, or anything with
+    Python's integer arithmetic (a torch index tensor, a TVM expression).
+
+        evaluate(d0 * 2 + d1 - 1, [3, 1].__getitem__) == 6
+    """
+    if isinstance(expr, AffineDimExpr):
+        return dim(expr.position)
+    if isinstance(expr, AffineConstantExpr):
+        return expr.value
+    if isinstance(expr, AffineBinaryOpExpr):
+        a, b = evaluate(expr.lhs, dim), evaluate(expr.rhs, dim)
+        if expr.kind == AffineBinaryOpKind.Add:
+            return a + b
+        if expr.kind == AffineBinaryOpKind.Mul:
+            return a * b
+        if expr.kind == AffineBinaryOpKind.FloorDiv:
+            return a // b
+        if expr.kind == AffineBinaryOpKind.CeilDiv:
+            return -((-a) // b)
+        if expr.kind == AffineBinaryOpKind.Mod:
+            return a % b
+    raise LoweringError(f"unsupported affine expression {expr}")

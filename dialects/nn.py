@@ -34,7 +34,7 @@ from xdsl.dialects.builtin import (
     f32,
     i64,
 )
-from xdsl.ir import Attribute, Dialect, SSAValue
+from xdsl.ir import Attribute, Dialect, Operation, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
     ParsePropInAttrDict,
@@ -96,6 +96,21 @@ class NNOp(IRDLOperation):
         got = shape_of(self.result)
         if tuple(got) != tuple(expected):
             raise VerifyException(f"{self.name}: result shape {list(got)} but operands give {list(expected)}")
+
+
+def prop_ints(op: Operation, name: str) -> list[int]:
+    """An nn op's integer-array property (`pads`, `kernel`, ...) as Python ints."""
+    return [int(v) for v in op.properties[name].get_values()]
+
+
+def prop_float(op: Operation, name: str) -> float:
+    """An nn op's float property (`alpha`, `value`, ...)."""
+    return float(op.properties[name].value.data)
+
+
+def prop_int(op: Operation, name: str) -> int:
+    """An nn op's integer property (`axis`, `size`, ...)."""
+    return int(op.properties[name].value.data)
 
 
 def _ints(props: dict[str, Attribute], key: str, default: Sequence[int]) -> tuple[int, ...]:

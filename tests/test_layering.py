@@ -19,6 +19,10 @@ ROOT = Path(__file__).resolve().parents[1]
 ROOMS = ("dialects", "transforms", "lowering", "runtime", "nasir")
 """Top-level folders, lowest first; each is the package `nasir.<folder>` (`nasir` itself for nasir/)."""
 BASE = {"nasir.errors"}
+BACKENDS = {"llvm": ("nest_to_loops", "loops_to_llvm"), "torch": ("nest_to_torch",), "tvm": ("nest_to_tvm",)}
+"""Each backend's conversion folders under lowering/."""
+CONVERSIONS = {folder: backend for backend, folders in BACKENDS.items() for folder in folders} | {"nn_to_nest": None}
+"""Conversion folder -> its backend (None: convert-nn-to-nest, which every backend's input comes from)."""
 
 
 def module_name(room: str, path: Path) -> str:
@@ -86,3 +90,18 @@ def test_no_import_cycles():
     for name in sorted(edges):
         if name not in state:
             visit(name, [name])
+
+
+def conversion_of(module: str) -> str | None:
+    """The lowering/ conversion folder `module` is in (`CONVERSIONS`), or None."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "lowering" and parts[2] in CONVERSIONS else None
+
+
+@pytest.mark.parametrize("name", sorted(n for n in GRAPH if CONVERSIONS.get(conversion_of(n))))
+def test_backends_import_no_other_backend(name):
+    backend = CONVERSIONS[conversion_of(name)]
+    for target, _, line in GRAPH[name]:
+        folder = conversion_of(target)
+        assert folder is None or CONVERSIONS[folder] == backend, \
+            f"{name}:{line} imports {target}, from another conversion ({folder})"

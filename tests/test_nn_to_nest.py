@@ -19,10 +19,10 @@ from xdsl.utils.exceptions import VerifyException
 
 from nasir.dialects import nest, nn
 from nasir.dialects.module import WeightStore, attach_weights, weights_of
+from nasir.dialects.nest_maps import amap, dims_of
 from nasir.dialects.shapes import shape_of, tensor
 from nasir.lowering.nest_to_torch import nest_ops as torch_nest
 from nasir.lowering.nest_to_torch.nest_ops import run_compute
-from nasir.lowering.nn_to_nest.convert import amap, dims_of
 from nasir.lowering.passes import run_pipeline
 
 TOL = dict(rtol=1e-4, atol=1e-4)

@@ -39,8 +39,6 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from xdsl.ir.affine import (
-    AffineBinaryOpExpr,
-    AffineBinaryOpKind,
     AffineConstantExpr,
     AffineDimExpr,
     AffineExpr,
@@ -48,33 +46,12 @@ from xdsl.ir.affine import (
 )
 
 from nasir.dialects import affine, nest
+from nasir.dialects.affine import evaluate
+from nasir.dialects.nest_maps import Window, conv_nest, pool_nest
 from nasir.dialects.shapes import shape_of
 from nasir.errors import LoweringError
-from nasir.lowering.nn_to_nest.convert import Window, conv_nest, pool_nest
 from nasir.lowering.nest_to_torch.steps import apply_step
 
-Index = torch.Tensor | int
-
-
-def evaluate(expr: AffineExpr, dim: Callable[[int], Index]) -> Index:
-    """Value of an affine expression, with dim i given by `dim(i)` (an int or an index tensor)."""
-    if isinstance(expr, AffineDimExpr):
-        return dim(expr.position)
-    if isinstance(expr, AffineConstantExpr):
-        return expr.value
-    if isinstance(expr, AffineBinaryOpExpr):
-        a, b = evaluate(expr.lhs, dim), evaluate(expr.rhs, dim)
-        if expr.kind == AffineBinaryOpKind.Add:
-            return a + b
-        if expr.kind == AffineBinaryOpKind.Mul:
-            return a * b
-        if expr.kind == AffineBinaryOpKind.FloorDiv:
-            return a // b
-        if expr.kind == AffineBinaryOpKind.CeilDiv:
-            return -((-a) // b)
-        if expr.kind == AffineBinaryOpKind.Mod:
-            return a % b
-    raise LoweringError(f"torch backend: unsupported affine expression {expr}")
 
 
 # --- the batch ---------------------------------------------------------------------------------

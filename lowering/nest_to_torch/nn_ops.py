@@ -20,22 +20,11 @@ import torch
 import torch.nn.functional as F
 
 from nasir.dialects import nn
+from nasir.dialects.nn import prop_float, prop_int, prop_ints
 from nasir.dialects.shapes import shape_of
 from nasir.lowering.nest_to_torch.steps import apply_step
 
 Tensor = torch.Tensor
-
-
-def prop_ints(op, name: str) -> list[int]:
-    return [int(v) for v in op.properties[name].get_values()]
-
-
-def prop_float(op, name: str) -> float:
-    return float(op.properties[name].value.data)
-
-
-def prop_int(op, name: str) -> int:
-    return int(op.properties[name].value.data)
 
 
 def _pad2d(x: Tensor, pads: list[int], value: float = 0.0) -> Tensor:

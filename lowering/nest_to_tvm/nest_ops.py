@@ -3,7 +3,7 @@
 The TVM counterpart of `nest_to_torch.nest_ops` (the reference semantics), in the same four steps:
 
 1. the domain's parallel dims are the compute's axes, its reduction dims `te.reduce_axis`es; every
-   input is read through its access map, the map evaluated on those variables (`evaluate`, shared
+   input is read through its access map, the map evaluated on those variables (`affine.evaluate`, shared
    with the torch backend); an axis whose index can leave the input (`expr_range`) is a guarded
    read, `if_then_else(in bounds, x[...], identity)`: 0 for mac/copy, -inf for max, and for avg
    the position is left out of a second reduction that counts the window;
@@ -31,7 +31,6 @@ from xdsl.ir.affine import AffineExpr
 from nasir.dialects import affine, nest
 from nasir.dialects.shapes import shape_of
 from nasir.errors import LoweringError
-from nasir.lowering.nest_to_torch.nest_ops import evaluate
 
 F32 = "float32"
 
@@ -42,7 +41,7 @@ def _unsupported(op: nest.ComputeOp, why: str) -> LoweringError:
 
 def _index(op: nest.ComputeOp, expr, dims: list) -> tirx.PrimExpr:
     try:
-        value = evaluate(expr, dims.__getitem__)
+        value = affine.evaluate(expr, dims.__getitem__)
     except LoweringError:
         raise _unsupported(op, f"its access '{expr}' is not an affine expression TVM takes") from None
     return tirx.const(value, "int32") if isinstance(value, int) else value

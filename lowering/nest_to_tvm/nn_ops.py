@@ -15,8 +15,8 @@ from collections.abc import Callable
 from tvm import relax, te, tirx, topi
 
 from nasir.dialects import nn
+from nasir.dialects.nn import prop_float, prop_int, prop_ints
 from nasir.dialects.shapes import shape_of
-from nasir.lowering.nest_to_torch.nn_ops import prop_float, prop_int, prop_ints
 
 
 def _lrn(x: te.Tensor, size: int, alpha: float, beta: float, bias: float) -> te.Tensor:

@@ -23,8 +23,9 @@ from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, Rewrite
 
 from nasir.dialects import nest, nn
 from nasir.dialects.module import weights_of
+from nasir.dialects.nest_maps import amap, elementwise_domain, identity
 from nasir.dialects.shapes import shape_of
-from nasir.lowering.nn_to_nest.convert import LayerNames, amap, elementwise_domain, identity
+from nasir.lowering.nn_to_nest.convert import LayerNames
 from nasir.transforms.fold_batch_norm import drop_if_unused, scale_shift
 
 
