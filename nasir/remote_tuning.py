@@ -56,7 +56,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from nasir.errors import NasirError
 from nasir.lowering.nest_to_tvm.bounds import target_limits, violations
-from nasir.lowering.nest_to_tvm.build import cuda_archs, nvcc_path, require_cuda_compiler, target_of
+from nasir.lowering.nest_to_tvm.build import cuda_archs, nvcc_path, require_cuda_compiler, tvm_target_of
 from nasir.lowering.nest_to_tvm.cuda import KernelsRejected, building_kernels
 from nasir.lowering.nest_to_tvm.intrinsics import import_tensor_intrinsics
 from nasir.lowering.nest_to_tvm import schedule
@@ -150,7 +150,7 @@ def _export_nest(model_path: str, name: str, out: Path, target: str, arch: str |
     """One nest's candidates drawn, checked, built and written under `out`/tasks/`name`; its
     manifest entry. Runs in a worker process."""
     func, op = _nests(model_path)[name]
-    tvm_target = target_of(target, arch)
+    tvm_target = tvm_target_of(target, arch)
     folder = out / "tasks" / name
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
@@ -182,7 +182,7 @@ def export_candidates(model: Model, out: str | Path, target: str = "cuda", arch:
         raise NasirError(f"trials must be a positive number of candidates per nest, got {trials}")
     if target == "cuda":
         require_cuda_compiler()
-    tvm_target = target_of(target, arch)
+    tvm_target = tvm_target_of(target, arch)
     archs = cuda_archs(arch) if target == "cuda" else []
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -245,7 +245,7 @@ def import_times(out: str | Path, tuning_dir: str | Path | None = None) -> Impor
                          f"and bring {TIMES} back into {out}")
     manifest = json.loads((out / MANIFEST).read_text())
     times = json.loads((out / TIMES).read_text())["times"]
-    tuning = TVMTuning(target_of(manifest["target"], manifest["arch"]), tuning_dir)
+    tuning = TVMTuning(tvm_target_of(manifest["target"], manifest["arch"]), tuning_dir)
     if target_key(tuning.target) != manifest["target_key"]:
         raise NasirError(f"{out} was exported for {manifest['target_key']}; this machine's target is "
                          f"{target_key(tuning.target)}: import it where it was exported")

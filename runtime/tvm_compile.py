@@ -19,7 +19,7 @@ from nasir.dialects import nest, nn
 from nasir.dialects.module import io_names, io_shapes, main_func, weights_of
 from nasir.dialects.nest import macs
 from nasir.errors import NasirError
-from nasir.lowering.nest_to_tvm.build import build, cuda_archs, target_of
+from nasir.lowering.nest_to_tvm.build import build, cuda_archs, tvm_target_of
 from nasir.lowering.nest_to_tvm.program import lower_to_nest, symbol, to_relax, tunable_funcs, unfused, weight_keys
 from nasir.lowering.nest_to_tvm.tuning import NO_TUNING, TVMTuning, records_folder
 from nasir.runtime.tvm_executable import TVMExecutable
@@ -57,7 +57,7 @@ def _compile(module: ModuleOp, target: str, arch: str | None = None, profile: bo
              tuning_dir: str | None = None, transfer: bool = True) -> TVMExecutable:
     start = time.perf_counter()
     (input_names, output_names), (input_shapes, output_shapes) = io_names(module), io_shapes(module)
-    tvm_target = target_of(target, arch)
+    tvm_target = tvm_target_of(target, arch)
     nests = lower_to_nest(module)
     tuning = _tuning(nests, tvm_target, tune_trials, tuning_dir, transfer)
     mod = to_relax(nests, tvm_target, tuning=tuning)

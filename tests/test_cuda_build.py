@@ -97,7 +97,7 @@ def test_dlight_schedule_over_the_shared_memory_is_declined():
     op = next(op for op in main_func(lower_to_nest(model.module)).body.block.ops
               if isinstance(op, nest.ComputeOp) and op.layer_name == "layer1_layer1.0_conv1_Conv")
     func = prim_func(op).with_attr("global_symbol", "main")
-    target = tvm_build.target_of("cuda", "sm_90")
+    target = tvm_build.tvm_target_of("cuda", "sm_90")
     with target:
         raw = dl.gpu.GeneralReduction().apply(func, target, False)
         assert shared_bytes(raw.mod["main"]) == 2 * 32 * 56 * 56 * 4
@@ -211,7 +211,7 @@ def test_default_gpu_schedule_computes_the_nest(name, dataset, variant):
     from nasir.lowering.nest_to_tvm import schedule
     from nasir.lowering.nest_to_tvm.program import prim_func
 
-    gpu = schedule.GPU.of(tvm_build.target_of("cuda", "sm_90"))
+    gpu = schedule.GPU.of(tvm_build.tvm_target_of("cuda", "sm_90"))
     for op in _distinct_contractions(name, dataset, variant):
         bound = schedule.default_gpu(prim_func(op), op, gpu)
         assert bound is not None and "threadIdx.x" in bound.script(), op.layer_name
@@ -228,7 +228,7 @@ def test_staged_gpu_schedule_computes_the_nest_inside_its_buffers(name, dataset,
     from nasir.lowering.nest_to_tvm.program import prim_func
     from nasir.lowering.nest_to_tvm.staged import Staged, staged_schedule
 
-    target = tvm_build.target_of("cuda", "sm_90")
+    target = tvm_build.tvm_target_of("cuda", "sm_90")
     limit = int(target.attrs["max_shared_memory_per_block"])
     for op in _distinct_contractions(name, dataset, variant):
         for tile in Staged.variants(1024)[:2]:
@@ -256,7 +256,7 @@ def test_staged_schedule_shrinks_its_chunk_to_the_shared_memory_and_builds():
     assert shared_bytes(staged_schedule(prim_func(stem), stem, Staged(), 1 << 20).mod["main"]) == 56448
     assert shared_bytes(staged_schedule(prim_func(stem), stem, Staged(), 49152).mod["main"]) == 18816
     assert staged_schedule(prim_func(stem), stem, Staged(), 1024) is None
-    target = tvm_build.target_of("cuda", "sm_90")
+    target = tvm_build.tvm_target_of("cuda", "sm_90")
     candidates = {f"c{k}": staged_schedule(workload(prim_func(op))["main"], op, Staged(), 49152)
                   for k, op in enumerate(nests)}
     _, built = remote_tuning._build(candidates, target, ["sm_90"])

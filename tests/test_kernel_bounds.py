@@ -87,7 +87,7 @@ def test_dlight_matmul_stages_the_stem_outside_the_image_and_is_declined():
     stem = next(op for op in main_func(lower_to_nest(zoo.load("resnet18", "imagenet").module)).body.block.ops
                 if isinstance(op, nest.ComputeOp))
     func = prim_func(stem).with_attr("global_symbol", "main")
-    target = tvm_build.target_of("cuda", "sm_90")
+    target = tvm_build.tvm_target_of("cuda", "sm_90")
     with target:
         staged = dl.gpu.Matmul().apply(func, target, False)
         found = out_of_bounds(staged.mod["main"])

@@ -134,7 +134,7 @@ def test_cuda_import_makes_the_fastest_candidate_the_compiled_kernel(conv, tmp_p
     family = next(c["family"] for c in task["candidates"] if c["function"] == chosen)
     assert imported.family_best_ms["conv"] == {kind: pytest.approx(1e-2 if kind == family else 2e-2)
                                                for kind in families}
-    target = tvm_build.target_of("cuda", "sm_90")
+    target = tvm_build.tvm_target_of("cuda", "sm_90")
     tuning = TVMTuning(target, tmp_path / "records")
     kernel = to_relax(lower_to_nest(conv.module), target, tuning)["conv"].script()
     assert _threads(kernel) == threads[chosen] and tuning.counts["tuned"] == 1
@@ -167,7 +167,7 @@ def test_a_candidate_ptxas_refuses_is_left_out_and_the_rest_built():
 
     nests = tunable_nests(lower_to_nest(zoo.load("resnet34", "imagenet").transform(ALL_VARIANTS["group2"]).module))
     func, op = nests["layer1_layer1_0_conv1_Conv"]
-    target = tvm_build.target_of("cuda", "sm_90")
+    target = tvm_build.tvm_target_of("cuda", "sm_90")
     with target:
         too_big = dl.gpu.GeneralReduction().apply(workload(func)["main"], target, False)
     fits = schedule.gpu_schedule(workload(func)["main"], op, schedule.GPU.of(target))
@@ -182,7 +182,7 @@ def test_a_candidate_tvm_cannot_lower_is_left_out():
     from nasir.lowering.nest_to_tvm.program import tunable_nests
 
     func, op = tunable_nests(lower_to_nest(zoo.load("resnet34", "imagenet").module))["avgpool_GlobalAveragePool"]
-    target = tvm_build.target_of("cuda", "sm_90")
+    target = tvm_build.tvm_target_of("cuda", "sm_90")
     lowered = [remote_tuning._lowers(sch, target) for _, sch in remote_tuning._candidates(func, op, target, 32, 0)]
     assert 0 < lowered.count(False) < len(lowered)
 
@@ -197,7 +197,7 @@ def test_a_record_whose_kernel_breaks_the_targets_limits_is_not_used(tmp_path):
     from nasir.lowering.nest_to_tvm.tuning import workload
 
     func, op = tunable_nests(lower_to_nest(zoo.load("resnet34", "imagenet").module))["conv1_Conv"]
-    target = tvm_build.target_of("cuda", "sm_90")
+    target = tvm_build.tvm_target_of("cuda", "sm_90")
     for limit, used in ((1 << 20, "default"), (49152, "tuned")):
         tuning = TVMTuning(target, tmp_path / str(limit))
         sch = staged_schedule(workload(func)["main"], op, Staged(), limit)

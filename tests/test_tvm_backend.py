@@ -52,7 +52,7 @@ from nasir.lowering.target import CPU_ENV
 from nasir.lowering.nest_to_tvm.program import lower_to_nest, to_relax
 from nasir.model import Model
 
-H100 = tvm_build.target_of("cuda", "sm_90")
+H100 = tvm_build.tvm_target_of("cuda", "sm_90")
 from nasir.search.space import TEMPLATES, LayerChoices, SearchSpace
 from nasir.tools import cli
 
@@ -350,7 +350,7 @@ def _two_convs(path, ci: int, co: int, size: int) -> Model:
 
 
 def _records(folder) -> int:
-    return len((folder / tvm_tuning.target_key(tvm_build.target_of("tvm")) / "database_tuning_record.json")
+    return len((folder / tvm_tuning.target_key(tvm_build.tvm_target_of("tvm")) / "database_tuning_record.json")
                .read_text().splitlines())
 
 

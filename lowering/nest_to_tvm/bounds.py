@@ -179,7 +179,7 @@ def shared_bytes(func: tirx.PrimFunc) -> int:
 @dataclass(frozen=True)
 class BlockLimits:
     """What a thread block may have on a cuda target: threads, shared memory (bytes) and 32-bit
-    registers, read from the attributes `build.target_of` gives it (`build.cuda_limits`)."""
+    registers, read from the attributes `build.tvm_target_of` gives it (`build.cuda_limits`)."""
 
     threads: int
     shared_bytes: int

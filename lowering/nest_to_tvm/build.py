@@ -94,7 +94,7 @@ def cuda_limits(arch: str) -> dict[str, int]:
             "max_shared_memory_per_block": device.max_shared_memory_per_block, "thread_warp_size": device.warp_size}
 
 
-def target_of(name: str, arch: str | None = None) -> tvm.target.Target:
+def tvm_target_of(name: str, arch: str | None = None) -> tvm.target.Target:
     """TVM's target for nasir's target `name` ("tvm": this CPU, or "cuda"; `arch`: cuda's sm_XY, or
     several: the schedules are made for the lowest, within its limits, `cuda_limits`)."""
     if name == "cuda":
@@ -150,7 +150,7 @@ def cuda_pipeline(target: tvm.target.Target, failures: list | None = None) -> tv
 
 def build(mod: tvm.IRModule, name: str, arch: str | None = None) -> tvm.runtime.Executable:
     """`tvm.compile` of `mod` (a `to_relax` result) for nasir's target `name`."""
-    target = target_of(name, arch)
+    target = tvm_target_of(name, arch)
     if name != "cuda":
         return tvm.compile(mod, target=target)
     require_cuda_compiler()
