@@ -23,9 +23,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from nasir import zoo
-from nasir.lowering.pipeline import LLVM_PIPELINE
+from nasir.lowering.pipeline import LLVM, LLVM_PIPELINE
 
-UP_TO_LOOPS = LLVM_PIPELINE.split(",convert-loops-to-llvm")[0]
+UP_TO_LOOPS = str(LLVM.before("convert-loops-to-llvm"))
 
 
 def digest(onnx: Path, cpu: str, pipeline: str, llvm: bool) -> str:

@@ -9,5 +9,5 @@
     nest_to_tvm/    the tvm backend: Relax and TE for TVM's CPU code and CUDA GPUs
     target.py       the CPU target description every CPU stage reads
     passes.py       every pass by name; pipelines parsed and run
-    pipeline.py     the llvm backend's pass pipeline
+    pipeline.py     the backends' pipelines, built from named stages and cut by pass name
 """

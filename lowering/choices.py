@@ -44,7 +44,7 @@ from nasir.dialects.module import WeightStore, attach_weights, weights_of
 from nasir.dialects.schedule import Loop
 from nasir.dialects.shapes import shape_of
 from nasir.lowering.passes import run_pipeline
-from nasir.lowering.pipeline import LLVM_PIPELINE
+from nasir.lowering.pipeline import LLVM
 from nasir.lowering.schedule.default_schedule import nest_shape
 from nasir.lowering.schedule.schedules import depthwise_channel
 from nasir.lowering.target import CPUTarget, set_target, target_of
@@ -154,12 +154,9 @@ def lowering_choices(module: ModuleOp, cpu: str | CPUTarget | None = None) -> Lo
     if cpu is not None or not TARGET.on(out):
         set_target(out, cpu)
     target = target_of(out)
-    stages = LLVM_PIPELINE.split(",")
-    scheduled, laid_out, bufferized = (stages.index(s) + 1 for s in
-                                       ("default-schedule", "pad-planes", "nest-bufferize"))
-    run_pipeline(out, ",".join(stages[:scheduled]))
+    run_pipeline(out, str(LLVM.until("default-schedule")))
     families = {op.layer_name: family(op) for op in out.walk() if isinstance(op, nest.ComputeOp)}
-    run_pipeline(out, ",".join(stages[scheduled:laid_out]))
+    run_pipeline(out, str(LLVM.after("default-schedule").until("pad-planes")))
     choices = LoweringChoices()
     for op in out.walk():
         if not isinstance(op, nest.ComputeOp):
@@ -175,7 +172,7 @@ def lowering_choices(module: ModuleOp, cpu: str | CPUTarget | None = None) -> Lo
                 choices.transitions.add((families[producer.layer_name], _layout(value), consumer))
     returned = next(op for op in out.walk() if isinstance(op, func.ReturnOp)).operands
     choices.outputs = [v.owner.layer_name for v in returned if isinstance(v.owner, nest.ComputeOp)]
-    run_pipeline(out, ",".join(stages[laid_out:bufferized]))
+    run_pipeline(out, str(LLVM.after("pad-planes").until("nest-bufferize")))
     for op in out.walk():
         if isinstance(op, nest.ComputeOp) and IN_PLACE.on(op):
             choice = choices.nests[op.layer_name]

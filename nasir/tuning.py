@@ -25,7 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from nasir.dialects import nest
 from nasir.kernels import KernelTimes, default_kernel_cache, standalone
-from nasir.lowering.pipeline import LLVM_PIPELINE
+from nasir.lowering.pipeline import LLVM
 from nasir.lowering.schedule.default_schedule import tunable
 from nasir.lowering.schedule.schedules import candidate_schedules
 from nasir.lowering.schedule.tuned import TuningDatabase, default_tuning_db, nest_signature
@@ -38,7 +38,7 @@ the other register tiles of the spatial schedule and of the channel plan."""
 MARGIN = 0.02
 """How much faster than the cost model's choice another schedule must run alone to be kept (a
 closer time is within the noise of a median of seven)."""
-SCHEDULED = LLVM_PIPELINE[: LLVM_PIPELINE.index(",default-schedule")]
+SCHEDULED = str(LLVM.before("default-schedule"))
 """The passes before default-schedule: the nests tuning times are those it schedules."""
 
 

@@ -34,7 +34,7 @@ from nasir.lowering.bufferize import ALIGN
 from nasir.lowering.loops_to_llvm.convert import BOUNDS_GLOBALS
 from nasir.lowering.loops_to_llvm.llvm_ir import float_vectors, optimize, to_llvm_ir
 from nasir.lowering.passes import gc_paused, run_pipeline
-from nasir.lowering.pipeline import LLVM_PIPELINE
+from nasir.lowering.pipeline import llvm_pipeline
 from nasir.lowering.target import CPUTarget, host_target, set_target, target_of
 from nasir.runtime.executable import Executable
 from nasir.runtime.jit import JITModule, SharedLibrary, write_shared_library
@@ -159,19 +159,13 @@ def lower_to_llvm_dialect(module: ModuleOp, profile: bool = False, cpu: str | CP
     The nest-level result is verified; the loop and llvm levels are not: verifying tens of
     thousands of ops costs as much as building them, and LLVM verifies the IR made from them
     (`nasir.lowering.loops_to_llvm.llvm_ir.optimize`)."""
-    stages = LLVM_PIPELINE.split(",")
-    options = " ".join(name + "=true" for name, on in (("profile", profile), ("checked", checked)) if on)
-    if options:
-        stages[stages.index("convert-loops-to-llvm")] = f"convert-loops-to-llvm{{{options}}}"
-    if tuning is not None:
-        stages[stages.index("default-schedule")] = f'default-schedule{{tuning="{tuning}"}}'
-    loops = stages.index("convert-nest-to-loops")
+    pipeline = llvm_pipeline(profile, checked, tuning)
     out = module.clone()
     attach_weights(out, WeightStore(weights_of(module)))
     if cpu is not None or not TARGET.on(out):
         set_target(out, cpu)
-    run_pipeline(out, ",".join(stages[:loops]))
-    run_pipeline(out, ",".join(stages[loops:]), verify=False)
+    run_pipeline(out, str(pipeline.before("convert-nest-to-loops")))
+    run_pipeline(out, str(pipeline.since("convert-nest-to-loops")), verify=False)
     return out
 
 

@@ -19,7 +19,7 @@ from xdsl.dialects.builtin import IndexType, IntegerAttr
 import nasir
 from nasir.dialects import nn
 from nasir.errors import BoundsError
-from nasir.lowering.pipeline import LLVM_PIPELINE
+from nasir.lowering.pipeline import LLVM
 from nasir.runtime.llvm_executable import executable_of
 
 pytestmark = pytest.mark.usefixtures("cpu")
@@ -50,8 +50,7 @@ def kernel_reading_past_its_row(model, shift: int):
     """`model` at the loop level with the first read of the conv kernel's input (argument 0)
     moved `shift` elements along its last axis: still inside the buffer (the next row), but
     outside the row."""
-    stages = LLVM_PIPELINE.split(",")
-    loops = model.transform(",".join(stages[: stages.index("convert-loops-to-llvm")]))
+    loops = model.transform(str(LLVM.before("convert-loops-to-llvm")))
     kernel = next(f for f in loops.module.ops if getattr(f, "sym_name", None) and f.sym_name.data == "conv")
     arg = kernel.body.block.args[0]
     read = next(op for op in kernel.walk() if isinstance(op, (memref.LoadOp, vector.LoadOp, vector.MaskedLoadOp))

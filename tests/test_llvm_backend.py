@@ -100,11 +100,11 @@ def test_gemm_weight_read_across_lanes_is_packed(rows, outputs):
     """A classifier's [outputs, k] weight read with lanes over its outputs is packed so that each
     weight vector is one load (1000 classes: blocks of 8 lanes; 10 have no block of 4 or more and
     stay unpacked); the numbers are numpy's."""
-    from nasir.lowering.pipeline import LLVM_PIPELINE
+    from nasir.lowering.pipeline import LLVM
 
     a, w, c = rand(rows, 64), rand(outputs, 64), rand(outputs)
     model = build([(rows, 64)], lambda a_, W: [nn.GemmOp.new(a_[0], W("w", w), W("c", c), trans_b=True).named("fc")])
-    scheduled = model.transform(LLVM_PIPELINE.split(",pack-weights")[0])
+    scheduled = model.transform(str(LLVM.before("pack-weights")))
     [fc] = [op for op in scheduled.module.walk() if isinstance(op, nest.ComputeOp)]
     width = lanes()
     block = next((b for b in (width, width // 2, width // 4) if b >= 4 and outputs % b == 0), None)
@@ -274,7 +274,7 @@ def test_concat_copies_and_kernels(axis):
 
 
 def test_reshape_is_a_view_and_memory_is_reused():
-    from nasir.lowering.pipeline import LLVM_PIPELINE
+    from nasir.lowering.pipeline import LLVM
 
     def body(a, W):
         ops = [nn.ReluOp.new(a[0])]
@@ -288,7 +288,7 @@ def test_reshape_is_a_view_and_memory_is_reused():
     # without fuse-epilogue (which would make the relus one nest): five 16 KiB intermediates live
     # one or two at a time, two slots suffice (17 KiB each: pad-planes gives the 16 x 16 planes the
     # relus read a padding row)
-    lowered = model.transform(LLVM_PIPELINE.split(",convert-nest-to-loops")[0].replace("fuse-epilogue,", ""))
+    lowered = model.transform(str(LLVM.before("convert-nest-to-loops").without("fuse-epilogue")))
     assert lowered.module.attributes["nasir.workspace_bytes"].value.data == 2 * 16 * 17 * 16 * 4
     assert "nn.reshape" not in str(lowered.module)
     x = rand(1, 16, 16, 16)
@@ -372,7 +372,7 @@ def test_last_tile_of_a_row_runs_on_narrower_vectors(c, groups, h, w, k, pad):
     next power of two (8, 4) lanes; 25 = 16 + 9 keeps 16. Padded or not (the 1x1 conv's last tile
     has no version of its own), against torch."""
     from nasir.lowering.loops_to_llvm.llvm_ir import to_llvm_ir
-    from nasir.lowering.pipeline import LLVM_PIPELINE
+    from nasir.lowering.pipeline import LLVM
 
     wt, x = rand(c, c // groups, k, k), rand(1, c, h, w)
     model = build([x.shape], lambda a, W: [
@@ -381,7 +381,7 @@ def test_last_tile_of_a_row_runs_on_narrower_vectors(c, groups, h, w, k, pad):
     assert scheduled_nests(model)["conv"].get_schedule().vector == "ow.i"
     tail = w % width
     narrow = max(4, 1 << (tail - 1).bit_length()) if tail else width
-    text = to_llvm_ir(model.transform(LLVM_PIPELINE).module)
+    text = to_llvm_ir(model.transform(str(LLVM)).module)
     narrower = {lanes for lanes in (2, 4, 8) if lanes < width and f"<{lanes} x float>" in text}
     assert narrower == ({narrow} if narrow <= width // 2 else set())
     want = F.conv2d(torch.from_numpy(x), torch.from_numpy(wt), padding=pad, groups=groups)
@@ -400,12 +400,12 @@ def test_average_pool_counts_the_lanes_of_a_narrower_last_tile(width):
 
 def test_llvm_ir_of_a_conv_has_vector_types():
     from nasir.lowering.loops_to_llvm.llvm_ir import optimize, to_llvm_ir
-    from nasir.lowering.pipeline import LLVM_PIPELINE
+    from nasir.lowering.pipeline import LLVM
     from nasir.lowering.target import resolve_target
 
     wt = rand(32, 16, 3, 3)
     model = build([(1, 16, 20, 20)], lambda a, W: [nn.Conv2DOp.new(a[0], W("w", wt), pads=(1, 1, 1, 1))])
-    text = to_llvm_ir(model.transform(LLVM_PIPELINE).module)
+    text = to_llvm_ir(model.transform(str(LLVM)).module)
     width = resolve_target(None).lanes
     assert f"<{width} x float>" in text
     assert "noalias" in text
@@ -469,9 +469,9 @@ STEM_POOLS = [  # (c, o, h, k, stride, pad, pool k, pool stride, pool pad, ceil_
 
 def scheduled_nests(model) -> dict[str, nest.ComputeOp]:
     """The nests of `model` by layer after the llvm pipeline's nest passes up to pack-activations."""
-    from nasir.lowering.pipeline import LLVM_PIPELINE
+    from nasir.lowering.pipeline import LLVM
 
-    scheduled = model.transform(LLVM_PIPELINE.split(",pack-weights")[0])
+    scheduled = model.transform(str(LLVM.before("pack-weights")))
     return {op.layer_name: op for op in scheduled.module.walk() if isinstance(op, nest.ComputeOp)}
 
 
@@ -526,7 +526,7 @@ def test_max_pool_kernel_computes_its_producers_rows(case, threads):
     one kernel with it (FUSE_ROWS): threads take channel blocks, the conv's rows are computed
     as the pool's rows need them; @main makes one call. torch's numbers."""
     from nasir.dialects.attributes import FUSE_ROWS, LAYER
-    from nasir.lowering.pipeline import LLVM_PIPELINE
+    from nasir.lowering.pipeline import LLVM
 
     got, want, _ = stem_and_pool(*case, threads=threads)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
@@ -535,7 +535,7 @@ def test_max_pool_kernel_computes_its_producers_rows(case, threads):
         conv := nn.Conv2DOp.new(a[0], W("w", rand(o, c, k, k)), strides=(stride,) * 2, pads=(pad,) * 4).named("conv"),
         nn.MaxPoolOp.new(conv.results[0], (pk, pk), strides=(ps, ps), pads=(pp,) * 4, ceil_mode=ceil).named("pool")])
     assert FUSE_ROWS.on(scheduled_nests(model)["pool"])
-    lowered = model.transform(LLVM_PIPELINE.split(",convert-loops-to-llvm")[0])
+    lowered = model.transform(str(LLVM.before("convert-loops-to-llvm")))
     calls = [op for op in lowered.module.walk() if isinstance(op, func.CallOp)]
     assert [LAYER.get(call) for call in calls] == ["conv+pool"]
 

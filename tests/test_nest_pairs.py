@@ -35,7 +35,7 @@ from nasir.dialects import nest, nn
 from nasir.dialects.attributes import FUSE_ROWS, WINOGRAD
 from nasir.errors import LoweringError
 from nasir.lowering.passes import run_pipeline
-from nasir.lowering.pipeline import LLVM_PIPELINE
+from nasir.lowering.pipeline import LLVM
 
 pytestmark = pytest.mark.usefixtures("cpu")  # every test at both vector widths (conftest.py)
 
@@ -77,7 +77,7 @@ def test_vgg_block(vgg_block):
     """Issue 38: the max pool computes the second conv's rows (FUSE_ROWS) while that conv reads the
     first conv's output, which the pool's result must not overwrite."""
     model = agrees_with_onnxruntime(vgg_block)
-    scheduled = model.transform(LLVM_PIPELINE.split(",pack-activations")[0])
+    scheduled = model.transform(str(LLVM.before("pack-activations")))
     assert any(FUSE_ROWS.on(op) for op in scheduled.module.walk() if isinstance(op, nest.ComputeOp))
 
 
@@ -154,7 +154,7 @@ def test_kernel_writing_bytes_another_argument_holds_is_refused():
 
     model = build([(1, 3, 16, 16)], body)
     assert FUSE_ROWS.on(scheduled_nests(model)["pool"])
-    run_pipeline(model.module, LLVM_PIPELINE.split(",convert-nest-to-loops")[0])
+    run_pipeline(model.module, str(LLVM.before("convert-nest-to-loops")))
     dest = {mat.source.owner.layer_name: mat.dest.owner for mat in model.func.body.block.ops
             if isinstance(mat, bufferization.MaterializeInDestinationOp)}
     dest["pool"].operands[1] = dest["first"].byte_shift  # arguments: first, w2, second, pool
@@ -183,7 +183,7 @@ def test_winograd_conv_writing_over_its_residual_keeps_noalias_on_its_scratch():
 
     model = build([(1, 8, 32, 32)], body)
     assert WINOGRAD.on(scheduled_nests(model)["stem"])
-    lowered = model.transform(LLVM_PIPELINE.split(",convert-loops-to-llvm")[0])
+    lowered = model.transform(str(LLVM.before("convert-loops-to-llvm")))
     kernel = next(f for f in lowered.module.ops if isinstance(f, func.FuncOp) and f.sym_name.data == "stem")
     # x, the packed weight, the residual, the result, the scratch
     assert ["llvm.noalias" in a.data for a in kernel.arg_attrs.data] == [True, True, False, False, True]
@@ -202,7 +202,7 @@ def test_pool_whose_input_a_fused_pool_makes_is_not_fused_in_turn():
     model = agrees_with_onnxruntime(path)
     nests = scheduled_nests(model)
     assert FUSE_ROWS.on(nests["maxpool8"]) and not FUSE_ROWS.on(nests["maxpool9"])
-    run_pipeline(model.module, LLVM_PIPELINE.split(",convert-nest-to-loops")[0])
+    run_pipeline(model.module, str(LLVM.before("convert-nest-to-loops")))
     second = next(op for op in model.module.walk() if isinstance(op, nest.ComputeOp) and op.layer_name == "maxpool9")
     FUSE_ROWS.set(second, True)
     with pytest.raises(LoweringError, match="no kernel computes the rows of 'conv7'"):

@@ -19,7 +19,7 @@ from nasir.dialects.shapes import shape_of
 from nasir.frontend.onnx_import import import_onnx
 from nasir.kernels import standalone
 from nasir.lowering.passes import run_pipeline
-from nasir.lowering.pipeline import LLVM_PIPELINE
+from nasir.lowering.pipeline import LLVM
 from nasir.runtime.llvm_executable import compile_llvm
 from nasir.tuning import tunable_nests
 
@@ -59,10 +59,9 @@ def case(tmp_path_factory):
 
 
 def through_pad_planes(path: str):
-    """The ONNX file's module lowered by LLVM_PIPELINE up to and with pad-planes."""
+    """The ONNX file's module lowered by the llvm pipeline up to and with pad-planes."""
     module = import_onnx(path).module
-    steps = LLVM_PIPELINE.split(",")
-    run_pipeline(module, ",".join(steps[: steps.index("pad-planes") + 1]))
+    run_pipeline(module, str(LLVM.until("pad-planes")))
     return module
 
 

@@ -15,7 +15,7 @@ from test_tools import BIN, small_onnx  # noqa: F401  (a fixture)
 
 import nasir
 from nasir.errors import NasirError
-from nasir.lowering.pipeline import LLVM_PIPELINE
+from nasir.lowering.pipeline import LLVM, LLVM_PIPELINE
 
 CLOSED_PIPE = 141  # a shell's status for `yes | head`: 128 + SIGPIPE
 
@@ -72,7 +72,7 @@ def test_lowering_progress_shows_on_a_terminal_only(small_onnx, tmp_path):  # no
         shown += chunk
     os.close(leader)
     assert proc.returncode == 0
-    passes = len(LLVM_PIPELINE.split(","))
+    passes = len(LLVM.passes)
     assert re.search(rf"pass \d+/{passes}: [a-z-]+".encode(), shown)  # the spinner shows some of them
     assert b"writing the llvm output" in shown
     assert (tmp_path / "out.ll").read_text().lstrip().startswith(("; ModuleID", "target"))

@@ -39,10 +39,8 @@ from nasir.lowering.nest_to_tvm import nest_ops, schedule
 from nasir.lowering.nest_to_tvm.nn_ops import LOWERINGS
 from nasir.lowering.nest_to_tvm.tuning import TVMTuning
 from nasir.lowering.passes import run_pipeline
+from nasir.lowering.pipeline import TVM_PIPELINE
 from nasir.lowering.target import target_of
-
-TVM_PIPELINE = "fold-batch-norm,convert-nn-to-nest,lower-batch-norm,fuse-epilogue"
-"""nn IR -> the nest level `to_relax` converts."""
 
 
 def symbol(name: str) -> str:
