@@ -2,36 +2,11 @@
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable
 from pathlib import Path
 
-from nasir.errors import BackendUnavailableError, FrontendError, NasirError
+from nasir.errors import FrontendError, NasirError
 from nasir.model import Model, load_text
-from nasir.runtime.llvm_executable import compile_llvm
-
-TARGETS = ("llvm", "torch", "tvm", "cuda")
-
-
-def backend_compiler(target: str) -> Callable:
-    """The compile function of `target`'s backend; its keyword parameters are the options
-    `compile` takes for that target (the torch and TVM backends are imported only when asked for)."""
-    if target == "torch":
-        from nasir.runtime.torch_executable import compile_torch
-
-        return compile_torch
-    if target in ("tvm", "cuda"):
-        try:
-            from nasir.runtime import tvm_compile
-        except ImportError as e:
-            raise BackendUnavailableError(f"target '{target}' needs apache-tvm (pip install apache-tvm): {e}") from None
-        return tvm_compile.compile_tvm if target == "tvm" else tvm_compile.compile_cuda
-    return compile_llvm
-
-
-def target_options(target: str) -> tuple[str, ...]:
-    """The keyword options `compile(model, target=...)` takes (`threads` counts where it is not 1)."""
-    return tuple(list(inspect.signature(backend_compiler(target)).parameters)[1:])
+from nasir.runtime.backends import backend
 
 
 def load(path: str | Path, input_shapes: dict[str, tuple[int, ...]] | list[tuple[int, ...]] | None = None) -> Model:
@@ -74,10 +49,9 @@ def compile(model: Model, target: str = "llvm", threads: int = 1, tune: bool = F
     """
     if not isinstance(model, Model):
         raise NasirError(f"compile() takes a nasir.Model, got {type(model).__name__}")
-    if target not in TARGETS:
-        raise NasirError(f"unknown target '{target}' (choose from {', '.join(TARGETS)})")
+    entry = backend(target)
     given = {**options, **({"threads": threads} if threads != 1 else {})}
-    takes = target_options(target) + (("tune",) if target == "llvm" else ())
+    takes = entry.options + (("tune",) if entry.tunes else ())
     for option in [*given, *(["tune"] if tune else [])]:
         if option not in takes:
             raise NasirError(f"target '{target}' takes no option '{option}' (it takes: {', '.join(takes) or 'none'})")
@@ -85,7 +59,7 @@ def compile(model: Model, target: str = "llvm", threads: int = 1, tune: bool = F
         from nasir.tuning import tune as tune_model
 
         tune_model(model, cpu=options.get("cpu"), threads=threads, database=options.get("tuning"), progress=True)
-    return backend_compiler(target)(model.module, **given)
+    return entry.compile(model.module, **given)
 
 
 def tune(model: Model, cpu: str | None = None, threads: int = 1, database: str | Path | None = None,

@@ -19,6 +19,7 @@ from rich.console import Console
 import nasir
 from nasir import zoo
 from nasir.errors import NasirError
+from nasir.runtime.backends import TARGETS
 from nasir.tools.console import fail, show, step
 from nasir.tools.reference import compare, onnxruntime_outputs, seeded_inputs
 
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m nasir.demo", description=__doc__.splitlines()[0])
     p.add_argument("--model", default="resnet18", choices=zoo.names())
     p.add_argument("--dataset", default="cifar10")
-    p.add_argument("--target", default="llvm", choices=nasir.api.TARGETS)
+    p.add_argument("--target", default="llvm", choices=TARGETS)
     args = p.parse_args(argv)
     console = Console(highlight=False)
     try:

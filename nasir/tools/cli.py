@@ -34,7 +34,7 @@ from rich.table import Table
 
 import nasir
 from nasir import zoo
-from nasir.api import TARGETS
+from nasir.runtime.backends import TARGETS
 from nasir.variants import ALL_VARIANTS
 from nasir.errors import FrontendError, NasirError
 from nasir.peak import measure_peak_gflops
