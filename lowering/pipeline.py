@@ -43,9 +43,10 @@ class Pipeline:
 
     def index(self, name: str) -> int:
         """Position of the pass `name` (NasirError if the pipeline has none)."""
-        if name not in self.names:
-            raise NasirError(f"pipeline {self} has no pass '{name}'")
-        return self.names.index(name)
+        try:
+            return self.names.index(name)
+        except ValueError:
+            raise NasirError(f"pipeline {self} has no pass '{name}'") from None
 
     def until(self, name: str) -> Pipeline:
         """The passes up to and with `name`."""

@@ -46,7 +46,6 @@ from xdsl.ir.affine import (
 )
 
 from nasir.dialects import affine, nest
-from nasir.dialects.affine import evaluate
 from nasir.dialects.nest_maps import Window, conv_nest, pool_nest
 from nasir.dialects.shapes import shape_of
 from nasir.errors import LoweringError
@@ -156,7 +155,7 @@ def gather(x: torch.Tensor, amap: AffineMap, extents: list[int], fast: bool = Tr
     mask = torch.ones(aligned, dtype=torch.bool)
     stride = 1
     for axis in reversed(range(1 if per_sample else 0, len(amap.results))):
-        idx = torch.as_tensor(evaluate(amap.results[axis], dim))
+        idx = torch.as_tensor(affine.evaluate(amap.results[axis], dim))
         size = sizes[axis]
         mask = mask & (idx >= 0) & (idx < size)
         flat = flat + idx.clamp(0, size - 1) * stride
@@ -432,7 +431,7 @@ def _scatter(op: nest.ComputeOp, core: torch.Tensor, extents: list[int], batched
     flat = torch.zeros(grid, dtype=torch.long)
     stride = 1
     for axis in reversed(range(len(shape))):
-        flat = flat + torch.as_tensor(evaluate(omap.results[axis], dim)) * stride
+        flat = flat + torch.as_tensor(affine.evaluate(omap.results[axis], dim)) * stride
         stride *= shape[axis]
     samples = core.shape[0] if batched else 1
     out = core.new_zeros((samples, math.prod(shape)))

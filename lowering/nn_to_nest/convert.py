@@ -37,6 +37,7 @@ from xdsl.pattern_rewriter import (
 )
 
 from nasir.dialects import nest, nn
+from nasir.dialects.module import weights_of
 from nasir.dialects.nest_maps import (
     Window,
     amap,
@@ -47,7 +48,6 @@ from nasir.dialects.nest_maps import (
     identity,
     pool_nest,
 )
-from nasir.dialects.module import weights_of
 from nasir.dialects.shapes import broadcast_shapes, shape_of
 
 # --- patterns ----------------------------------------------------------------------------------
