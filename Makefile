@@ -50,7 +50,7 @@ fuzz: $(STAMP)
 	$(BIN)/python -m nasir.fuzz --minutes $(MINUTES) --out $(FUZZ_OUT)
 
 bench: $(STAMP)
-	$(BIN)/python -m nasir.benchmarks $(ARGS)
+	$(BIN)/python -m nasir.measure.benchmark $(ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -21,7 +21,7 @@ Pads are stored as [top, left, bottom, right] (ONNX order is begins then ends: s
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 from xdsl.dialects.builtin import (
@@ -98,29 +98,42 @@ class NNOp(IRDLOperation):
             raise VerifyException(f"{self.name}: result shape {list(got)} but operands give {list(expected)}")
 
 
+_REQUIRED = object()
+
+
+def _ints(props: Mapping[str, Attribute], key: str, default: Sequence[int] = _REQUIRED) -> tuple[int, ...]:
+    """The integer-array property `key` of a property dict (KeyError without it and a default)."""
+    attr = props.get(key)
+    if isinstance(attr, DenseArrayBase):
+        return tuple(int(v) for v in attr.get_values())
+    if default is _REQUIRED:
+        raise KeyError(key)
+    return tuple(default)
+
+
+def _int(props: Mapping[str, Attribute], key: str, default: int = _REQUIRED) -> int:
+    """The integer property `key` of a property dict (KeyError without it and a default)."""
+    attr = props.get(key)
+    if isinstance(attr, IntegerAttr):
+        return int(attr.value.data)
+    if default is _REQUIRED:
+        raise KeyError(key)
+    return default
+
+
 def prop_ints(op: Operation, name: str) -> list[int]:
     """An nn op's integer-array property (`pads`, `kernel`, ...) as Python ints."""
-    return [int(v) for v in op.properties[name].get_values()]
+    return list(_ints(op.properties, name))
+
+
+def prop_int(op: Operation, name: str) -> int:
+    """An nn op's integer property (`axis`, `size`, ...)."""
+    return _int(op.properties, name)
 
 
 def prop_float(op: Operation, name: str) -> float:
     """An nn op's float property (`alpha`, `value`, ...)."""
     return float(op.properties[name].value.data)
-
-
-def prop_int(op: Operation, name: str) -> int:
-    """An nn op's integer property (`axis`, `size`, ...)."""
-    return int(op.properties[name].value.data)
-
-
-def _ints(props: dict[str, Attribute], key: str, default: Sequence[int]) -> tuple[int, ...]:
-    attr = props.get(key)
-    return tuple(attr.get_values()) if isinstance(attr, DenseArrayBase) else tuple(default)
-
-
-def _int(props: dict[str, Attribute], key: str, default: int) -> int:
-    attr = props.get(key)
-    return attr.value.data if isinstance(attr, IntegerAttr) else default
 
 
 def _bool(props: dict[str, Attribute], key: str, default: bool = False) -> bool:

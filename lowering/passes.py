@@ -31,7 +31,7 @@ from nasir.transforms.bottleneck import BottleneckPass
 from nasir.transforms.fold_batch_norm import FoldBatchNormPass
 from nasir.transforms.fuse_epilogue import FuseEpiloguePass
 from nasir.transforms.group import DepthwisePass, GroupPass
-from nasir.transforms.properties import PrintCapacityPass
+from nasir.transforms.print_capacity import PrintCapacityPass
 from nasir.transforms.schedule import (
     FusePass,
     InterchangePass,

@@ -56,7 +56,7 @@ def compile(model: Model, target: str = "llvm", threads: int = 1, tune: bool = F
         if option not in takes:
             raise NasirError(f"target '{target}' takes no option '{option}' (it takes: {', '.join(takes) or 'none'})")
     if tune:
-        from nasir.tuning import tune as tune_model
+        from nasir.tuning.host import tune as tune_model
 
         tune_model(model, cpu=options.get("cpu"), threads=threads, database=options.get("tuning"), progress=True)
     return entry.compile(model.module, **given)
@@ -66,9 +66,9 @@ def tune(model: Model, cpu: str | None = None, threads: int = 1, database: str |
          progress: bool = False):
     """Time the schedules the cost model ranks highest for each distinct conv of `model` that the
     tuning database lacks for `cpu` and store the fastest, which every later compile for that CPU
-    then uses (see nasir/tuning.py). `database`: a file (default: the user's cache,
+    then uses (see nasir/tuning/host.py). `database`: a file (default: the user's cache,
     `$NASIR_CACHE_DIR/tuning.db` or `~/.cache/nasir/tuning.db`). Returns a `TuningReport`."""
-    from nasir.tuning import tune as tune_model
+    from nasir.tuning.host import tune as tune_model
 
     return tune_model(model, cpu=cpu, threads=threads, database=database, progress=progress)
 

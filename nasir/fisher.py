@@ -55,7 +55,7 @@ and `threads=1` keeps torch's threads from spinning against the other workers on
 search measures the original once (`FisherCheck`) and runs one evaluation per core. Batch 16 is
 the smallest batch that keeps the ranking: at batch 8 (or at 16 x 16 images) the candidates'
 Fisher ratios rank worse against the consensus of other minibatches and some clear accept/reject
-decisions flip, which never happens at 16 (`python benchmarks/fisher_speed.py --rank` prints the study;
+decisions flip, which never happens at 16 (`python experiments/fisher_speed.py --rank` prints the study;
 made before the normalisation above).
 """
 

@@ -50,7 +50,7 @@ class Profile:
     threads: int
     peak_gflops: float | None = None
     """The machine's FMA peak for the code's vector width, all its threads together
-    (`nasir.peak`); where given, the table has a "% peak" column."""
+    (`nasir.measure.peak`); where given, the table has a "% peak" column."""
 
     @classmethod
     def from_ticks(cls, calls: list[dict], ticks: list[float], total_ms: float, threads: int) -> "Profile":

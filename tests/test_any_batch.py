@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import nasir
-from nasir.variants import MORE_VARIANTS, VARIANTS
+from nasir.measure.variants import MORE_VARIANTS, VARIANTS
 from nasir.lowering.nest_to_torch import nest_ops, program
 from nasir.runtime.torch_executable import compile_torch
 

@@ -10,13 +10,13 @@ import math
 
 import pytest
 
-from nasir import benchmarks, variants
+from nasir.measure import benchmark, variants
 
 
 @pytest.fixture(scope="module")
 def result(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
-    benchmarks.main(["--models", "resnet18", "--datasets", "cifar10", "--threads", "1", "--repeat", "1",
+    benchmark.main(["--models", "resnet18", "--datasets", "cifar10", "--threads", "1", "--repeat", "1",
                      "--variant-model", "resnet18", "--variant-datasets", "cifar10",
                      "--variants", "base", "group4", "--tune", "--cpu", "x86-64-v3", "--out", str(out)])
     return out, json.loads((out / "bench.json").read_text())
@@ -99,7 +99,7 @@ def test_each_candidate_starts_after_idle():
             calls.append((name, start, time.perf_counter()))
         return call
 
-    ms = benchmarks.median_ms({"a": fn("a"), "b": fn("b")}, repeat=3, warmup=0, settle_s=0.02)
+    ms = benchmark.median_ms({"a": fn("a"), "b": fn("b")}, repeat=3, warmup=0, settle_s=0.02)
     assert set(ms) == {"a", "b"} and len(calls) == 12
     for prev, cur in zip(calls, calls[1:]):
         if prev[0] != cur[0]:

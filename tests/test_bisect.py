@@ -3,7 +3,7 @@
 A model made wrong on purpose (the llvm backend's HardSwish epilogue computing a ReLU instead,
 monkeypatched) must be named at its HardSwish node, with its shapes and the lowering choice of the
 conv nest that computes it; the same model with the backend intact must report agreement. The
-prefix graphs of `nasir.tools.bisect` are compared with ONNX Runtime, the oracle.
+prefix graphs of `nasir.cli.bisect` are compared with ONNX Runtime, the oracle.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from test_tools import run_main
 
 from nasir.fuzz.graphs import onnx_model
 from nasir.lowering.nest_to_loops import epilogue as epilogue_module
-from nasir.tools import cli
+from nasir.cli import main as cli
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@ library), weights apart from the code, and each library loaded by TVM's runtime 
 library, nvcc or NVRTC) in a process of its own, up to the missing GPU; the GPU check's folder.
 
 Each zoo architecture once (zoo_cases.EACH_ONCE: both stems among them, densenet161 left to
-densenet121) and every variant of `nasir.variants` (ResNet-34 imagenet) is built for sm_80 and
+densenet121) and every variant of `nasir.measure.variants` (ResNet-34 imagenet) is built for sm_80 and
 sm_90 (one library whose fatbin holds both).
 """
 
@@ -31,7 +31,7 @@ from nasir.lowering.nest_to_tvm import build as tvm_build
 from nasir.lowering.nest_to_tvm.cuda import _stand_in_driver, compile_kernels
 from nasir.lowering.nest_to_tvm.program import lower_to_nest, weight_keys
 from nasir.model import Model
-from nasir.variants import ALL_VARIANTS, VARIANTS
+from nasir.measure.variants import ALL_VARIANTS, VARIANTS
 from zoo_cases import EACH_ONCE
 
 ARCHS = "sm_80,sm_90"
@@ -244,7 +244,7 @@ def test_staged_schedule_shrinks_its_chunk_to_the_shared_memory_and_builds():
     """ResNet-34's 7x7 stem staged 3 input channels a step needs 56 KB of shared memory a block:
     under CUDA's 48 KB it stages 1 (18 KB); under 1 KB nothing fits and there is no staged
     schedule. The staged kernels of every distinct ResNet-34 nest pass ptxas for sm_90."""
-    from nasir import remote_tuning
+    from nasir.tuning import remote
     from nasir.lowering.nest_to_tvm.program import prim_func
     from nasir.lowering.nest_to_tvm.bounds import shared_bytes
     from nasir.lowering.nest_to_tvm.staged import Staged, staged_schedule
@@ -259,7 +259,7 @@ def test_staged_schedule_shrinks_its_chunk_to_the_shared_memory_and_builds():
     target = tvm_build.tvm_target_of("cuda", "sm_90")
     candidates = {f"c{k}": staged_schedule(workload(prim_func(op))["main"], op, Staged(), 49152)
                   for k, op in enumerate(nests)}
-    _, built = remote_tuning._build(candidates, target, ["sm_90"])
+    _, built = remote._build(candidates, target, ["sm_90"])
     assert built == list(candidates)
 
 

@@ -119,7 +119,7 @@ def test_nasir_train_takes_a_teacher(tmp_path):
     np.savez(tmp_path / "task.npz", x=x, y=y, x_test=xt, y_test=yt)
     student.save(tmp_path / "student.mlir")
     teacher.save(tmp_path / "teacher.mlir")
-    done = subprocess.run([sys.executable, "-m", "nasir.tools.cli", "train", str(tmp_path / "student.mlir"),
+    done = subprocess.run([sys.executable, "-m", "nasir.cli.main", "train", str(tmp_path / "student.mlir"),
                            "--teacher", str(tmp_path / "teacher.mlir"), "--data", str(tmp_path / "task.npz"),
                            "--epochs", "1", "--batch", str(BATCH), "--lr", "0.01", "--out", str(tmp_path / "run")],
                           capture_output=True, text=True, timeout=300)

@@ -171,7 +171,7 @@ def test_the_test_examples_split_into_disjoint_validation_and_held_out_halves(tm
 
 
 def test_the_cli_refuses_a_tolerance_without_data(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "nasir.tools.cli", "search", "resnet18", "--budget", "1",
+    done = subprocess.run([sys.executable, "-m", "nasir.cli.main", "search", "resnet18", "--budget", "1",
                            "--max-accuracy-drop", "1", "--out", str(tmp_path / "s")], capture_output=True, text=True)
     assert done.returncode == 1 and done.stderr.strip().splitlines() == [
         "nasir: error: an accuracy-verified search needs real data to measure accuracy on: give --data (a CIFAR "
@@ -201,7 +201,7 @@ def test_the_cli_prints_the_fine_tuned_candidates_and_the_verdict(trained, tmp_p
     original, accuracy, task = trained
     path = tmp_path / "trained.onnx"
     original.to_onnx(path)
-    done = subprocess.run([sys.executable, "-m", "nasir.tools.cli", "search", str(path), "--budget", "4",
+    done = subprocess.run([sys.executable, "-m", "nasir.cli.main", "search", str(path), "--budget", "4",
                            "--data", str(task), "--max-accuracy-drop", "0", "--finetune-epochs", "1",
                            "--finetune-top", "2", "--choices", "identity,depthwise", "--check-top", "0",
                            "--out", str(tmp_path / "s")], capture_output=True, text=True, timeout=900)
@@ -230,7 +230,7 @@ def test_a_cifar10_folder_runs_the_same_command(tmp_path):
     folder.mkdir()
     write_cifar(folder, [96, 64, 48])
     model = tiny_resnet_onnx(tmp_path / "model.onnx", width=16)
-    done = subprocess.run([sys.executable, "-m", "nasir.tools.cli", "search", str(model), "--budget", "4",
+    done = subprocess.run([sys.executable, "-m", "nasir.cli.main", "search", str(model), "--budget", "4",
                            "--data", str(folder), "--max-accuracy-drop", "100", "--finetune-epochs", "1",
                            "--finetune-top", "2", "--choices", "identity,group4", "--out", str(tmp_path / "s")],
                           capture_output=True, text=True, timeout=900)

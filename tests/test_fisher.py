@@ -365,14 +365,14 @@ def test_redrawing_weights_moves_a_layer_as_much_as_grouping_it(resnet18):
 
 
 def test_the_discard_benchmark_draws_blocks_as_the_published_generator():
-    """benchmarks/fisher_discard.py's `paper` draw against the authors' generator's distribution,
+    """experiments/fisher_discard.py's `paper` draw against the authors' generator's distribution,
     by hand: a block stays a plain conv with probability 1/4 + 1/4 * 1/4 * 1/4 (Seq 1 with one part
     of 1 group) + 1/4 * 1/4 (Seq 3 with one band) = 21/64; Seq 2 is drawn 1/4 of the time; Seq 1
     with several parts 3/16; Seq 3 with several bands 3/16; a lone grouped Seq 1 3/64."""
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "fisher_discard.py"
+    path = Path(__file__).resolve().parents[1] / "experiments" / "fisher_discard.py"
     spec = importlib.util.spec_from_file_location("fisher_discard", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -1,4 +1,4 @@
-"""benchmarks/fisher_vs_accuracy.py's parts that decide what its accuracy table says: the hard MNIST
+"""experiments/fisher_vs_accuracy.py's parts that decide what its accuracy table says: the hard MNIST
 task, the balanced draw of accepted and rejected candidates, and Kendall's tau-b."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from scipy.stats import kendalltau
 
 from nasir.data import load_dataset
 
-_path = Path(__file__).resolve().parents[1] / "benchmarks" / "fisher_vs_accuracy.py"
+_path = Path(__file__).resolve().parents[1] / "experiments" / "fisher_vs_accuracy.py"
 _spec = importlib.util.spec_from_file_location("fisher_vs_accuracy", _path)
 fva = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fva)

@@ -6,7 +6,7 @@ HardSwish; max, average and global pools with ceil mode; residual adds; concats;
 inputs of 1-64 pixels) and `nasir.fuzz.differential.check_case` compares each, as checked llvm
 code for its drawn CPU (both widths, conftest's WIDTHS) and thread count (1 or 2) and on the torch
 backend, with ONNX Runtime. Each case records the lowering choices and transitions it exercised
-(`nasir.lowering.choices`); the run's summary prints cases per choice and per transition
+(`nasir.fuzz.choices`); the run's summary prints cases per choice and per transition
 (conftest.py), and the test fails when a choice of `REQUIRED_CHOICES` or a transition of
 `REQUIRED_TRANSITIONS` was not exercised. The draws are derandomized; the `@example` seeds steer
 it to the rarest transitions.
@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from nasir.fuzz import __main__ as fuzz
 from nasir.fuzz.differential import Outcome, check_case
 from nasir.fuzz.graphs import Case, SeededDraw, random_case
-from nasir.lowering.choices import FAMILIES, LAYOUTS, transition_name
+from nasir.fuzz.choices import FAMILIES, LAYOUTS, transition_name
 from nasir.lowering.target import resolve_target
 
 CPUS = [cpu for cpu, _ in WIDTHS.values()]

@@ -1,4 +1,4 @@
-"""benchmarks/ground_truth.py's plan (issue 51): the anchors, then candidates stratified over
+"""experiments/ground_truth.py's plan (issue 51): the anchors, then candidates stratified over
 transform families and MAC bins, reproducible and only ever extended; the extra-seed picks."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import nasir
 from nasir.search.space import SearchSpace
 from nasir.summary import summarize
 
-_bench = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(_bench))  # ground_truth imports fisher_vs_accuracy beside it, as a script does
-_spec = importlib.util.spec_from_file_location("ground_truth", _bench / "ground_truth.py")
+_experiments = Path(__file__).resolve().parents[1] / "experiments"
+sys.path.insert(0, str(_experiments))  # ground_truth imports fisher_vs_accuracy beside it, as a script does
+_spec = importlib.util.spec_from_file_location("ground_truth", _experiments / "ground_truth.py")
 gt = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(gt)
 
@@ -59,7 +59,7 @@ def test_repeats_spread_over_the_mac_ratios():
     assert [r["macs"] for r in picked] == [0.1, 0.5, 1.0]
 
 
-_rank_spec = importlib.util.spec_from_file_location("rank_proxies", _bench / "rank_proxies.py")
+_rank_spec = importlib.util.spec_from_file_location("rank_proxies", _experiments / "rank_proxies.py")
 rank = importlib.util.module_from_spec(_rank_spec)
 _rank_spec.loader.exec_module(rank)
 

@@ -55,7 +55,7 @@ def test_the_cli_says_one_line_and_exits_1(tmp_path):
     for name in ("truncated-0", "bad_attribute-1", "dangling_input-0"):
         path = tmp_path / f"{name}.onnx"
         path.write_bytes(cases[name])
-        done = subprocess.run([sys.executable, "-m", "nasir.tools.cli", "check", str(path)], capture_output=True,
+        done = subprocess.run([sys.executable, "-m", "nasir.cli.main", "check", str(path)], capture_output=True,
                               text=True, timeout=300)
         errors = [line for line in done.stderr.splitlines() if line.startswith("nasir: error:")]
         assert done.returncode == 1 and len(errors) == 1 and "Traceback" not in done.stderr, (name, done.stderr)

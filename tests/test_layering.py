@@ -2,6 +2,10 @@
 
     nasir (API, CLI, frontend, zoo, search) -> runtime -> lowering -> transforms -> dialects
 
+Inside nasir/: the CLI (nasir.cli) is the top, imported by no other module; measuring
+(nasir.measure) and tuning (nasir.tuning) sit below the search, training, fuzzing and the CLI.
+Analyses (transforms/analysis/, lowering/analysis/) define no pass and import none.
+
 Every import of a nasir module, at the top of a module or inside a function, must point down this
 list or within its own room; `nasir.errors` is below them all. Function-level imports of nasir
 modules are for the API room only (they keep `import nasir` from loading torch), and the modules'
@@ -21,6 +25,10 @@ ROOMS = ("dialects", "transforms", "lowering", "runtime", "nasir")
 BASE = {"nasir.errors"}
 BACKENDS = {"llvm": ("nest_to_loops", "loops_to_llvm"), "torch": ("nest_to_torch",), "tvm": ("nest_to_tvm",)}
 """Each backend's conversion folders under lowering/."""
+BELOW = {"nasir.measure": ("nasir.cli", "nasir.search", "nasir.training", "nasir.fuzz", "nasir.tuning"),
+         "nasir.tuning": ("nasir.cli", "nasir.search", "nasir.training", "nasir.fuzz")}
+"""Rooms of nasir/ -> the rooms of nasir/ they must not import."""
+ANALYSES = ("nasir.transforms.analysis", "nasir.lowering.analysis")
 CONVERSIONS = {folder: backend for backend, folders in BACKENDS.items() for folder in folders} | {"nn_to_nest": None}
 """Conversion folder -> its backend (None: convert-nn-to-nest, which every backend's input comes from)."""
 
@@ -105,3 +113,40 @@ def test_backends_import_no_other_backend(name):
         folder = conversion_of(target)
         assert folder is None or CONVERSIONS[folder] == backend, \
             f"{name}:{line} imports {target}, from another conversion ({folder})"
+
+
+def within(module: str, room: str) -> bool:
+    return module == room or module.startswith(room + ".")
+
+
+@pytest.mark.parametrize("name", sorted(n for n in GRAPH if not within(n, "nasir.cli")))
+def test_cli_is_the_top(name):
+    for target, _, line in GRAPH[name]:
+        assert not within(target, "nasir.cli"), f"{name}:{line} imports the CLI's {target}"
+
+
+@pytest.mark.parametrize("name", sorted(n for n in GRAPH if any(within(n, room) for room in BELOW)))
+def test_measuring_and_tuning_sit_below(name):
+    (room,) = [room for room in BELOW if within(name, room)]
+    for target, _, line in GRAPH[name]:
+        above = [r for r in BELOW[room] if within(target, r)]
+        assert not above, f"{name}:{line} imports {target}, from {above[0]}, a room above {room}"
+
+
+def defines_pass(path: Path) -> bool:
+    return any(isinstance(node, ast.ClassDef) and any(ast.unparse(b).endswith("Pass") for b in node.bases)
+               for node in ast.walk(ast.parse(path.read_text())))
+
+
+PASS_MODULES = {name for name, path in modules().items() if defines_pass(path)}
+
+
+def test_pass_modules_are_found():
+    assert {"nasir.transforms.group", "nasir.lowering.schedule.default_schedule"} <= PASS_MODULES
+
+
+@pytest.mark.parametrize("name", sorted(n for n in GRAPH if any(within(n, room) for room in ANALYSES)))
+def test_analyses_rewrite_nothing(name):
+    assert name not in PASS_MODULES, f"{name} defines a pass: it belongs beside the rewrites"
+    for target, _, line in GRAPH[name]:
+        assert target not in PASS_MODULES, f"{name}:{line} imports {target}, a module of passes"

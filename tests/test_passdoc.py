@@ -1,15 +1,15 @@
-"""The checked-in pass reference must match the pass classes (regenerate with nasir.tools.passdoc)."""
+"""The checked-in pass reference must match the pass classes (regenerate with nasir.cli.passdoc)."""
 
 from pathlib import Path
 
 from nasir.lowering.passes import available_passes
-from nasir.tools.passdoc import render
+from nasir.cli.passdoc import render
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "passes.md"
 
 
 def test_pass_reference_is_current():
-    assert DOC.read_text() == render(), "docs/passes.md is stale: run `python -m nasir.tools.passdoc > docs/passes.md`"
+    assert DOC.read_text() == render(), "docs/passes.md is stale: run `python -m nasir.cli.passdoc > docs/passes.md`"
 
 
 def test_every_pass_is_documented_and_has_a_filecheck_test():

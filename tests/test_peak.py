@@ -1,4 +1,4 @@
-"""The FMA peak probe (nasir/peak.py) at the host's width and at a named CPU's narrower one."""
+"""The FMA peak probe (nasir/measure/peak.py) at the host's width and at a named CPU's narrower one."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from nasir.errors import NasirError
 from nasir.lowering.loops_to_llvm.llvm_ir import optimize
 from nasir.lowering.target import HOST_ENV, cpu_target
-from nasir.peak import fma_kernel_ir, measure_peak_gflops
+from nasir.measure.peak import fma_kernel_ir, measure_peak_gflops
 
 
 def test_the_avx2_peak_runs_8_lane_fmas_on_any_x86_machine():

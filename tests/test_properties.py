@@ -7,7 +7,7 @@ import pytest
 from nasir.dialects.context import parse_module
 from nasir.errors import PassError
 from nasir.lowering.passes import run_pipeline
-from nasir.transforms.properties import analyse, compose, product, properties_at_least
+from nasir.transforms.analysis.properties import analyse, compose, product, properties_at_least
 
 CONVS = """
 func.func @main(%x: tensor<1x4x8x8xf32>) -> tensor<1x4x8x8xf32> {

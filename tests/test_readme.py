@@ -47,7 +47,7 @@ EXEMPT = {
     "nasir train resnet18 --data cifar-10-batches-bin/ --epochs 200 --out runs/r18-train":
         "needs the CIFAR-10 binary files and hours (test_training: loaders on generated files, a tiny model trained)",
     'nasir train resnet18 --pipeline "$(cat runs/r18/best.pipeline)" --data digits --epochs 15':
-        "needs a finished search's runs/r18 and minutes of training (test_training, benchmarks/fisher_vs_accuracy.py)",
+        "needs a finished search's runs/r18 and minutes of training (test_training, experiments/fisher_vs_accuracy.py)",
     'nasir train model.onnx --pipeline "$(cat runs/r18/best.pipeline)" --teacher model.onnx --data digits --epochs 15':
         "needs a finished search's runs/r18 and minutes of training (test_distill: nasir train --teacher on a tiny net)",
     "nasir check model.onnx": "compiles ResNet-18, about a minute (test_tools: nasir check on a zoo model)",
@@ -58,7 +58,7 @@ EXEMPT = {
     "nasir search resnet34 --ray 127.0.0.1:6379 --workers 8": "needs a Ray cluster",
     "nasir search model.onnx --data cifar-10-batches-bin/ --max-accuracy-drop 1.0":
         "needs the CIFAR-10 binary files, a trained model and hours (test_finetune: the same on a tiny trained net)",
-    "python -m nasir.demo --model resnet34": "compiles and times ResNet-34, minutes",
+    "python -m nasir.cli.demo --model resnet34": "compiles and times ResNet-34, minutes",
     "nasir train resnet18 --image-size 16 --data mnist5k --epochs 4 --out r18-mnist":
         "trains ResNet-18 for minutes (test_training: nasir train on a tiny model, its trained.onnx scored by ONNX Runtime)",
     "nasir search r18-mnist/trained.onnx --data mnist5k --max-accuracy-drop 1 --strategy evolution --time-limit 300 "

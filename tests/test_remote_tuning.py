@@ -1,4 +1,4 @@
-"""Tuning without a compiler on the target's machine (nasir/remote_tuning.py, issue 40 item 5):
+"""Tuning without a compiler on the target's machine (nasir/tuning/remote.py, issue 40 item 5):
 candidates built here, timed by a separate process with TVM's runtime alone, times read back into the
 tuning records that the next compile uses. On the CPU ("tvm") every step runs here; for CUDA the
 export builds fatbins and the timer goes as far as the missing GPU.
@@ -21,7 +21,7 @@ from test_schedule_transforms import IR, conv_oracle
 from test_tools import run_main
 
 import nasir
-from nasir import remote_tuning
+from nasir.tuning import remote
 from nasir.dialects.context import parse_module
 from nasir.dialects.module import WeightStore
 from nasir.errors import NasirError
@@ -30,7 +30,7 @@ from nasir.lowering.nest_to_tvm.cuda import _stand_in_driver
 from nasir.lowering.nest_to_tvm.program import lower_to_nest, to_relax
 from nasir.lowering.nest_to_tvm.tuning import TVMTuning
 from nasir.model import Model
-from nasir.tools import cli
+from nasir.cli import main as cli
 
 
 @pytest.fixture(scope="module")
@@ -41,23 +41,23 @@ def conv():
 
 def _time(folder, env=None) -> subprocess.CompletedProcess:
     """The timer in a process of its own, as on the target's machine (it loads TVM's runtime alone)."""
-    return subprocess.run([sys.executable, str(folder / remote_tuning.TIMER)], capture_output=True, text=True,
+    return subprocess.run([sys.executable, str(folder / remote.TIMER)], capture_output=True, text=True,
                           env=env, timeout=600)
 
 
 def test_export_time_import_on_the_cpu_gives_the_next_compile_its_records(conv, tmp_path):
-    out = remote_tuning.export_candidates(conv, tmp_path / "out", target="tvm", trials=4, progress=lambda _: None)
-    manifest = json.loads((out / remote_tuning.MANIFEST).read_text())
+    out = remote.export_candidates(conv, tmp_path / "out", target="tvm", trials=4, progress=lambda _: None)
+    manifest = json.loads((out / remote.MANIFEST).read_text())
     (task,) = manifest["tasks"]
     assert task["name"] == "conv" and 2 <= len(task["candidates"]) <= 4
     assert task["args"] == [[[1, 4, 6, 6], "float32"], [[8, 4, 3, 3], "float32"], [[1, 8, 6, 6], "float32"]]
     with pytest.raises(NasirError, match="times.json does not exist: run python3 .*time_candidates.py"):
-        remote_tuning.import_times(out, tmp_path / "records")
+        remote.import_times(out, tmp_path / "records")
     timed = _time(out)
     assert timed.returncode == 0, timed.stderr[-3000:]
-    times = json.loads((out / remote_tuning.TIMES).read_text())["times"]["conv"]
+    times = json.loads((out / remote.TIMES).read_text())["times"]["conv"]
     assert len(times) == len(task["candidates"]) and all(isinstance(t, float) and t > 0 for t in times.values())
-    imported = remote_tuning.import_times(out, tmp_path / "records")
+    imported = remote.import_times(out, tmp_path / "records")
     assert imported.records == {"conv": len(times)}
     assert imported.best_ms["conv"] == pytest.approx(min(times.values()) * 1e3)
     exe = nasir.compile(conv, target="tvm", tuning_dir=str(tmp_path / "records"))
@@ -71,18 +71,18 @@ def test_the_timer_goes_on_after_a_candidate_that_fails(conv, tmp_path):
     CUDA context): after a candidate that fails (here a function the library does not have) the
     nest's next candidates are timed in a fresh process; a library that does not load fails its
     candidates and not the other nests'."""
-    out = remote_tuning.export_candidates(conv, tmp_path / "out", target="tvm", trials=4, progress=lambda _: None)
-    manifest = json.loads((out / remote_tuning.MANIFEST).read_text())
+    out = remote.export_candidates(conv, tmp_path / "out", target="tvm", trials=4, progress=lambda _: None)
+    manifest = json.loads((out / remote.MANIFEST).read_text())
     (task,) = manifest["tasks"]
     functions = [c["function"] for c in task["candidates"]]
     task["candidates"].insert(1, {"function": "missing", "family": "meta_schedule"})
     broken = {**task, "name": "broken", "library": "tasks/none.so"}
     manifest["tasks"].append(broken)
-    (out / remote_tuning.MANIFEST).write_text(json.dumps(manifest))
+    (out / remote.MANIFEST).write_text(json.dumps(manifest))
     timed = _time(out)
     assert timed.returncode == 0, timed.stderr[-3000:]
     assert "conv: " in timed.stdout and "(1 failed)" in timed.stdout
-    times = json.loads((out / remote_tuning.TIMES).read_text())["times"]
+    times = json.loads((out / remote.TIMES).read_text())["times"]
     assert list(times["conv"]) == [functions[0], "missing", *functions[1:]]
     assert times["conv"]["missing"].startswith("error: ") and "missing" in times["conv"]["missing"]
     assert all(isinstance(times["conv"][f], float) for f in functions)
@@ -91,9 +91,9 @@ def test_the_timer_goes_on_after_a_candidate_that_fails(conv, tmp_path):
 
 
 def test_cuda_export_holds_compiled_candidates_and_the_timer_reaches_the_missing_gpu(conv, tmp_path):
-    out = remote_tuning.export_candidates(conv, tmp_path / "out", target="cuda", arch="sm_90", trials=2,
+    out = remote.export_candidates(conv, tmp_path / "out", target="cuda", arch="sm_90", trials=2,
                                           progress=lambda _: None)
-    manifest = json.loads((out / remote_tuning.MANIFEST).read_text())
+    manifest = json.loads((out / remote.MANIFEST).read_text())
     assert manifest["target_key"] == "cuda-sm_90" and manifest["device"] == "cuda"
     (task,) = manifest["tasks"]
     assert task["candidates"] and b"__global__" not in (out / task["library"]).read_bytes()
@@ -113,14 +113,14 @@ def test_cuda_import_makes_the_fastest_candidate_the_compiled_kernel(conv, tmp_p
     candidates; the times the GPU machine writes decide which one the next compile uses (here a
     times.json written as its timer would, naming a candidate with a thread count no other has the
     fastest), and the import reports each family's fastest."""
-    out = remote_tuning.export_candidates(conv, tmp_path / "out", target="cuda", arch="sm_90", trials=1,
+    out = remote.export_candidates(conv, tmp_path / "out", target="cuda", arch="sm_90", trials=1,
                                           progress=lambda _: None)
-    (task,) = json.loads((out / remote_tuning.MANIFEST).read_text())["tasks"]
+    (task,) = json.loads((out / remote.MANIFEST).read_text())["tasks"]
     families = Counter(candidate["family"] for candidate in task["candidates"])
     assert set(families) == {"registers", "shared", "meta_schedule"} and families["shared"] >= 2
     workload = tvm.ir.load_json((out / task["workload"]).read_text())
     threads = {}
-    traces = remote_tuning.candidate_traces(out, task)
+    traces = remote.candidate_traces(out, task)
     for candidate in task["candidates"]:
         sch = s_tir.Schedule(workload)
         s_tir.Trace.apply_json_to_schedule(tvm.ir.load_json(traces[candidate["function"]]), sch)
@@ -129,8 +129,8 @@ def test_cuda_import_makes_the_fastest_candidate_the_compiled_kernel(conv, tmp_p
     chosen = next(function for function, t in threads.items() if counts[t] == 1 and t)
     assert len(threads) >= 4  # nasir's tiles: 64 to 512 threads by 1 to 8 channels, duplicates dropped
     times = {function: (1e-5 if function == chosen else 2e-5) for function in threads}
-    (out / remote_tuning.TIMES).write_text(json.dumps({"device": "cuda", "times": {"conv": times}}))
-    imported = remote_tuning.import_times(out, tmp_path / "records")
+    (out / remote.TIMES).write_text(json.dumps({"device": "cuda", "times": {"conv": times}}))
+    imported = remote.import_times(out, tmp_path / "records")
     family = next(c["family"] for c in task["candidates"] if c["function"] == chosen)
     assert imported.family_best_ms["conv"] == {kind: pytest.approx(1e-2 if kind == family else 2e-2)
                                                for kind in families}
@@ -163,7 +163,7 @@ def test_a_candidate_ptxas_refuses_is_left_out_and_the_rest_built():
     from nasir.lowering.nest_to_tvm import schedule
     from nasir.lowering.nest_to_tvm.program import tunable_nests
     from nasir.lowering.nest_to_tvm.tuning import workload
-    from nasir.variants import ALL_VARIANTS
+    from nasir.measure.variants import ALL_VARIANTS
 
     nests = tunable_nests(lower_to_nest(zoo.load("resnet34", "imagenet").transform(ALL_VARIANTS["group2"]).module))
     func, op = nests["layer1_layer1_0_conv1_Conv"]
@@ -171,7 +171,7 @@ def test_a_candidate_ptxas_refuses_is_left_out_and_the_rest_built():
     with target:
         too_big = dl.gpu.GeneralReduction().apply(workload(func)["main"], target, False)
     fits = schedule.gpu_schedule(workload(func)["main"], op, schedule.GPU.of(target))
-    library, built = remote_tuning._build({"c0": too_big, "c1": fits}, target, ["sm_90"])
+    library, built = remote._build({"c0": too_big, "c1": fits}, target, ["sm_90"])
     assert built == ["c1"]
 
 
@@ -183,7 +183,7 @@ def test_a_candidate_tvm_cannot_lower_is_left_out():
 
     func, op = tunable_nests(lower_to_nest(zoo.load("resnet34", "imagenet").module))["avgpool_GlobalAveragePool"]
     target = tvm_build.tvm_target_of("cuda", "sm_90")
-    lowered = [remote_tuning._lowers(sch, target) for _, sch in remote_tuning._candidates(func, op, target, 32, 0)]
+    lowered = [remote._lowers(sch, target) for _, sch in remote._candidates(func, op, target, 32, 0)]
     assert 0 < lowered.count(False) < len(lowered)
 
 

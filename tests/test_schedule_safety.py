@@ -24,7 +24,7 @@ from conftest import WIDTHS
 from test_llvm_backend import build, rand, run
 
 from nasir.dialects import nest, nn
-from nasir.lowering.schedule.cost_model import ChannelPlan
+from nasir.lowering.analysis.cost_model import ChannelPlan
 from nasir.lowering.schedule.default_schedule import nest_shape
 from nasir.lowering.schedule.schedules import (
     channel_vector_plan,
@@ -184,7 +184,7 @@ def test_cost_model_picks_what_measured_faster():
 
 
 def test_cost_model_picks_what_measured_faster_on_avx2():
-    """On Zen 3 (AVX2, 16 registers; each conv alone on padded planes, `benchmarks/data/
+    """On Zen 3 (AVX2, 16 registers; each conv alone on padded planes, `experiments/data/
     tiles-znver3-*.json`), a 3x3 conv's channel tile is one channel vector x 8 points, not 2 x 4
     (ResNet-18's 256-channel convs on 8x8: 0.75-0.78x the time; ResNeXt-29's 2-group 64-channel
     conv on 32x32: 0.84x): without AVX-512's embedded broadcasts, a broadcast that feeds one FMA

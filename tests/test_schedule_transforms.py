@@ -14,7 +14,7 @@ from nasir.dialects.module import WeightStore
 from nasir.dialects.schedule import Loop
 from nasir.errors import LegalityError, LoweringError, PassError
 from nasir.model import Model
-from nasir.transforms.dependences import carried_loops
+from nasir.transforms.analysis.dependences import carried_loops
 
 IR = """
 func.func @main(%x: tensor<1x4x6x6xf32>) -> tensor<1x8x6x6xf32> {

@@ -36,9 +36,9 @@ from nasir.search.driver import CheckBar, Search, SearchOptions, default_init, m
 from nasir.search.evaluate import ROUNDS, Outcome
 from nasir.search.progress import SearchProgress
 from nasir.search.results import Candidate, pareto_front, passes, ranked
-from nasir.tools.cli import parser
-from nasir.timing import Spread, busy, interleaved, ratios
-from nasir.kernels import KernelTimes, compiler_digest, nest_key, standalone
+from nasir.cli.main import parser
+from nasir.measure.timing import Spread, busy, interleaved, ratios
+from nasir.measure.kernels import KernelTimes, compiler_digest, nest_key, standalone
 from nasir.lowering.passes import pipeline_steps, with_init
 from nasir.search.proxies import synflow
 from nasir.search.space import SearchSpace, conv_nests, layer_pattern
@@ -483,7 +483,7 @@ def test_fisher_bar_by_hand():
 
 
 def test_best_so_far_is_the_fastest_estimate_accepted_by_then():
-    from nasir.search.bench import best_so_far
+    from nasir.search.benchmark import best_so_far
     from nasir.search.results import SearchResult
 
     rows = [("accepted", 8.0, 5.0), ("rejected", 2.0, 6.0), ("accepted", 4.0, 30.0), ("skipped", 1.0, 31.0),

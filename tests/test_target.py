@@ -114,7 +114,7 @@ def test_nasir_opt_and_the_cli_take_a_cpu(tmp_path):
     src = tmp_path / "conv.mlir"
     model, _, _ = conv_model()
     model.save(src)
-    opt = [sys.executable, "-m", "nasir.tools.nasir_opt", str(src), "--weights", str(src.with_suffix(".npz")),
+    opt = [sys.executable, "-m", "nasir.cli.nasir_opt", str(src), "--weights", str(src.with_suffix(".npz")),
            "-p", "convert-nn-to-nest,default-schedule"]
     for cpu, lanes in (("x86-64-v3", 8), ("x86-64-v4", 16)):
         out = subprocess.run(opt + ["--cpu", cpu], capture_output=True, text=True, check=True).stdout
@@ -123,7 +123,7 @@ def test_nasir_opt_and_the_cli_take_a_cpu(tmp_path):
     assert bad.returncode == 1 and bad.stderr.strip().splitlines() == [
         f"nasir-opt: error: unknown CPU 'nope': give a CPU name LLVM knows (znver3, x86-64-v3, skylake-avx512, "
         f"...) or 'host' (this machine: {host_target().cpu})"]
-    cli = subprocess.run([sys.executable, "-m", "nasir.tools.cli", "run", str(src), "--cpu", "x86-64-v3"],
+    cli = subprocess.run([sys.executable, "-m", "nasir.cli.main", "run", str(src), "--cpu", "x86-64-v3"],
                          capture_output=True, text=True)
     assert cli.returncode == 0, cli.stderr
 
@@ -154,7 +154,7 @@ def test_the_host_can_be_treated_as_an_avx2_cpu(as_avx2):
                                               r"this CPU \(x86-64-v3, 8 lanes\)"):
         wide(x)
     check_foreign_code(wide)
-    cli = subprocess.run([sys.executable, "-m", "nasir.tools.cli", "tune", "resnet18", "--cpu", "x86-64-v4"],
+    cli = subprocess.run([sys.executable, "-m", "nasir.cli.main", "tune", "resnet18", "--cpu", "x86-64-v4"],
                          capture_output=True, text=True)
     assert cli.returncode == 1 and cli.stderr.strip().splitlines() == [
         "nasir: error: cannot tune for x86-64-v4 on this CPU (x86-64-v3, 8 lanes): its 16-lane code does not "

@@ -1,4 +1,4 @@
-"""benchmarks/tile_sweep.py (issue 52): the tiles it times for a conv, and its report's sums."""
+"""experiments/tile_sweep.py (issue 52): the tiles it times for a conv, and its report's sums."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from test_tuning import two_convs
 from nasir.lowering.schedule.default_schedule import tunable
 from nasir.lowering.schedule.schedules import schedule_for
 from nasir.lowering.target import resolve_target
-from nasir.tuning import tunable_nests
+from nasir.tuning.host import tunable_nests
 
 _spec = importlib.util.spec_from_file_location(
-    "tile_sweep", Path(__file__).resolve().parents[1] / "benchmarks" / "tile_sweep.py")
+    "tile_sweep", Path(__file__).resolve().parents[1] / "experiments" / "tile_sweep.py")
 sweep = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(sweep)
 

@@ -91,7 +91,7 @@ def test_a_table_in_a_pipe_takes_the_columns_it_needs():
     columns wide keeps each header and cell on one line, as at a terminal of 200 columns (rich
     alone folds it at 80: "measur ed ms")."""
     script = ("from rich.table import Table\n"
-              "from nasir.tools.console import ToolConsole\n"
+              "from nasir.console import ToolConsole\n"
               "t = Table(title='front')\n"
               "for c in ('trial', 'est. ms', 'measured ms', 'speedup', 'MACs / orig.', 'passes'):\n"
               "    t.add_column(c, overflow='fold')\n"

@@ -18,8 +18,8 @@ from nasir.dialects import nest, nn
 from nasir.dialects.context import parse_module
 from nasir.dialects.shapes import shape_of
 from nasir.model import load_text
-from nasir.tools import cli
-from nasir.tools import nasir_opt as opt_tool
+from nasir.cli import main as cli
+from nasir.cli import nasir_opt as opt_tool
 
 BIN = Path(sys.executable).parent
 import onnxruntime as ort  # noqa: E402  (the oracle)
@@ -229,7 +229,7 @@ def test_cli_check_without_onnxruntime_says_so_in_one_line_before_compiling(smal
               "import nasir\n"
               "def no_compile(*a, **k): raise SystemExit('compiled before the check')\n"
               "nasir.compile = no_compile\n"
-              "from nasir.tools.cli import main\n"
+              "from nasir.cli.main import main\n"
               f"main(['check', {str(small_onnx)!r}])\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 1 and done.stderr.strip().splitlines() == [
@@ -251,6 +251,6 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
 
 
 def test_help_lists_nasirs_passes_not_xdsls():
-    done = subprocess.run([sys.executable, "-m", "nasir.tools.nasir_opt", "--help"], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "nasir.cli.nasir_opt", "--help"], capture_output=True, text=True)
     text = " ".join(done.stdout.split()).replace("- ", "-")
     assert "nasir's passes: bottleneck, convert-loops-to-llvm" in text and "riscv" not in text

@@ -220,7 +220,7 @@ def test_nasir_train_killed_then_run_again_resumes(tiny, tmp_path):
 
     model, task = tiny
     model.save(tmp_path / "tiny.mlir")
-    command = [sys.executable, "-m", "nasir.tools.cli", "train", str(tmp_path / "tiny.mlir"), "--data", str(task),
+    command = [sys.executable, "-m", "nasir.cli.main", "train", str(tmp_path / "tiny.mlir"), "--data", str(task),
                "--epochs", "4", "--batch", "16", "--out", str(tmp_path / "run")]
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
@@ -285,7 +285,7 @@ def test_ctrl_c_stops_nasir_train_with_one_line_and_the_same_command_resumes(tin
 
     model, task = tiny
     model.save(tmp_path / "tiny.mlir")
-    command = [sys.executable, "-m", "nasir.tools.cli", "train", str(tmp_path / "tiny.mlir"), "--data", str(task),
+    command = [sys.executable, "-m", "nasir.cli.main", "train", str(tmp_path / "tiny.mlir"), "--data", str(task),
                "--epochs", "12", "--batch", "16", "--out", str(tmp_path / "run")]
     # SIGINT as a terminal leaves it (a suite started in the background ignores it, and so would the child)
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -1,4 +1,4 @@
-"""Tuning on the host (nasir/tuning.py, lowering/schedule/tuned.py): the candidate schedules compute
+"""Tuning on the host (nasir/tuning/host.py, lowering/schedule/tuned.py): the candidate schedules compute
 the conv, the database's schedule is the one compiles use, and `nasir tune` times each distinct conv
 once and keeps the fastest."""
 
@@ -24,7 +24,7 @@ from nasir.lowering.schedule.schedules import candidate_schedules, schedule_for
 from nasir.lowering.schedule.tuned import TuningDatabase, nest_signature
 from nasir.lowering.target import host_target, resolve_target
 from nasir.runtime.llvm_executable import compile_llvm
-from nasir.tuning import tunable_nests, tune, with_schedule
+from nasir.tuning.host import tunable_nests, tune, with_schedule
 
 pytestmark = pytest.mark.usefixtures("cpu")  # both vector widths (conftest.py)
 
@@ -171,7 +171,7 @@ def test_the_cli_tunes_a_model_and_names_its_database(tmp_path, cpu):
     """NASIR_CPU (the `cpu` fixture) names the CPU; one that this machine cannot run is a one-line error."""
     path = two_convs().save(tmp_path / "m.mlir")
     db = tmp_path / "t.db"
-    done = subprocess.run([sys.executable, "-m", "nasir.tools.cli", "tune", str(path), "--db", str(db)],
+    done = subprocess.run([sys.executable, "-m", "nasir.cli.main", "tune", str(path), "--db", str(db)],
                           capture_output=True, text=True, timeout=600)
     if foreign(cpu):
         assert done.returncode == 1 and done.stderr.strip().splitlines() == [

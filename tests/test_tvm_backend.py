@@ -37,8 +37,8 @@ from xdsl.ir.affine import AffineExpr, AffineMap
 
 import nasir
 import nasir.zoo as zoo
-from nasir import benchmarks, gpu_bench
-from nasir.variants import ALL_VARIANTS, PREFIX
+from nasir.measure import benchmark, gpu_benchmark
+from nasir.measure.variants import ALL_VARIANTS, PREFIX
 from nasir.dialects import nest
 from nasir.dialects.context import parse_module
 from nasir.dialects.module import WeightStore
@@ -54,7 +54,7 @@ from nasir.model import Model
 
 H100 = tvm_build.tvm_target_of("cuda", "sm_90")
 from nasir.search.space import TEMPLATES, LayerChoices, SearchSpace
-from nasir.tools import cli
+from nasir.cli import main as cli
 
 TOL = dict(rtol=1e-4, atol=1e-4)
 
@@ -65,7 +65,7 @@ NODE_CASES = PASSING
 """TVM's backend is held to every ONNX node case nasir passes on llvm (test_onnx_node_tests.PASSING)."""
 
 VARIANTS = [v for v in ALL_VARIANTS if v not in ("base", "nest")]
-"""Every architecture variant of `make bench` (nasir.variants.ALL_VARIANTS) on ResNet-18: one
+"""Every architecture variant of `make bench` (nasir.measure.variants.ALL_VARIANTS) on ResNet-18: one
 transform on every block conv."""
 
 EVERY_CHOICE = {
@@ -329,7 +329,7 @@ def test_cli_profiles_on_tvm(capsys):
 
 
 def test_bench_measures_tvm(tmp_path):
-    result = benchmarks.main(["--models", "resnet18", "--datasets", "cifar10", "--threads", "1", "--repeat", "1",
+    result = benchmark.main(["--models", "resnet18", "--datasets", "cifar10", "--threads", "1", "--repeat", "1",
                               "--variants", "--no-plot", "--target", "tvm", "--out", str(tmp_path)])
     (row,) = result["models"]
     assert result["config"]["target"] == "tvm" and row["nasir_ms"] > 0 and row["max_abs_err_vs_ort"] < 1e-4
@@ -431,9 +431,9 @@ def test_no_tuning_folder_is_made_without_tuning(small_conv, user_cache):
 
 
 def test_gpu_bench_table_on_a_cpu(tmp_path):
-    """The GPU benchmark's code (nasir/gpu_bench.py) run with TVM's CPU code against PyTorch on the
+    """The GPU benchmark's code (nasir/measure/gpu_benchmark.py) run with TVM's CPU code against PyTorch on the
     CPU: every row agrees with PyTorch and its realisation is the formula's."""
-    result = gpu_bench.run("resnet18", ["cifar10"], ["group4", "depthwise"], repeat=3, out=tmp_path,
+    result = gpu_benchmark.run("resnet18", ["cifar10"], ["group4", "depthwise"], repeat=3, out=tmp_path,
                            target="tvm", device="cpu")
     base, *variants = result["variants"]
     assert [r["variant"] for r in result["variants"]] == ["base", "group4", "depthwise"]
@@ -447,8 +447,8 @@ def test_gpu_bench_table_on_a_cpu(tmp_path):
 def test_gpu_bench_without_a_gpu_says_so(capsys, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # as on a machine without one
     with pytest.raises(SystemExit) as exit_:
-        benchmarks.main(["--target", "cuda"])
+        benchmark.main(["--target", "cuda"])
     err = capsys.readouterr().err
     assert exit_.value.code == 1 and "needs a CUDA GPU and this machine has none" in err and "PyTorch none" in err
     with pytest.raises(SystemExit):
-        benchmarks.main(["--target", "tvm", "--tune-trials", "8"])
+        benchmark.main(["--target", "tvm", "--tune-trials", "8"])

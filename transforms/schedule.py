@@ -3,7 +3,7 @@
 They run on the nest level, after the architecture transforms and before lowering, and edit only
 the nest's `schedule` attribute (`Schedule`): domain, accesses and weights stay as they are, so
 every backend computes the same values (up to the float reassociation that
-`nasir.transforms.dependences` documents and checks). Each pass asks the dependence analysis before
+`nasir.transforms.analysis.dependences` documents and checks). Each pass asks the dependence analysis before
 it edits and raises `LegalityError` with the reason when a request would break a dependence.
 
     interchange{order=ci,co}            permute the named loops among the positions they hold
@@ -41,7 +41,7 @@ from nasir.dialects import nest, nn
 from nasir.dialects.schedule import Loop, Schedule
 from nasir.dialects.shapes import shape_of
 from nasir.errors import LegalityError, PassError
-from nasir.transforms import dependences
+from nasir.transforms.analysis import dependences
 
 
 def select_nests(module: ModuleOp, layers: str | None, what: str) -> list[nest.ComputeOp]:

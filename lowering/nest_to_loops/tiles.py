@@ -20,7 +20,7 @@ from nasir.dialects.schedule import Loop
 from nasir.lowering.nest_to_loops.accesses import lane_stride
 from nasir.lowering.nest_to_loops.builder import Lin, LoopBuilder
 from nasir.lowering.nest_to_loops.spec import IDENTITY, Spec
-from nasir.lowering.schedule.cost_model import row_window
+from nasir.lowering.analysis.cost_model import row_window
 from nasir.lowering.target import CPUTarget
 
 PREFETCH_DISTANCE = 4

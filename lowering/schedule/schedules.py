@@ -8,7 +8,7 @@
   pool and a depthwise conv with lanes over channels;
 - `schedule_for`: the better of the spatial and channel families by the cost model;
   `candidate_schedules`: the few it ranks highest, and the spatial schedule's other register tiles
-  (`spatial_tiles`), for tuning (`nasir.tuning`) to time.
+  (`spatial_tiles`), for tuning (`nasir.tuning.host`) to time.
 
     schedule_for(NestView.of(op), target)    # Schedule(splits=[("co", 16)], vector="co.i", ...)
 """
@@ -25,7 +25,7 @@ from nasir.dialects.attributes import FUSE_ROWS
 from nasir.dialects.affine import linear_coefficient, stride_of
 from nasir.dialects.nest import NestView
 from nasir.dialects.schedule import Loop, Schedule
-from nasir.lowering.schedule.cost_model import (
+from nasir.lowering.analysis.cost_model import (
     MAX_UNROLLED_BODY,
     PLAN_TIE,
     ChannelPlan,

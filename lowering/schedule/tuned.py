@@ -1,6 +1,6 @@
 """The tuning database: schedules timed fastest on a CPU, by nest signature, for default-schedule.
 
-`nasir tune` (`nasir.tuning`) times the few schedules the cost model ranks highest for each
+`nasir tune` (`nasir.tuning.host`) times the few schedules the cost model ranks highest for each
 distinct nest and stores the fastest here; default-schedule then gives a nest the stored schedule
 of its signature on the module's target CPU where there is one, else the cost model's. One SQLite
 file, by default in the user's cache (`default_tuning_db()`: `$NASIR_CACHE_DIR/tuning.db`, else

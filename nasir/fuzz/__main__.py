@@ -24,7 +24,7 @@ import onnx
 
 from nasir.fuzz.differential import check_case, reproduction
 from nasir.fuzz.graphs import SeededDraw, random_case
-from nasir.lowering.choices import transition_name
+from nasir.fuzz.choices import transition_name
 from nasir.lowering.target import host_target, resolve_target
 
 WIDTHS = ("x86-64-v3", "x86-64-v4")

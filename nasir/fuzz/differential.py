@@ -3,7 +3,7 @@
 `check_case` compiles a `Case` (nasir.fuzz.graphs) for its CPU and thread count with every load
 and store bounds-checked, runs it and the torch backend on the case's input, and compares both
 with ONNX Runtime at rtol = atol = 1e-4. It reads the lowering choices the compile made
-(`nasir.lowering.choices`), so a caller counts what the case exercised. A typed refusal
+(`nasir.fuzz.choices`), so a caller counts what the case exercised. A typed refusal
 (`FrontendError`, `LoweringError`: an op or a shape nasir does not support) is an outcome of its
 own, not a mismatch; a `BoundsError` is a mismatch (generated code read or wrote outside a buffer).
 
@@ -24,8 +24,8 @@ import onnx
 import nasir
 from nasir.errors import BoundsError, FrontendError, LoweringError
 from nasir.fuzz.graphs import Case
-from nasir.lowering.choices import LoweringChoices, lowering_choices
-from nasir.tools.reference import ATOL, RTOL, onnxruntime_outputs
+from nasir.fuzz.choices import LoweringChoices, lowering_choices
+from nasir.reference import ATOL, RTOL, onnxruntime_outputs
 
 
 @dataclass

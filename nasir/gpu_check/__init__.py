@@ -42,7 +42,7 @@ VARIANT_MODEL = "resnet34"
 def default_cases() -> list[tuple[str, str, str]]:
     """(model, dataset, variant): every zoo model at every dataset, then ResNet-34's variants."""
     from nasir import zoo
-    from nasir.variants import VARIANTS
+    from nasir.measure.variants import VARIANTS
 
     cases = [(name, dataset, "base") for name in zoo.names() for dataset in zoo.datasets(name)]
     return cases + [(VARIANT_MODEL, dataset, variant) for dataset in zoo.datasets(VARIANT_MODEL)
@@ -62,7 +62,7 @@ def write_case(folder: Path, model_name: str, dataset: str, variant: str, arch: 
     import nasir
     from nasir import zoo
     from nasir.runtime.tvm_executable import TVMExecutable
-    from nasir.variants import ALL_VARIANTS
+    from nasir.measure.variants import ALL_VARIANTS
 
     model = zoo.load(model_name, dataset)
     if variant != "base":

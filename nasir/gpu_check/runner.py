@@ -113,7 +113,7 @@ def _torch_module(meta: dict):
 
 
 def _vary(block, variant: str, nn) -> None:
-    """A ResNet basic block as the variant makes it (see nasir.variants)."""
+    """A ResNet basic block as the variant makes it (see nasir.measure.variants)."""
     def conv(old, groups=1, cin=None, cout=None):
         cin, cout = cin or old.in_channels, cout or old.out_channels
         return nn.Conv2d(cin, cout, 3, stride=old.stride, padding=1, bias=False, groups=groups)

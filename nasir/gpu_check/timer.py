@@ -1,5 +1,5 @@
 """Times tuning candidates on the GPU machine: `python3 time_candidates.py` in a folder that
-`nasir tune --target cuda --export OUT` wrote (nasir.remote_tuning).
+`nasir tune --target cuda --export OUT` wrote (nasir.tuning.remote).
 
 Needs Python, numpy and TVM's runtime (the folder's runtime/, or an installed apache-tvm): not nasir,
 TVM's compiler, nvcc or NVRTC. Each nest's candidates are the functions of one library compiled

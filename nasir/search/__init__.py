@@ -58,7 +58,7 @@ def search(model: str | Path, dataset: str = "cifar10", *, budget: int | None = 
     `train_top`: then train the original and the `train_top` fastest measured members of the
     front on `data` for `epochs` with the papers' recipe (`nasir.search.accuracy`), adding their
     accuracy to the table, results.jsonl and pareto.png. `kernel_cache`: the SQLite file of per-nest timings (default: the user's, shared by their
-    searches; `nasir.kernels.default_kernel_cache`). `ray`: evaluate as Ray tasks on the cluster at that address ("auto", "127.0.0.1:6379"; needs
+    searches; `nasir.measure.kernels.default_kernel_cache`). `ray`: evaluate as Ray tasks on the cluster at that address ("auto", "127.0.0.1:6379"; needs
     `pip install nasir[distributed]`); `workers`: processes (local) or concurrent tasks (Ray).
     """
     from nasir.search.driver import Search, SearchOptions, check_run

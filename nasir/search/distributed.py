@@ -3,7 +3,7 @@
 Ray is the engine: each of `workers` Ray actors (one CPU each) holds an `Evaluator`, and Ray places
 them on the cluster's nodes. The pool has `LocalPool`'s methods; an actor that dies or runs past the
 timeout is killed, its candidate failed with the reason, and a fresh actor takes its place. Timing
-takes the machine's lock file (`nasir.kernels.timing_lock`), so the actors of one node time
+takes the machine's lock file (`nasir.measure.kernels.timing_lock`), so the actors of one node time
 one thing at a time. The output folder must be visible to every node (the models and the kernel
 cache are read from it): one machine, or a shared file system.
 

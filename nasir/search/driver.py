@@ -40,7 +40,7 @@ from nasir.model import Model
 from nasir.search import strategies
 from nasir.search.capacity import default_rule, rule_named
 from nasir.search.evaluate import DEFAULT_EVALUATOR, Evaluator, Outcome, Setup
-from nasir.kernels import TIMING_LOCK, default_kernel_cache, timing_lock
+from nasir.measure.kernels import TIMING_LOCK, default_kernel_cache, timing_lock
 from nasir.search.progress import SearchProgress
 from nasir.search.results import (
     Candidate,
@@ -58,7 +58,7 @@ from nasir.search.sources import is_zoo_name, load_source
 from nasir.search.space import TEMPLATES, SearchSpace
 from nasir.search.workers import MEASURE, LocalPool
 from nasir.transforms.arch import INITS
-from nasir.timing import busy, reference_rate
+from nasir.measure.timing import busy, reference_rate
 
 STUDY = "nasir-search"
 PASSES = 3

@@ -37,15 +37,15 @@ from pathlib import Path
 from nasir.data import minibatch
 from nasir.errors import NasirError
 from nasir.model import Model, load_text
-from nasir.kernels import KernelTimes, timing_lock
+from nasir.measure.kernels import KernelTimes, timing_lock
 from nasir.runtime.llvm_executable import compile_llvm
 from nasir.search.capacity import DEFAULT_RULE, rule_named
 from nasir.search.latency import LatencyModel
 from nasir.transforms.rebatch import NotBatched
 from nasir.summary import summarize
-from nasir.tools.reference import seeded_inputs
-from nasir.timing import Spread, interleaved
-from nasir.transforms.properties import analyse, properties_at_least
+from nasir.reference import seeded_inputs
+from nasir.measure.timing import Spread, interleaved
+from nasir.transforms.analysis.properties import analyse, properties_at_least
 
 DEFAULT_EVALUATOR = "nasir.search.evaluate:Evaluator"
 ROUNDS = 7
@@ -177,7 +177,7 @@ class Evaluator:
 
     def measure(self, pipeline: str) -> Outcome:
         """The candidate at batch 1 compiled whole (once per evaluator) and timed against the
-        original in `ROUNDS` interleaved rounds under the timing lock (`nasir.timing.interleaved`)."""
+        original in `ROUNDS` interleaved rounds under the timing lock (`nasir.measure.timing.interleaved`)."""
         for name, model in (("original", self.model), (pipeline, None)):
             if name not in self.compiled:
                 self.compiled[name] = compile_llvm((model or self.model.transform(pipeline)).module,

@@ -2,12 +2,12 @@
 
 The original model is compiled once with profiling, which gives each conv's time inside the model
 (`in_model_ms`, its fused epilogue included). A candidate changes some convs; each of its convs is
-compiled and timed alone (`nasir.kernels.standalone`), as is the original conv it came from (a part `L.part1` or
+compiled and timed alone (`nasir.measure.kernels.standalone`), as is the original conv it came from (a part `L.part1` or
 `L` itself comes from `L`), and the layer's in-model time is scaled by that ratio:
 
     estimate = original's time + sum over convs L of in_model_ms(L) * (alone(new nests of L) / alone(L) - 1)
 
-A nest's time alone is cached under its signature (`nasir.kernels`: the printed standalone
+A nest's time alone is cached under its signature (`nasir.measure.kernels`: the printed standalone
 module with names erased, with the CPU, the threads and the compiler), so one layer shape with one
 transform compiles and is timed once, by whichever worker meets it first, and a second search of
 the same or a related model finds most of its kernels timed. The front's members are then
@@ -16,7 +16,7 @@ compiled whole and measured (`KernelTimes.measure`), and the estimate is reporte
 
 from __future__ import annotations
 
-from nasir.kernels import TOTAL, KernelTimes
+from nasir.measure.kernels import TOTAL, KernelTimes
 from nasir.model import Model
 from nasir.search.space import conv_nests
 

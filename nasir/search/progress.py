@@ -11,7 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 
 from nasir.search.results import Candidate
-from nasir.tools.console import progress_console
+from nasir.console import progress_console
 
 
 class SearchProgress:

@@ -1,5 +1,5 @@
 """Zero-cost accuracy proxies: scores of a network at its present weights on one minibatch, to be
-ranked against trained accuracy (`benchmarks/ground_truth.py`, issue 51).
+ranked against trained accuracy (`experiments/ground_truth.py`, issue 51).
 
 Each proxy takes a model at nest level (as the search holds candidates) and numpy data; the
 "layer weights" are the weights that convolutions and gemms (`mac` nests) contract, 2-D or more:

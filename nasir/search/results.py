@@ -31,7 +31,7 @@ from rich.table import Table
 
 from nasir.search.evaluate import Outcome
 from nasir.search.sources import from_nn
-from nasir.timing import Spread, ratios
+from nasir.measure.timing import Spread, ratios
 
 if TYPE_CHECKING:
     from nasir.model import Model
@@ -85,7 +85,7 @@ class SearchResult:
     """`candidates` in trial order, `pareto` (the front, fastest first) and `best` (or None);
     `seconds`: this run's time evaluating candidates (`search`) and measuring the front (`front`);
     `original_accuracy`: the original's test accuracy (%) when the front was trained; `busy`: why
-    the machine looked busy while the front was measured (`nasir.timing.busy`), or None;
+    the machine looked busy while the front was measured (`nasir.measure.timing.busy`), or None;
     `resumed`: the stored search this run went on from, or None."""
 
     original_ms: float

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from nasir.tools.console import progress_console
+from nasir.console import progress_console
 
 COLUMNS = ("epoch", "lr", "train_loss", "train_accuracy", "test_loss", "test_accuracy", "seconds")
 """The metrics of one epoch (accuracies in percent; `seconds`: the epoch's wall time)."""

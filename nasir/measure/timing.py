@@ -1,0 +1,117 @@
+"""Timings that reproduce on a shared machine: functions timed interleaved, round by round, with
+the spread of their samples kept, and a reference kernel that says whether the machine was busy.
+
+Used by the benchmarks (`nasir.measure.benchmark.median_ms`) and by the search, which times each front
+member against the original in the same rounds (`nasir.search.evaluate.Evaluator.measure`): a
+load that comes and goes during the run slows both alike, so their ratio holds where either time
+alone does not.
+
+    samples = interleaved({"candidate": run_candidate, "original": run_original}, rounds=7)
+    Spread.of(samples["candidate"])          # Spread(median=2.81, q1=2.79, q3=2.90), in ms
+    ratios(samples["original"], samples["candidate"])   # the speedup of each round
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+SETTLE_S = 0.03
+"""Seconds of idle before each function's calls: long enough for the previous function's worker
+threads to stop spinning (ONNX Runtime's intra-op pool spins 10-20 ms after a run)."""
+
+BUSY_DRIFT = 0.10
+"""The reference kernel's median rate changing by more than this fraction between before and
+after, or running this fraction below its best run, means other work shared the cores."""
+
+
+@dataclass(frozen=True)
+class Spread:
+    """The median and the quartiles of some samples.
+
+        >>> Spread.of([1.0, 2.0, 3.0, 4.0, 100.0])
+        Spread(median=3.0, q1=2.0, q3=4.0)
+        >>> Spread.of([1.0, 2.0, 3.0]).overlaps(Spread.of([2.0, 3.0, 4.0]))
+        True
+    """
+
+    median: float
+    q1: float
+    q3: float
+
+    @classmethod
+    def of(cls, samples: Sequence[float]) -> Spread:
+        q1, median, q3 = np.percentile(np.asarray(samples, dtype=float), [25, 50, 75])
+        return cls(float(median), float(q1), float(q3))
+
+    @property
+    def iqr(self) -> float:
+        return self.q3 - self.q1
+
+    def overlaps(self, other: Spread) -> bool:
+        """Whether the interquartile ranges meet: the two cannot be told apart by these samples."""
+        return self.q1 <= other.q3 and other.q1 <= self.q3
+
+
+def interleaved(fns: dict[str, Callable[[], object]], rounds: int, warmup: int = 1, settle_s: float = SETTLE_S,
+                clock: Callable[[], float] = time.perf_counter,
+                sleep: Callable[[float], object] = time.sleep) -> dict[str, list[float]]:
+    """Each `fn()`'s wall time in ms, once per round, the functions taking turns within a round.
+
+    Interleaving makes their ratios robust to load that changes during the run (the machine is
+    shared): each round sees about the same load for all of them. Each timed call follows an
+    untimed one of the same fn, so that it runs as a deployed model does, after its own previous
+    inference: timed right after another model, a small model found its weights and buffers
+    evicted by it (ResNet-34 group16: 6% slower). Each fn starts after `settle_s` of idle: with 2
+    threads, ResNet-18 cifar10 took 9.4 ms right after an ONNX Runtime run (whose spinning worker
+    held a core) against 5.3 ms after 20 ms of idle.
+    """
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(max(1, rounds)):
+        for name, fn in fns.items():
+            sleep(settle_s)
+            fn()
+            start = clock()
+            fn()
+            times[name].append((clock() - start) * 1e3)
+    return times
+
+
+def ratios(numerators: Sequence[float], denominators: Sequence[float]) -> list[float]:
+    """Round by round ratios of two functions' interleaved samples (`interleaved`).
+
+        >>> ratios([4.0, 6.0], [2.0, 2.0])
+        [2.0, 3.0]
+    """
+    return [a / b for a, b in zip(numerators, denominators, strict=True)]
+
+
+def reference_rate() -> tuple[float, float]:
+    """(median, best) GFLOP/s of a register-only FMA kernel on this thread (`nasir.measure.peak`): the
+    machine's state now, which `busy` compares before and after a measurement."""
+    from nasir.measure.peak import measure_peak_gflops
+
+    rate = measure_peak_gflops(repeat=30, seconds=0.002)
+    return rate["median_gflops"], rate["peak_gflops"]
+
+
+def busy(before: tuple[float, float], after: tuple[float, float]) -> str | None:
+    """Why the machine looks busy from the reference rates `before` and `after` a measurement
+    (`reference_rate`), or None when it looked quiet throughout.
+
+        >>> busy((50.0, 51.0), (49.0, 51.0)) is None
+        True
+        >>> busy((50.0, 51.0), (30.0, 51.0))
+        'a reference kernel ran at 50.0 GFLOP/s before and 30.0 after (best run 51.0)'
+    """
+    (b, b_best), (a, a_best) = before, after
+    best = max(b_best, a_best)
+    if abs(a - b) > BUSY_DRIFT * max(a, b) or min(a, b) < (1 - BUSY_DRIFT) * best:
+        return f"a reference kernel ran at {b:.1f} GFLOP/s before and {a:.1f} after (best run {best:.1f})"
+    return None
