@@ -83,6 +83,13 @@ class CPUTarget:
         feeding one FMA needs no register of its own."""
         return self.lanes == 16
 
+    @property
+    def mask_registers(self) -> bool:
+        """Whether a store of some lanes of a vector is one instruction (AVX-512's `vmovups {k}`).
+        Without mask registers LLVM stores with `vmaskmovps`, which Zen cores run as a long
+        micro-op sequence; a store of a known prefix of lanes is then plain stores of its pieces."""
+        return self.lanes == 16
+
     def with_overrides(self, **fields) -> CPUTarget:
         """This target with some fields replaced (unknown names are an error)."""
         known = {f.name for f in dataclasses.fields(self)}

@@ -55,10 +55,13 @@ class Lin:
 
 
 class LoopBuilder:
-    """Appends ops to `block`; constants go to the top of `entry` (they dominate everything)."""
+    """Appends ops to `block`; constants go to the top of `entry` (they dominate everything).
+    `mask_registers`: the target's (`CPUTarget.mask_registers`); without them `vstore` writes a
+    constant prefix of lanes as plain stores (`prefix_pieces`)."""
 
-    def __init__(self, entry: Block):
+    def __init__(self, entry: Block, mask_registers: bool = True):
         self.entry = entry
+        self.mask_registers = mask_registers
         self.block = entry
         self._consts: dict[tuple, SSAValue] = {}
         self._pure: dict[tuple, SSAValue] = {}
@@ -226,10 +229,18 @@ class LoopBuilder:
         return self.add(llvm.ICmpOp(lanes, self.const(size, vty), IntegerAttr(6, i64)))
 
     def all_of(self, conds: list[SSAValue]) -> SSAValue | None:
+        """The conjunction of i1 conditions or lane masks (None for none); two constant masks
+        give a constant (a tail tile's row bound and its points' bound: a known prefix)."""
         out = None
         for c in conds:
-            out = c if out is None else self.pure(("and", out, c), lambda: self.add(arith.AndIOp(out, c)))
+            out = c if out is None else self.pure(("and", out, c), lambda: self._and(out, c))
         return out
+
+    def _and(self, a: SSAValue, b: SSAValue) -> SSAValue:
+        la, lb = constant_lanes(a), constant_lanes(b)
+        if la is not None and lb is not None:
+            return self.const(tuple(int(x and y) for x, y in zip(la, lb)), a.type)
+        return self.add(arith.AndIOp(a, b))
 
     def clamp(self, a: SSAValue, size: int) -> SSAValue:
         return self.pure(("clamp", a, size), lambda: self.add(
@@ -303,10 +314,26 @@ class LoopBuilder:
                          lambda: self.vload(ref, indices, width, mask, passthru))
 
     def vstore(self, value: SSAValue, ref: SSAValue, indices: list[SSAValue], mask: SSAValue | None) -> None:
+        """Store `value` at `ref[indices]` (its lanes along the last axis), the lanes of `mask` only.
+        Without mask registers, a mask that is a constant prefix of k lanes (a transposed tile's
+        rows of k < width points) stores k's power-of-two pieces (6 lanes: 4, then 2), each a
+        plain store of a narrower vector:
+
+            vector.maskedstore %out[%c, %r, %x0], %first6, %v : vector<8xf32>
+            ->  vector.store %v4, %out[%c, %r, %x0] : vector<4xf32>     (%v4: lanes 0-3 of %v)
+                vector.store %v2, %out[%c, %r, %x4] : vector<2xf32>     (%v2: lanes 4-5, %x4 = %x0 + 4)
+        """
+        prefix = None if mask is None or self.mask_registers else constant_prefix(mask)
         if mask is None:
             self.add(vector.StoreOp(value, ref, indices))
-        else:
+        elif prefix is None:
             self.add(vector.MaskedStoreOp(ref, indices, mask, value))
+        else:
+            for offset, size in prefix_pieces(prefix):
+                width = value.type.get_shape()[0]
+                part = value if size == width else self.shuffle(value, value, list(range(offset, offset + size)))
+                at = indices[-1] if offset == 0 else self.add(arith.AddiOp(indices[-1], self.idx(offset)))
+                self.add(vector.StoreOp(part, ref, indices[:-1] + [at]))
 
     def shuffle(self, a: SSAValue, b: SSAValue, lanes: list[int]) -> SSAValue:
         ty = VectorType(a.type.element_type, [len(lanes)])
@@ -357,6 +384,31 @@ class LoopBuilder:
         if fill is not None:
             self.vstore(fill, buf, [self.idx(0)], None)
         return buf
+
+
+def constant_lanes(mask: SSAValue) -> tuple[bool, ...] | None:
+    """The lanes of a lane mask made by `LoopBuilder.const`, else None."""
+    owner = mask.owner
+    if not isinstance(owner, arith.ConstantOp) or not isinstance(owner.value, DenseIntOrFPElementsAttr):
+        return None
+    return tuple(bool(v) for v in owner.value.get_values())
+
+
+def constant_prefix(mask: SSAValue) -> int | None:
+    """k when `mask` is a constant whose first k lanes are set and the others not, else None."""
+    lanes = constant_lanes(mask)
+    k = sum(lanes) if lanes is not None else 0
+    return k if lanes is not None and lanes == (True,) * k + (False,) * (len(lanes) - k) else None
+
+
+def prefix_pieces(k: int) -> list[tuple[int, int]]:
+    """(offset, size) of the power-of-two pieces of k lanes, largest first: 7 -> (0, 4), (4, 2), (6, 1)."""
+    pieces, offset = [], 0
+    for bit in reversed(range(k.bit_length())):
+        if k >> bit & 1:
+            pieces.append((offset, 1 << bit))
+            offset += 1 << bit
+    return pieces
 
 
 def interleave_mask(width: int, group: int, offset: int) -> list[int]:

@@ -117,7 +117,8 @@ class ConvertNestToLoopsPass(ModulePass):
                 args = producer_args.then(args)  # the pool's other operands (an epilogue's) and result
                 key, layer, count = (producer_key, key), f"{producer_layer}+{layer}", producer_macs + count
                 kernel = lambda name, types, aliased, c=compute, p=spec, n=made: make_kernel(  # noqa: E731
-                    name, types, lambda b, a: emit_row_fused(b, p, nest_spec(c), a[:n], a[n:], target), aliased)
+                    name, types, lambda b, a: emit_row_fused(b, p, nest_spec(c), a[:n], a[n:], target), aliased,
+                    target.mask_registers)
             else:
                 specs = [(layer, nest_spec(compute))] if isinstance(compute, nest.ComputeOp) else []
                 kernel = lambda name, types, aliased, c=compute: kernel_for(  # noqa: E731

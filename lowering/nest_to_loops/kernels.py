@@ -138,11 +138,13 @@ def softmax_kernel(b: LoopBuilder, shape: Shape, axis: int, x: SSAValue, y: SSAV
     outer(0, {})
 
 
-def make_kernel(name: str, arg_types: list[MemRefType], emit, aliased: frozenset[int] = frozenset()) -> func.FuncOp:
+def make_kernel(name: str, arg_types: list[MemRefType], emit, aliased: frozenset[int] = frozenset(),
+                mask_registers: bool = True) -> func.FuncOp:
     """A private kernel `@name(args...)` with noalias memref arguments but the `aliased` ones (an
-    operand the result is written over, and the result); `emit(builder, args)` fills it."""
+    operand the result is written over, and the result); `emit(builder, args)` fills it with a
+    `LoopBuilder` for a target with or without `mask_registers`."""
     block = Block(arg_types=arg_types)
-    b = LoopBuilder(block)
+    b = LoopBuilder(block, mask_registers)
     emit(b, list(block.args))
     b.block = block
     b.add(func.ReturnOp())
@@ -157,7 +159,7 @@ def kernel_for(name: str, op: Operation, arg_types: list[MemRefType], aliased: f
     if isinstance(op, nn.SoftmaxBase):
         return make_kernel(name, arg_types, lambda b, a: softmax_kernel(
             b, shape_of(op.results[0]), op.axis.value.data % len(shape_of(op.results[0])), a[0], a[1],
-            log=isinstance(op, nn.LogSoftmaxOp)))
+            log=isinstance(op, nn.LogSoftmaxOp)), mask_registers=target.mask_registers)
     specs = [nest_spec(op)] if isinstance(op, nest.ComputeOp) else nn_specs(op, target)
 
     def emit(b, args):
@@ -166,7 +168,7 @@ def kernel_for(name: str, op: Operation, arg_types: list[MemRefType], aliased: f
             emitter.prepare()
             emitter.emit()
 
-    return make_kernel(name, arg_types, emit, aliased)
+    return make_kernel(name, arg_types, emit, aliased, target.mask_registers)
 
 
 @dataclass(frozen=True)
