@@ -13,7 +13,7 @@
 from importlib.metadata import PackageNotFoundError, version
 
 from nasir import search, zoo
-from nasir.api import check_capacity, compile, fisher_potential, load, train, tune
+from nasir.api import check_capacity, compile, fisher_potential, load, train, transform, tune
 from nasir.errors import NasirError
 from nasir.model import Model
 
@@ -22,4 +22,4 @@ try:
 except PackageNotFoundError:  # run from a source tree that was never installed
     __version__ = "0+unknown"
 
-__all__ = ["Model", "NasirError", "check_capacity", "compile", "fisher_potential", "load", "search", "train", "tune", "zoo"]
+__all__ = ["Model", "NasirError", "check_capacity", "compile", "fisher_potential", "load", "search", "train", "transform", "tune", "zoo"]

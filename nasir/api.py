@@ -73,6 +73,18 @@ def tune(model: Model, cpu: str | None = None, threads: int = 1, database: str |
     return tune_model(model, cpu=cpu, threads=threads, database=database, progress=progress)
 
 
+def transform(model: Model, pipeline: str, capacity_check=None) -> Model:
+    """`model.transform(pipeline)`, then with `capacity_check` a check of the result's capacity:
+    LegalityError when its Fisher Potential at initialisation is below `model`'s on a minibatch of
+    a CIFAR-10 directory, an .npz file, "synthetic" data, or (inputs, labels)."""
+    out = model.transform(pipeline)
+    if capacity_check is not None:
+        from nasir.fisher import require_capacity
+
+        require_capacity(out, model, pipeline, data=None if capacity_check == "synthetic" else capacity_check)
+    return out
+
+
 def fisher_potential(model: Model, inputs, labels, seed: int = 0):
     """Fisher Potential of `model` on one minibatch (per layer and total); see nasir/fisher.py."""
     from nasir.fisher import fisher_potential as compute

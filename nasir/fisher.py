@@ -13,7 +13,7 @@ BlockSwap's
 
 (`FisherReport.layers`); Fisher(net) = sum over layers. Architecture transforms are accepted when
 the candidate's value at initialisation is not below the original's (`check_capacity`;
-`Model.transform(..., capacity_check=...)` runs it). docs/fisher.md has the numbers behind this.
+`nasir.transform(..., capacity_check=...)` runs it). docs/fisher.md has the numbers behind this.
 
 Why the normalisation (issue 39): Delta_layer is quadratic in g, and g at a layer is the loss
 gradient carried back through every layer after it, so a transform changes the Delta of layers it
@@ -64,7 +64,6 @@ from __future__ import annotations
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -76,9 +75,7 @@ from nasir.dialects import nest, nn
 from nasir.dialects.shapes import shape_of
 from nasir.errors import LegalityError, ShapeError
 from nasir.lowering.nest_to_torch.program import TorchProgram
-
-if TYPE_CHECKING:  # the model module imports this one (Model.transform's capacity check)
-    from nasir.model import Model
+from nasir.model import Model
 
 
 @dataclass

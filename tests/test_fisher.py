@@ -194,7 +194,7 @@ def test_capacity_accepts_equal_and_rejects_less(net_and_model, tmp_path):
 def test_checked_transform_runs_the_pipeline_and_the_check(net_and_model):
     _, model = net_and_model
     nested = model.transform("convert-nn-to-nest")
-    out = nested.transform('interchange{order=ci,co}', capacity_check="synthetic")
+    out = nasir.transform(nested, 'interchange{order=ci,co}', capacity_check="synthetic")
     assert 'order = ["n", "ci"' in out.text()
 
 
@@ -204,7 +204,7 @@ def test_checked_transform_rejects_with_a_reason(net_and_model, monkeypatch):
 
     monkeypatch.setattr(fisher, "check_capacity", lambda *a, **k: fisher.CapacityResult(False, 1.0, 2.0, "too small"))
     with pytest.raises(LegalityError, match="capacity check rejects 'convert-nn-to-nest': too small"):
-        model.transform("convert-nn-to-nest", capacity_check="synthetic")
+        nasir.transform(model, "convert-nn-to-nest", capacity_check="synthetic")
 
 
 def test_batch_mismatch_is_a_shape_error(net_and_model):

@@ -82,7 +82,7 @@ def test_capacity_check_errors_name_synthetic_as_the_docs_do(small_onnx):  # noq
     proc = tool("nasir-opt", small_onnx, "-p", "convert-nn-to-nest", "--capacity-check", "bogus")
     assert proc.returncode == 1 and "'synthetic'" in proc.stderr and "None" not in proc.stderr
     with pytest.raises(NasirError, match="'synthetic'") as caught:
-        nasir.load(small_onnx).transform("convert-nn-to-nest", capacity_check="bogus")
+        nasir.transform(nasir.load(small_onnx), "convert-nn-to-nest", capacity_check="bogus")
     assert "None" not in str(caught.value)
 
 
