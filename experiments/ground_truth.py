@@ -52,10 +52,10 @@ from fisher_vs_accuracy import cpu_name, hard_mnist, network, run_resumable
 import nasir
 from nasir.errors import NasirError, TrainingDiverged
 from nasir.lowering.passes import with_init
+from nasir.measure.timing import interleaved
 from nasir.search.finetune import LR, RECALIBRATE, finetune_batch
 from nasir.search.space import IDENTITY, SearchSpace
 from nasir.summary import summarize
-from nasir.measure.timing import interleaved
 from nasir.training.loop import evaluate
 
 DATA = Path(__file__).parent / "data"

@@ -26,8 +26,8 @@ import tempfile
 from pathlib import Path
 
 import nasir
-from nasir.measure.kernels import KernelTimes
 from nasir.lowering.schedule.default_schedule import tunable
+from nasir.measure.kernels import KernelTimes
 from nasir.lowering.schedule.schedules import (
     candidate_schedules,
     channel_vector_plan,

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 import nasir
-from nasir.measure.variants import MORE_VARIANTS, VARIANTS
 from nasir.lowering.nest_to_torch import nest_ops, program
+from nasir.measure.variants import MORE_VARIANTS, VARIANTS
 from nasir.runtime.torch_executable import compile_torch
 
 BATCHES = (1, 3, 8)

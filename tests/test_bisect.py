@@ -14,9 +14,9 @@ import pytest
 from onnx import helper
 from test_tools import run_main
 
+from nasir.cli import main as cli
 from nasir.fuzz.graphs import onnx_model
 from nasir.lowering.nest_to_loops import epilogue as epilogue_module
-from nasir.cli import main as cli
 
 
 @pytest.fixture(scope="module")

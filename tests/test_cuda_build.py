@@ -30,8 +30,8 @@ from nasir.gpu_check import runner
 from nasir.lowering.nest_to_tvm import build as tvm_build
 from nasir.lowering.nest_to_tvm.cuda import _stand_in_driver, compile_kernels
 from nasir.lowering.nest_to_tvm.program import lower_to_nest, weight_keys
-from nasir.model import Model
 from nasir.measure.variants import ALL_VARIANTS, VARIANTS
+from nasir.model import Model
 from zoo_cases import EACH_ONCE
 
 ARCHS = "sm_80,sm_90"

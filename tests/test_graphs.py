@@ -29,9 +29,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from nasir.fuzz import __main__ as fuzz
+from nasir.fuzz.choices import FAMILIES, LAYOUTS, transition_name
 from nasir.fuzz.differential import Outcome, check_case
 from nasir.fuzz.graphs import Case, SeededDraw, random_case
-from nasir.fuzz.choices import FAMILIES, LAYOUTS, transition_name
 from nasir.lowering.target import resolve_target
 
 CPUS = [cpu for cpu, _ in WIDTHS.values()]

@@ -17,9 +17,9 @@ from nasir.dialects import nest, nn
 from nasir.dialects.attributes import PAD_ROWS
 from nasir.dialects.shapes import shape_of
 from nasir.frontend.onnx_import import import_onnx
-from nasir.measure.kernels import standalone
 from nasir.lowering.passes import run_pipeline
 from nasir.lowering.pipeline import LLVM
+from nasir.measure.kernels import standalone
 from nasir.runtime.llvm_executable import compile_llvm
 from nasir.tuning.host import tunable_nests
 

@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from nasir.lowering.passes import available_passes
 from nasir.cli.passdoc import render
+from nasir.lowering.passes import available_passes
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "passes.md"
 

@@ -16,10 +16,10 @@ import torch.nn.functional as F
 from test_llvm_backend import build, rand
 
 from nasir import runtime
+from nasir.cli import main as cli
 from nasir.dialects import nn
 from nasir.errors import NasirError
 from nasir.runtime.llvm_executable import compile_llvm
-from nasir.cli import main as cli
 
 C, H = 16, 32
 W_SMALL, W_LARGE, B_LARGE = rand(C, C, 1, 1), rand(64, C, 3, 3), rand(64)

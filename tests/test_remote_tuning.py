@@ -21,7 +21,7 @@ from test_schedule_transforms import IR, conv_oracle
 from test_tools import run_main
 
 import nasir
-from nasir.tuning import remote
+from nasir.cli import main as cli
 from nasir.dialects.context import parse_module
 from nasir.dialects.module import WeightStore
 from nasir.errors import NasirError
@@ -30,7 +30,7 @@ from nasir.lowering.nest_to_tvm.cuda import _stand_in_driver
 from nasir.lowering.nest_to_tvm.program import lower_to_nest, to_relax
 from nasir.lowering.nest_to_tvm.tuning import TVMTuning
 from nasir.model import Model
-from nasir.cli import main as cli
+from nasir.tuning import remote
 
 
 @pytest.fixture(scope="module")

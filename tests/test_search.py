@@ -26,24 +26,24 @@ import pytest
 from search_fixtures import dense_only_onnx, tiny_resnet_onnx
 
 import nasir
+from nasir.cli.main import parser
+from nasir.data import minibatch
 from nasir.dialects import nest
 from nasir.dialects.shapes import shape_of
-from nasir.data import minibatch
-from nasir.fisher import fisher_potential
-from nasir.search import strategies
 from nasir.errors import NasirError, PassError
+from nasir.fisher import fisher_potential
+from nasir.lowering.passes import pipeline_steps, with_init
+from nasir.measure.kernels import KernelTimes, compiler_digest, nest_key, standalone
+from nasir.measure.timing import Spread, busy, interleaved, ratios
+from nasir.search import strategies
 from nasir.search.driver import CheckBar, Search, SearchOptions, default_init, measure_front, tell
 from nasir.search.evaluate import ROUNDS, Outcome
 from nasir.search.progress import SearchProgress
-from nasir.search.results import Candidate, pareto_front, passes, ranked
-from nasir.cli.main import parser
-from nasir.measure.timing import Spread, busy, interleaved, ratios
-from nasir.measure.kernels import KernelTimes, compiler_digest, nest_key, standalone
-from nasir.lowering.passes import pipeline_steps, with_init
 from nasir.search.proxies import synflow
+from nasir.search.results import Candidate, pareto_front, passes, ranked
+from nasir.search.sources import from_nn, load_source
 from nasir.search.space import SearchSpace, conv_nests, layer_pattern
 from nasir.search.workers import MEASURE
-from nasir.search.sources import from_nn, load_source
 from nasir.summary import summarize
 
 TESTS = Path(__file__).resolve().parent

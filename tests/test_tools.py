@@ -14,12 +14,12 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from nasir import zoo
+from nasir.cli import main as cli
+from nasir.cli import nasir_opt as opt_tool
 from nasir.dialects import nest, nn
 from nasir.dialects.context import parse_module
 from nasir.dialects.shapes import shape_of
 from nasir.model import load_text
-from nasir.cli import main as cli
-from nasir.cli import nasir_opt as opt_tool
 
 BIN = Path(sys.executable).parent
 import onnxruntime as ort  # noqa: E402  (the oracle)

@@ -162,6 +162,20 @@ def test_tune_keeps_the_fastest_timed_schedule_and_a_second_run_times_nothing(tm
     np.testing.assert_allclose(exe(x), reference(x), rtol=1e-4, atol=1e-4)
 
 
+def test_tuning_times_kernel_calls_not_whole_calls(tmp_path, cpu, monkeypatch):
+    """A whole call copies the nest's inputs in and its result out: for a small nest a third of
+    its time, the same for every candidate. Tuning times the kernel calls alone (per-call timers)."""
+    from nasir.measure.kernels import KernelTimes
+
+    monkeypatch.setattr(KernelTimes, "measure", lambda self, model: pytest.fail("tuning timed a whole call"))
+    if foreign(cpu):  # nothing timed: the CPU's code does not run here
+        with pytest.raises(NasirError, match="cannot be timed"):
+            tune(two_convs(), database=tmp_path / "tuning.db", kernel_cache=tmp_path / "kernels.db")
+        return
+    report = tune(two_convs(), database=tmp_path / "tuning.db", kernel_cache=tmp_path / "kernels.db")
+    assert len(report.nests) == 2 and all(n.ms > 0 for n in report.nests)
+
+
 def test_tune_is_an_llvm_option():
     with pytest.raises(NasirError, match="target 'torch' takes no option 'tune'"):
         nasir.compile(two_convs(), target="torch", tune=True)

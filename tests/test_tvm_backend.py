@@ -37,24 +37,24 @@ from xdsl.ir.affine import AffineExpr, AffineMap
 
 import nasir
 import nasir.zoo as zoo
-from nasir.measure import benchmark, gpu_benchmark
-from nasir.measure.variants import ALL_VARIANTS, PREFIX
 from nasir.dialects import nest
 from nasir.dialects.context import parse_module
 from nasir.dialects.module import WeightStore
+from nasir.dialects.schedule import Schedule
 from nasir.errors import BackendUnavailableError, LoweringError, NasirError
 from nasir.frontend.onnx_import import import_onnx
-from nasir.dialects.schedule import Schedule
 from nasir.lowering.nest_to_tvm import build as tvm_build
 from nasir.lowering.nest_to_tvm import schedule
 from nasir.lowering.nest_to_tvm import tuning as tvm_tuning
-from nasir.lowering.target import CPU_ENV
 from nasir.lowering.nest_to_tvm.program import lower_to_nest, to_relax
+from nasir.lowering.target import CPU_ENV
+from nasir.measure import benchmark, gpu_benchmark
+from nasir.measure.variants import ALL_VARIANTS, PREFIX
 from nasir.model import Model
 
 H100 = tvm_build.tvm_target_of("cuda", "sm_90")
-from nasir.search.space import TEMPLATES, LayerChoices, SearchSpace
 from nasir.cli import main as cli
+from nasir.search.space import TEMPLATES, LayerChoices, SearchSpace
 
 TOL = dict(rtol=1e-4, atol=1e-4)
 

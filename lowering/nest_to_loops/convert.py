@@ -49,9 +49,9 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
+from nasir.dialects import nest
 from nasir.dialects.attributes import FUSE_ROWS, LAYER, MACS, SCRATCH_OFFSET, VECTORS
 from nasir.dialects.module import main_func, sanitize
-from nasir.dialects import nest
 from nasir.dialects.nest import macs
 from nasir.errors import LoweringError
 from nasir.lowering.nest_to_loops.kernels import (

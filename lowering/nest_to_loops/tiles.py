@@ -17,10 +17,10 @@ from xdsl.ir import SSAValue
 from nasir.dialects import nest
 from nasir.dialects.affine import expr_range, linear_coefficient, stride_of
 from nasir.dialects.schedule import Loop
+from nasir.lowering.analysis.cost_model import row_window
 from nasir.lowering.nest_to_loops.accesses import lane_stride
 from nasir.lowering.nest_to_loops.builder import Lin, LoopBuilder
 from nasir.lowering.nest_to_loops.spec import IDENTITY, Spec
-from nasir.lowering.analysis.cost_model import row_window
 from nasir.lowering.target import CPUTarget
 
 PREFETCH_DISTANCE = 4

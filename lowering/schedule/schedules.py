@@ -21,8 +21,8 @@ import math
 from xdsl.ir.affine import AffineDimExpr
 
 from nasir.dialects import affine, nest
-from nasir.dialects.attributes import FUSE_ROWS
 from nasir.dialects.affine import linear_coefficient, stride_of
+from nasir.dialects.attributes import FUSE_ROWS
 from nasir.dialects.nest import NestView
 from nasir.dialects.schedule import Loop, Schedule
 from nasir.lowering.analysis.cost_model import (

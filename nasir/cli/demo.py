@@ -18,10 +18,10 @@ from rich.console import Console
 
 import nasir
 from nasir import zoo
-from nasir.errors import NasirError
-from nasir.runtime.backends import TARGETS
 from nasir.console import fail, show, step
+from nasir.errors import NasirError
 from nasir.reference import compare, onnxruntime_outputs, seeded_inputs
+from nasir.runtime.backends import TARGETS
 
 
 def demo(name: str, dataset: str, target: str, console: Console) -> bool:

@@ -34,13 +34,13 @@ from rich.table import Table
 
 import nasir
 from nasir import zoo
-from nasir.runtime.backends import TARGETS
-from nasir.measure.variants import ALL_VARIANTS
+from nasir.console import ToolConsole, end_on_closed_pipe, fail, show, step
 from nasir.errors import FrontendError, NasirError
 from nasir.measure.peak import measure_peak_gflops
-from nasir.search.capacity import RULES
-from nasir.console import ToolConsole, end_on_closed_pipe, fail, show, step
+from nasir.measure.variants import ALL_VARIANTS
 from nasir.reference import compare, onnxruntime_outputs, require_onnxruntime, seeded_inputs
+from nasir.runtime.backends import TARGETS
+from nasir.search.capacity import RULES
 from nasir.tuning.host import timeable_target
 
 out = ToolConsole(highlight=False)

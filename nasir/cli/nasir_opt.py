@@ -40,8 +40,8 @@ from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseE
 from xdsl.utils.target import Target
 from xdsl.xdsl_opt_main import xDSLOptMain
 
-from nasir.errors import FrontendError, NasirError, PassError
 from nasir.console import ToolConsole, end_on_closed_pipe, fail, status_on_terminal
+from nasir.errors import FrontendError, NasirError, PassError
 
 
 def _mlir_target() -> type[Target]:

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import onnx
 
+from nasir.fuzz.choices import transition_name
 from nasir.fuzz.differential import check_case, reproduction
 from nasir.fuzz.graphs import SeededDraw, random_case
-from nasir.fuzz.choices import transition_name
 from nasir.lowering.target import host_target, resolve_target
 
 WIDTHS = ("x86-64-v3", "x86-64-v4")

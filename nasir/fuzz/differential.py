@@ -23,8 +23,8 @@ import onnx
 
 import nasir
 from nasir.errors import BoundsError, FrontendError, LoweringError
-from nasir.fuzz.graphs import Case
 from nasir.fuzz.choices import LoweringChoices, lowering_choices
+from nasir.fuzz.graphs import Case
 from nasir.reference import ATOL, RTOL, onnxruntime_outputs
 
 

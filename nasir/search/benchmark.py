@@ -37,9 +37,9 @@ from rich.table import Table
 import nasir
 from nasir import zoo
 from nasir.measure.benchmark import median_ms, ort_session
-from nasir.runtime.llvm_executable import compile_llvm
 from nasir.measure.timing import Spread, interleaved, ratios
 from nasir.reference import seeded_inputs
+from nasir.runtime.llvm_executable import compile_llvm
 
 
 def one_search(model: str, dataset: str, strategy: str, seed: int, args, out: Path) -> dict:

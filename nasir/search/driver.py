@@ -36,11 +36,11 @@ import optuna
 from optuna.trial import TrialState
 
 from nasir.errors import NasirError
+from nasir.measure.kernels import TIMING_LOCK, default_kernel_cache, timing_lock
 from nasir.model import Model
 from nasir.search import strategies
 from nasir.search.capacity import default_rule, rule_named
 from nasir.search.evaluate import DEFAULT_EVALUATOR, Evaluator, Outcome, Setup
-from nasir.measure.kernels import TIMING_LOCK, default_kernel_cache, timing_lock
 from nasir.search.progress import SearchProgress
 from nasir.search.results import (
     Candidate,
@@ -54,11 +54,11 @@ from nasir.search.results import (
     write_jsonl,
     written_best,
 )
+from nasir.measure.timing import busy, reference_rate
 from nasir.search.sources import is_zoo_name, load_source
 from nasir.search.space import TEMPLATES, SearchSpace
 from nasir.search.workers import MEASURE, LocalPool
 from nasir.transforms.arch import INITS
-from nasir.measure.timing import busy, reference_rate
 
 STUDY = "nasir-search"
 PASSES = 3

@@ -36,16 +36,16 @@ from pathlib import Path
 
 from nasir.data import minibatch
 from nasir.errors import NasirError
-from nasir.model import Model, load_text
 from nasir.measure.kernels import KernelTimes, timing_lock
+from nasir.measure.timing import Spread, interleaved
+from nasir.model import Model, load_text
+from nasir.reference import seeded_inputs
 from nasir.runtime.llvm_executable import compile_llvm
 from nasir.search.capacity import DEFAULT_RULE, rule_named
 from nasir.search.latency import LatencyModel
-from nasir.transforms.rebatch import NotBatched
 from nasir.summary import summarize
-from nasir.reference import seeded_inputs
-from nasir.measure.timing import Spread, interleaved
 from nasir.transforms.analysis.properties import analyse, properties_at_least
+from nasir.transforms.rebatch import NotBatched
 
 DEFAULT_EVALUATOR = "nasir.search.evaluate:Evaluator"
 ROUNDS = 7

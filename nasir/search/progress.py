@@ -10,8 +10,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 
-from nasir.search.results import Candidate
 from nasir.console import progress_console
+from nasir.search.results import Candidate
 
 
 class SearchProgress:

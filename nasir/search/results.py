@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING
 
 from rich.table import Table
 
+from nasir.measure.timing import Spread, ratios
 from nasir.search.evaluate import Outcome
 from nasir.search.sources import from_nn
-from nasir.measure.timing import Spread, ratios
 
 if TYPE_CHECKING:
     from nasir.model import Model

@@ -4,8 +4,9 @@ For each distinct conv or gemm of a model (by `nest_signature`: its shape, strid
 epilogue), the few schedules the cost model ranks highest, the spatial schedule with each other
 register tile (a grouped conv with fewer channels a group than lanes has only those) and the
 channel plan with its other register tiles, up to all registers but 4 in accumulators
-(`candidate_schedules(..., tiles=True)`), are compiled alone and timed
-(`nasir.measure.kernels.KernelTimes`, the search's kernel cache), and the fastest goes into the tuning
+(`candidate_schedules(..., tiles=True)`), are compiled alone and their kernel calls timed by
+per-call timers, without the copies of a whole call (`nasir.measure.kernels.KernelTimes`, the
+search's kernel cache), and the fastest goes into the tuning
 database (`nasir.lowering.schedule.tuned`) under the target CPU's name, where default-schedule
 finds it in every later compile of any model with that nest. A nest the database already holds
 for the CPU is not timed again.
@@ -24,12 +25,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from nasir.dialects import nest
-from nasir.measure.kernels import KernelTimes, default_kernel_cache, standalone
 from nasir.lowering.pipeline import LLVM
 from nasir.lowering.schedule.default_schedule import tunable
 from nasir.lowering.schedule.schedules import candidate_schedules
 from nasir.lowering.schedule.tuned import TuningDatabase, default_tuning_db, nest_signature
 from nasir.lowering.target import CPUTarget, resolve_target, runnable_target, set_target, target_of
+from nasir.measure.kernels import KernelTimes, default_kernel_cache, standalone
 from nasir.model import Model
 
 TOP = 4
@@ -116,7 +117,7 @@ def tune(model: Model, cpu: str | None = None, threads: int = 1, database: str |
                 nests.append(TunedNest(layers, signature, row[1], row[2]))
             else:
                 schedules = candidate_schedules(tunable(ops[0], target), target, top, tiles=True)
-                timed = [kernels.kernel_ms(with_schedule(level, ops[0], s)) for s in schedules]
+                timed = [kernels.kernel_ms(with_schedule(level, ops[0], s), calls_only=True) for s in schedules]
                 best = min(range(len(timed)), key=timed.__getitem__)
                 best = best if timed[best] < timed[0] * (1 - MARGIN) else 0
                 db.store(target.cpu, signature, schedules[best], timed[best], timed[0])

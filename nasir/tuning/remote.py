@@ -55,11 +55,11 @@ from tvm import s_tir
 from tvm.s_tir import meta_schedule as ms
 
 from nasir.errors import NasirError
+from nasir.lowering.nest_to_tvm import schedule
 from nasir.lowering.nest_to_tvm.bounds import target_limits, violations
 from nasir.lowering.nest_to_tvm.build import cuda_archs, nvcc_path, require_cuda_compiler, tvm_target_of
 from nasir.lowering.nest_to_tvm.cuda import KernelsRejected, building_kernels
 from nasir.lowering.nest_to_tvm.intrinsics import import_tensor_intrinsics
-from nasir.lowering.nest_to_tvm import schedule
 from nasir.lowering.nest_to_tvm.program import lower_to_nest, tunable_nests
 from nasir.lowering.nest_to_tvm.staged import Staged, staged_schedule
 from nasir.lowering.nest_to_tvm.tuning import TVMTuning, target_key, workload
