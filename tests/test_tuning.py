@@ -21,7 +21,7 @@ from nasir.dialects import nest, nn
 from nasir.errors import NasirError
 from nasir.lowering.schedule.default_schedule import tunable
 from nasir.lowering.schedule.schedules import candidate_schedules, schedule_for
-from nasir.lowering.schedule.tuned import TuningDatabase, nest_signature
+from nasir.lowering.schedule.tuned import TuningDatabase, nest_class
 from nasir.lowering.target import host_target, resolve_target
 from nasir.runtime.llvm_executable import compile_llvm
 from nasir.tuning.host import tunable_nests, tune, with_schedule
@@ -126,14 +126,54 @@ def test_compiles_take_the_databases_schedule_for_their_cpu_only(tmp_path):
     second = candidate_schedules(tunable(conv2, target), target, 2)[1]
     path = tmp_path / "tuning.db"
     db = TuningDatabase(path)
-    db.store(target.cpu, nest_signature(conv2), second, 1.0, 2.0)
-    db.store("some-other-cpu", nest_signature(next(iter(groups.values()))[0]), second, 1.0, 2.0)
+    db.store(target.cpu, conv2, second, 1.0, 2.0)
+    db.store("some-other-cpu", next(iter(groups.values()))[0], second, 1.0, 2.0)
     plain, tuned = scheduled(model, "none"), scheduled(model, str(path))
     assert tuned["conv2"] == str(second.to_attr()) != plain["conv2"]
     assert tuned["conv1"] == plain["conv1"], "an entry for another CPU is not used"
     x = rand(1, 16, 14, 14)
     exe = nasir.compile(model, tuning=str(path))
     np.testing.assert_allclose(exe(x), reference(x), rtol=1e-4, atol=1e-4)
+
+
+W3, B3 = rand(48, 32, 3, 3), rand(48)
+
+
+def two_shapes_of_one_class():
+    """conv 16 -> 32 3x3 + ReLU on 14 x 14, then conv 32 -> 48 3x3 + ReLU on 14 x 14: one class
+    (same maps, epilogue, dims), two shapes."""
+    return build([(1, 16, 14, 14)], lambda a, W: [
+        c1 := nn.Conv2DOp.new(a[0], W("w1", W1), W("b1", B1), (1, 1), (1,) * 4, (1, 1), 1).named("conv1"),
+        r := nn.ReluOp.new(c1.results[0]),
+        c2 := nn.Conv2DOp.new(r.results[0], W("w3", W3), W("b3", B3), (1, 1), (1,) * 4, (1, 1), 1).named("conv2"),
+        nn.ReluOp.new(c2.results[0])])
+
+
+def test_a_tuned_register_tile_transfers_to_other_shapes_of_its_class(tmp_path):
+    model = two_shapes_of_one_class()
+    target = resolve_target(None)
+    level, groups = tunable_nests(model, None)
+    conv = {ops[0].layer_name: ops[0] for ops in groups.values()}
+    assert nest_class(conv["conv1"]) == nest_class(conv["conv2"]) and len(groups) == 2
+    tile = lambda s: (s.vector, s.unroll)  # noqa: E731
+    plain = scheduled(model, "none")
+    own = {name: candidate_schedules(tunable(op, target), target, 64, tiles=True) for name, op in conv.items()}
+    # a tile of conv1 that conv2 also has, not the cost model's for conv2
+    donor = next(s for s in own["conv1"][1:] if tile(s) in [tile(t) for t in own["conv2"]]
+                 and str(s.to_attr()) != plain["conv1"]
+                 and tile(s) != tile(next(t for t in own["conv2"] if str(t.to_attr()) == plain["conv2"])))
+    path = tmp_path / "tuning.db"
+    TuningDatabase(path).store(target.cpu, conv["conv1"], donor, 1.0, 1.0)
+    assert scheduled(model, str(path))["conv2"] == plain["conv2"], "a tile no faster than the cost model's stays home"
+    TuningDatabase(path).store(target.cpu, conv["conv1"], donor, 1.0, 2.0)
+    tuned = scheduled(model, str(path))
+    assert tuned["conv1"] == str(donor.to_attr())
+    got = next(t for t in own["conv2"] if str(t.to_attr()) == tuned["conv2"])
+    assert tile(got) == tile(donor) and tuned["conv2"] != plain["conv2"]
+    x = rand(1, 16, 14, 14)
+    t = lambda a: torch.tensor(a)  # noqa: E731
+    expected = F.relu(F.conv2d(F.relu(F.conv2d(t(x), t(W1), t(B1), 1, 1)), t(W3), t(B3), 1, 1)).numpy()
+    np.testing.assert_allclose(nasir.compile(model, tuning=str(path))(x), expected, rtol=1e-4, atol=1e-4)
 
 
 def test_tune_keeps_the_fastest_timed_schedule_and_a_second_run_times_nothing(tmp_path, cpu):

@@ -60,22 +60,48 @@ from nasir.dialects.nest import NestView
 from nasir.dialects.schedule import Schedule
 from nasir.lowering.schedule.pack_activations import packed_tensors
 from nasir.lowering.schedule.schedules import (
+    candidate_schedules,
     channel_pool_schedule,
     depthwise_channel_schedule,
     fused_row_blocks,
     schedule_for,
     winograd_schedule,
 )
-from nasir.lowering.schedule.tuned import tuning_database
+from nasir.lowering.schedule.tuned import TuningDatabase, tuning_database
 from nasir.lowering.schedule.winograd import winograd_plan
 from nasir.lowering.target import CPUTarget, target_of
 from nasir.transforms.schedule import operand_axes
+
+
+ALL_PLANS = 64
+"""More plans than a nest has (the spatial schedule and a few channel plans): `candidate_schedules`
+with this limit gives them all, then the register tiles."""
 
 
 def nest_shape(op: nest.ComputeOp) -> NestView:
     """`op` as the default schedule reads it: with the axis letters of its weight inputs."""
     weights = {k: operand_axes(op, k) for k, v in enumerate(op.inputs) if isinstance(v.owner, nn.WeightOp)}
     return NestView.of(op, {k: axes for k, axes in weights.items() if axes})
+
+
+def transferred(tuned: TuningDatabase, target: CPUTarget, op: nest.ComputeOp, shape: NestView) -> Schedule | None:
+    """Transfer-tuning: of `op`'s own candidate schedules (`candidate_schedules` with the register
+    tiles), the first with the vector loop and the unrolls (the register tile) of a schedule tuning
+    found faster on another shape of `op`'s class (`TuningDatabase.donors`, nearest first); None
+    if no donor's tile is one of `op`'s candidates.
+
+        donor: co = 256, oh = ow = 8   {vector = "co.i", unroll = {ow.i = 4, co.o.i = 2, kh = 3, kw = 3}, ...}
+        op:    co = 512, oh = ow = 4   its candidate with that vector and unroll, its own splits and order
+    """
+    donors = tuned.donors(target.cpu, op)
+    if not donors:
+        return None
+    candidates = candidate_schedules(shape, target, ALL_PLANS, tiles=True)
+    for donor in donors:
+        for candidate in candidates:
+            if candidate.vector == donor.vector and candidate.unroll == donor.unroll:
+                return candidate
+    return None
 
 
 def tunable(op: nest.ComputeOp, target: CPUTarget) -> NestView | None:
@@ -99,7 +125,8 @@ class DefaultSchedulePass(ModulePass):
     vector lanes, registers and caches; a conv with a wide strided row window (a 7x7 stride-2
     stem) gets `winograd_schedule` and is marked to run as 1-D Winograd (`nasir.winograd`, with
     the `nasir.scratch_bytes` its kernel needs). A conv or gemm whose signature the tuning
-    database holds for the target CPU (`nasir tune`) gets the schedule timed fastest there.
+    database holds for the target CPU (`nasir tune`) gets the schedule timed fastest there; one
+    of a class the database holds other shapes of, their register tile (`transferred`).
 
     Options: `tuning`: the tuning database file ("" the user's, `default_tuning_db`; "none": the
     cost model alone), as in `default-schedule{tuning=none}`."""
@@ -125,7 +152,8 @@ class DefaultSchedulePass(ModulePass):
                     SCRATCH_BYTES.set(nest_op, winograd.scratch_bytes)
                     continue
                 channel = channel_pool_schedule(shape, target) or depthwise_channel_schedule(shape, target)
-                spatial = (channel is None and tuned is not None and tuned.lookup(target.cpu, nest_op)
+                spatial = (channel is None and tuned is not None
+                           and (tuned.lookup(target.cpu, nest_op) or transferred(tuned, target, nest_op, shape))
                            or schedule_for(shape, target))
                 nest_op.properties["schedule"] = (channel or spatial).to_attr()
                 if channel is not None:

@@ -120,7 +120,7 @@ def tune(model: Model, cpu: str | None = None, threads: int = 1, database: str |
                 timed = [kernels.kernel_ms(with_schedule(level, ops[0], s), calls_only=True) for s in schedules]
                 best = min(range(len(timed)), key=timed.__getitem__)
                 best = best if timed[best] < timed[0] * (1 - MARGIN) else 0
-                db.store(target.cpu, signature, schedules[best], timed[best], timed[0])
+                db.store(target.cpu, ops[0], schedules[best], timed[best], timed[0])
                 nests.append(TunedNest(layers, signature, timed[best], timed[0], timed))
             bar.advance(task)
     return TuningReport(target.cpu, db.path, nests, time.perf_counter() - start)
