@@ -19,7 +19,7 @@ from test_llvm_backend import build, rand
 import nasir
 from nasir.dialects import nest, nn
 from nasir.errors import NasirError
-from nasir.lowering.schedule.default_schedule import tunable
+from nasir.lowering.schedule.default_schedule import ALL_PLANS, tunable
 from nasir.lowering.schedule.schedules import candidate_schedules, schedule_for
 from nasir.lowering.schedule.tuned import TuningDatabase, nest_class
 from nasir.lowering.target import host_target, resolve_target
@@ -157,7 +157,7 @@ def test_a_tuned_register_tile_transfers_to_other_shapes_of_its_class(tmp_path):
     assert nest_class(conv["conv1"]) == nest_class(conv["conv2"]) and len(groups) == 2
     tile = lambda s: (s.vector, s.unroll)  # noqa: E731
     plain = scheduled(model, "none")
-    own = {name: candidate_schedules(tunable(op, target), target, 64, tiles=True) for name, op in conv.items()}
+    own = {name: candidate_schedules(tunable(op, target), target, ALL_PLANS, tiles=True) for name, op in conv.items()}
     # a tile of conv1 that conv2 also has, not the cost model's for conv2
     donor = next(s for s in own["conv1"][1:] if tile(s) in [tile(t) for t in own["conv2"]]
                  and str(s.to_attr()) != plain["conv1"]

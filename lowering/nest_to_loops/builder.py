@@ -323,17 +323,18 @@ class LoopBuilder:
             ->  vector.store %v4, %out[%c, %r, %x0] : vector<4xf32>     (%v4: lanes 0-3 of %v)
                 vector.store %v2, %out[%c, %r, %x4] : vector<2xf32>     (%v2: lanes 4-5, %x4 = %x0 + 4)
         """
-        prefix = None if mask is None or self.mask_registers else constant_prefix(mask)
         if mask is None:
             self.add(vector.StoreOp(value, ref, indices))
-        elif prefix is None:
+            return
+        prefix = None if self.mask_registers else constant_prefix(mask)
+        if prefix is None:
             self.add(vector.MaskedStoreOp(ref, indices, mask, value))
-        else:
-            for offset, size in prefix_pieces(prefix):
-                width = value.type.get_shape()[0]
-                part = value if size == width else self.shuffle(value, value, list(range(offset, offset + size)))
-                at = indices[-1] if offset == 0 else self.add(arith.AddiOp(indices[-1], self.idx(offset)))
-                self.add(vector.StoreOp(part, ref, indices[:-1] + [at]))
+            return
+        width = value.type.get_shape()[0]
+        for offset, size in prefix_pieces(prefix):
+            part = value if size == width else self.shuffle(value, value, list(range(offset, offset + size)))
+            at = indices[-1] if offset == 0 else self.add(arith.AddiOp(indices[-1], self.idx(offset)))
+            self.add(vector.StoreOp(part, ref, indices[:-1] + [at]))
 
     def shuffle(self, a: SSAValue, b: SSAValue, lanes: list[int]) -> SSAValue:
         ty = VectorType(a.type.element_type, [len(lanes)])
@@ -397,8 +398,10 @@ def constant_lanes(mask: SSAValue) -> tuple[bool, ...] | None:
 def constant_prefix(mask: SSAValue) -> int | None:
     """k when `mask` is a constant whose first k lanes are set and the others not, else None."""
     lanes = constant_lanes(mask)
-    k = sum(lanes) if lanes is not None else 0
-    return k if lanes is not None and lanes == (True,) * k + (False,) * (len(lanes) - k) else None
+    if lanes is None:
+        return None
+    k = sum(lanes)
+    return k if lanes == (True,) * k + (False,) * (len(lanes) - k) else None
 
 
 def prefix_pieces(k: int) -> list[tuple[int, int]]:
