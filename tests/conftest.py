@@ -61,6 +61,17 @@ def user_cache(tmp_path_factory):
         os.environ["NASIR_CACHE_DIR"] = before
 
 
+@pytest.fixture(autouse=True)
+def shared_cache_holds_no_tuning(user_cache):
+    """No test leaves schedules in the shared cache's tuning database: default-schedule reads it
+    (a tuned signature's schedule, a tuned class's register tile), so one would change what every
+    later test on the worker compiles. A test that tunes into the user's database runs with its own
+    NASIR_CACHE_DIR (test_benchmarks)."""
+    yield
+    assert not (user_cache / "tuning.db").exists(), \
+        f"a test tuned into the tests' shared cache {user_cache}: give it its own NASIR_CACHE_DIR"
+
+
 def pytest_collection_modifyitems(items):
     """A test that takes the `cpu` fixture (or a `cpu` parameter) is a both-width test: marked `widths`."""
     for item in items:

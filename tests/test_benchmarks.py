@@ -15,10 +15,13 @@ from nasir.measure import benchmark, variants
 
 @pytest.fixture(scope="module")
 def result(tmp_path_factory):
+    """The suite's files; its --tune writes the user's tuning database, here a cache of its own."""
     out = tmp_path_factory.mktemp("bench")
-    benchmark.main(["--models", "resnet18", "--datasets", "cifar10", "--threads", "1", "--repeat", "1",
-                     "--variant-model", "resnet18", "--variant-datasets", "cifar10",
-                     "--variants", "base", "group4", "--tune", "--cpu", "x86-64-v3", "--out", str(out)])
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("NASIR_CACHE_DIR", str(tmp_path_factory.mktemp("bench-cache")))
+        benchmark.main(["--models", "resnet18", "--datasets", "cifar10", "--threads", "1", "--repeat", "1",
+                        "--variant-model", "resnet18", "--variant-datasets", "cifar10",
+                        "--variants", "base", "group4", "--tune", "--cpu", "x86-64-v3", "--out", str(out)])
     return out, json.loads((out / "bench.json").read_text())
 
 
