@@ -49,6 +49,7 @@ from nasir.dialects import affine, nest
 from nasir.dialects.nest_maps import Window, conv_nest, pool_nest
 from nasir.dialects.shapes import shape_of
 from nasir.errors import LoweringError
+from nasir.lowering.nest_to_torch.conv_like import conv2d, plan_of, run_conv, static_shape, window_pads
 from nasir.lowering.nest_to_torch.steps import apply_step
 
 
@@ -79,7 +80,7 @@ def _sizes(extents: list[int], batched: bool) -> list[int]:
 def _reshape(x: torch.Tensor, sizes: list[int]) -> torch.Tensor:
     """`x.reshape(sizes)`, or `x` itself when it already has that shape (-1: any size), so an
     exported graph holds no Reshape that changes nothing."""
-    shape = _shape(x)
+    shape = static_shape(x)
     if len(shape) == len(sizes) and all(s in (-1, d) for s, d in zip(sizes, shape)):
         return x
     return x.reshape(sizes)
@@ -98,18 +99,13 @@ def _repeat(x: torch.Tensor, sizes: list[int]) -> torch.Tensor:
         >>> _repeat(torch.tensor([[1.0], [2.0]]), [-1, 3]).tolist()
         [[1.0, 1.0, 1.0], [2.0, 2.0, 2.0]]
     """
-    for axis, (have, want) in enumerate(zip(_shape(x), sizes)):
+    for axis, (have, want) in enumerate(zip(static_shape(x), sizes)):
         if want not in (-1, have):
             x = torch.cat([x] * want, axis)
     return x
 
 
 # --- gathering ---------------------------------------------------------------------------------
-
-def _shape(x: torch.Tensor) -> tuple[int, ...]:
-    """Static sizes of `x` as ints (under ONNX tracing `x.shape` holds tensors; nest shapes are static)."""
-    return tuple(int(s) for s in x.shape)
-
 
 def _grid(extents: list[int]) -> Callable[[int], torch.Tensor]:
     nd = len(extents)
@@ -137,29 +133,38 @@ def _view(x: torch.Tensor, sizes: tuple[int, ...], amap: AffineMap, extents: lis
     return _reshape(_permute(x, order), _sizes(aligned, per_sample))
 
 
-def gather(x: torch.Tensor, amap: AffineMap, extents: list[int], fast: bool = True, batched: bool = False
-           ) -> tuple[torch.Tensor, torch.Tensor | None]:
+def gather(x: torch.Tensor, amap: AffineMap, extents: list[int], fast: bool = True, batched: bool = False,
+           fill: float = 0.0) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Values of `x` read through `amap` at every point of the domain, aligned with the domain
-    (size 1 along dims the map does not use), and the in-bounds mask (None when all are in bounds).
+    (size 1 along dims the map does not use), `fill` where a read falls outside `x`, and the
+    in-bounds mask (None when all are in bounds). Outside reads come from `x` padded by `fill`
+    (exports as Pad, not as Where).
 
     `batched`: the nest keeps the batch (`extents[0]` is 1, a sample); an `x` that reads dim 0 then
     carries the whole batch on axis 0, and so do the values."""
     per_sample = batched and 0 in affine.map_dims(amap)
-    sizes = (1, *_shape(x)[1:]) if per_sample else _shape(x)
+    sizes = (1, *static_shape(x)[1:]) if per_sample else static_shape(x)
     if fast and (view := _view(x, sizes, amap, extents, per_sample)) is not None:
         return view, None
     used = affine.map_dims(amap)
     aligned = [extents[d] if d in used else 1 for d in range(len(extents))]
     dim = _grid(extents)
-    flat = torch.zeros(aligned, dtype=torch.long)
     mask = torch.ones(aligned, dtype=torch.bool)
-    stride = 1
-    for axis in reversed(range(1 if per_sample else 0, len(amap.results))):
+    first = 1 if per_sample else 0
+    reads, pads = [], [0, 0] * len(sizes)
+    for axis in range(first, len(amap.results)):
         idx = torch.as_tensor(affine.evaluate(amap.results[axis], dim))
-        size = sizes[axis]
-        mask = mask & (idx >= 0) & (idx < size)
-        flat = flat + idx.clamp(0, size - 1) * stride
-        stride *= size
+        mask = mask & (idx >= 0) & (idx < sizes[axis])
+        before, after = max(0, -int(idx.min())), max(0, int(idx.max()) - sizes[axis] + 1)
+        pads[2 * (len(sizes) - 1 - axis): 2 * (len(sizes) - axis)] = [before, after]
+        reads.append(idx + before)
+    if any(pads):
+        x = F.pad(x, pads, value=fill)
+    padded = static_shape(x)
+    flat, stride = torch.zeros(aligned, dtype=torch.long), 1
+    for axis, idx in zip(reversed(range(first, len(amap.results))), reversed(reads)):
+        flat = flat + idx * stride
+        stride *= padded[axis]
     if per_sample:
         values = _reshape(x.reshape(x.shape[0], -1)[:, flat.reshape(-1)], _sizes(aligned, True))
     else:
@@ -175,9 +180,7 @@ def _mac(op: nest.ComputeOp, inputs: list[torch.Tensor], extents: list[int], fas
     sizes = _sizes(extents, batched)
     operands, used_any = [], set()
     for x, amap in zip(inputs[:2], op.access_maps[:2]):
-        values, mask = gather(x, amap, extents, fast, batched)
-        if mask is not None:
-            values = torch.where(mask, values, torch.zeros((), dtype=values.dtype))
+        values, _ = gather(x, amap, extents, fast, batched)
         used = sorted(affine.map_dims(amap))
         operands.append((_reshape(values, [sizes[d] for d in used]), used))
         used_any |= set(used)
@@ -230,21 +233,14 @@ def contract(a: torch.Tensor, a_dims: list[int], b: torch.Tensor, b_dims: list[i
 def _window_op(op: nest.ComputeOp, inputs: list[torch.Tensor], extents: list[int], fast: bool,
                batched: bool) -> torch.Tensor:
     npar = op.domain.num_parallel.data
-    values, mask = gather(inputs[0], op.access_maps[0], extents, fast, batched)
+    values, mask = gather(inputs[0], op.access_maps[0], extents, fast, batched,
+                          -math.inf if op.kind == "max" else 0.0)
     red = tuple(range(npar, len(extents)))
     if op.kind == "max":
-        if mask is not None:
-            values = torch.where(mask, values, torch.full((), -math.inf, dtype=values.dtype))
         return values.amax(red) if red else values
-    if op.kind == "avg":
-        if not red:
-            return values
-        if mask is None:
-            return values.mean(red)
-        total = torch.where(mask, values, torch.zeros((), dtype=values.dtype)).sum(red)
-        return total / mask.sum(red).to(values.dtype)
-    if mask is not None:
-        values = torch.where(mask, values, torch.zeros((), dtype=values.dtype))
+    if op.kind == "avg" and red:
+        count = math.prod(extents[d] for d in red) if mask is None else mask.sum(red).to(values.dtype)
+        return values.sum(red) / count
     return values
 
 
@@ -272,20 +268,10 @@ CONV_DOMAINS = {
 }
 
 
-def _pads(x: torch.Tensor, out_hw: tuple[int, int], kernel: tuple[int, int], geo: Window) -> list[int]:
-    """F.pad amounts (w begin, w end, h begin, h end) so a padding-free window op yields `out_hw`."""
-    pads = []
-    for axis in (1, 0):
-        size = _shape(x)[2 + axis]
-        need = (out_hw[axis] - 1) * geo.strides[axis] + (kernel[axis] - 1) * geo.dilations[axis] + 1
-        pads += [geo.pads[axis], need - size - geo.pads[axis]]
-    return pads
-
-
 def _padded(x: torch.Tensor, out_hw: tuple[int, int], kernel: tuple[int, int], geo: Window,
             value: float = 0.0) -> torch.Tensor:
     """`x` padded (or cropped) so a padding-free window op yields exactly `out_hw` positions."""
-    return F.pad(x, _pads(x, out_hw, kernel, geo), value=value)
+    return F.pad(x, window_pads(x, out_hw, kernel, geo), value=value)
 
 
 def _read_channels(op: nest.ComputeOp, x: torch.Tensor, groups: int, ci: int) -> torch.Tensor | None:
@@ -301,7 +287,7 @@ def _read_channels(op: nest.ComputeOp, x: torch.Tensor, groups: int, ci: int) ->
     stride = coeffs.pop(names.index("g"), 0) if "g" in names else 0
     if "ci" not in names:
         return x if (coeffs, offset, stride) == ({}, 0, 1) else None
-    channels = _shape(x)[1]
+    channels = static_shape(x)[1]
     if coeffs != {names.index("ci"): 1} or offset < 0 or (groups - 1) * stride + offset + ci > channels:
         return None
     if groups == 1:
@@ -309,7 +295,7 @@ def _read_channels(op: nest.ComputeOp, x: torch.Tensor, groups: int, ci: int) ->
     if (stride, offset, groups * ci) == (ci, 0, channels):
         return x
     if groups * stride == channels:  # channels [g*S + offset, g*S + offset + ci) of each group g
-        n, _, *spatial = _shape(x)
+        n, _, *spatial = static_shape(x)
         per_group = _narrow(x.reshape([-1, groups, stride, *spatial]), 2, offset, ci)
         return per_group.reshape([-1, groups * ci, *spatial])
     index = (torch.arange(groups).view(-1, 1) * stride + offset + torch.arange(ci)).reshape(-1)
@@ -323,7 +309,7 @@ def _narrow(x: torch.Tensor, axis: int, start: int, length: int) -> torch.Tensor
         >>> _narrow(torch.arange(6.0).view(1, 6), 1, 2, 3).tolist()
         [[2.0, 3.0, 4.0]]
     """
-    spec = [0, 0] * (x.dim() - 1 - axis) + [-start, start + length - _shape(x)[axis]]
+    spec = [0, 0] * (x.dim() - 1 - axis) + [-start, start + length - static_shape(x)[axis]]
     return F.pad(x, spec)
 
 
@@ -342,20 +328,13 @@ def _conv(op: nest.ComputeOp, inputs: list[torch.Tensor], extents: list[int], ge
     groups = dom.extent("g") if "g" in dom.dim_names else 1
     out_hw = (dom.extent("oh"), dom.extent("ow"))
     # the whole input's shape: a slice of one channel per group is still a conv with a ci dim
-    domain, maps, _ = conv_nest(shape_of(op.operands[0]), tuple(_shape(w)), out_hw, groups, geo)
+    domain, maps, _ = conv_nest(shape_of(op.operands[0]), tuple(static_shape(w)), out_hw, groups, geo)
     if domain != dom or maps[1] != op.access_maps[1] or not _same_but_channel(maps[0], op.access_maps[0]):
         return None
-    x = _read_channels(op, x, groups, _shape(w)[1])
-    if x is None or _shape(x)[1] != groups * _shape(w)[1]:
+    x = _read_channels(op, x, groups, static_shape(w)[1])
+    if x is None or static_shape(x)[1] != groups * static_shape(w)[1]:
         return None
-    pw0, pw1, ph0, ph1 = _pads(x, out_hw, tuple(_shape(w)[2:]), geo)
-    # The conv pads both ends by the begin amount (exports as one Conv) when that adds at most
-    # stride - 1 rows at the end (or cuts some off), which no window reaches: e.g. a stride-2 3x3 or
-    # 1x1 conv of an even size.
-    if all(0 <= p0 - p1 < s and p0 >= 0 for p0, p1, s in ((ph0, ph1, geo.strides[0]), (pw0, pw1, geo.strides[1]))):
-        y = F.conv2d(x, w, stride=geo.strides, padding=(ph0, pw0), dilation=geo.dilations, groups=groups)
-    else:
-        y = F.conv2d(F.pad(x, [pw0, pw1, ph0, ph1]), w, stride=geo.strides, dilation=geo.dilations, groups=groups)
+    y = conv2d(x, w, out_hw, geo, groups)
     return _reshape(y, _sizes(extents[:dom.num_parallel.data], batched))
 
 
@@ -364,7 +343,10 @@ def _functional(op: nest.ComputeOp, inputs: list[torch.Tensor], extents: list[in
     dom = op.domain
     key = (tuple(n for n, _ in dom.parallel), tuple(n for n, _ in dom.reduction))
     if op.kind == "mac" and key in CONV_DOMAINS and (geo := _window_geometry(op)) is not None:
-        return _conv(op, inputs, extents, geo, batched)
+        if (core := _conv(op, inputs, extents, geo, batched)) is not None:
+            return core
+    if (plan := plan_of(op, inputs, batched)) is not None:
+        return _reshape(run_conv(plan, inputs[0], inputs[1]), _sizes(extents[:dom.num_parallel.data], batched))
     if op.kind in ("max", "avg") and key == (("n", "c", "oh", "ow"), ("kh", "kw")):
         geo = _window_geometry(op)
         x = inputs[0]
@@ -377,7 +359,7 @@ def _functional(op: nest.ComputeOp, inputs: list[torch.Tensor], extents: list[in
         if op.kind == "max":
             return F.max_pool2d(_padded(x, out_hw, kernel, geo, -math.inf), kernel, geo.strides, 0, geo.dilations)
         total = F.avg_pool2d(_padded(x, out_hw, kernel, geo), kernel, geo.strides, divisor_override=1)
-        ones = torch.ones((1, 1) + tuple(_shape(x)[2:]), dtype=x.dtype)
+        ones = torch.ones((1, 1) + tuple(static_shape(x)[2:]), dtype=x.dtype)
         count = F.avg_pool2d(_padded(ones, out_hw, kernel, geo), kernel, geo.strides, divisor_override=1)
         return total / count
     return None
@@ -394,7 +376,7 @@ def _epilogue(op: nest.ComputeOp, inputs: list[torch.Tensor], core: torch.Tensor
             amap = op.access_maps[refs[0]]
             other, _ = gather(inputs[refs[0]], amap, extents, fast, batched)
             # without the reduction axes, all of size 1
-            other = _reshape(other, _sizes(list(_shape(other)[:npar]), batched and 0 in affine.map_dims(amap)))
+            other = _reshape(other, _sizes(list(static_shape(other)[:npar]), batched and 0 in affine.map_dims(amap)))
         core = apply_step(kind, core, other, params)
     return core
 
@@ -422,7 +404,7 @@ def _scatter(op: nest.ComputeOp, core: torch.Tensor, extents: list[int], batched
     if batched:
         shape = (1, *shape[1:])  # a sample's
     grid = extents[:npar]
-    if _shape(core)[batched:] != tuple(grid[batched:]):
+    if static_shape(core)[batched:] != tuple(grid[batched:]):
         core = _repeat(core, _sizes(grid, batched))
     if _row_major(op, shape, extents):
         return _reshape(core, _sizes(list(shape), batched))
@@ -459,6 +441,6 @@ def run_compute(op: nest.ComputeOp, inputs: list[torch.Tensor], fast: bool = Tru
 
 def _check_static(op: nest.ComputeOp, inputs: list[torch.Tensor]) -> None:
     for value, x in zip(op.operands, inputs):
-        if _shape(x) != shape_of(value):
+        if static_shape(x) != shape_of(value):
             raise LoweringError(f"nest '{op.layer_name}' mixes the batch with other "
-                                f"dims: it runs on {list(shape_of(value))} only, got {list(_shape(x))}")
+                                f"dims: it runs on {list(shape_of(value))} only, got {list(static_shape(x))}")
