@@ -85,6 +85,21 @@ def transform(model: Model, pipeline: str, capacity_check=None) -> Model:
     return out
 
 
+def synthesize(model: Model, layer: str, flops: float = 0.5, params: float = 1.0, depth: int = 3,
+               time: int = 10, cpu: str | None = None, threads: int = 1):
+    """Operators for conv `layer` of `model` built from the coordinate primitives (Syno), within
+    `flops` x its MACs and `params` x its weights, from up to `depth` primitive steps; the first
+    `time` of them timed alone beside the layer (`cpu`, `threads`). Returns a `Synthesis` (see
+    nasir/search/synthesis.py): `.operators` with their pipelines, formulas, MACs, parameters,
+    times and mixing, and the redundancy canonicalisation removed."""
+    from nasir.search.synthesis import synthesize as run, time_operators
+
+    found = run(model, layer, flops=flops, params=params, depth=depth)
+    if time:
+        time_operators(found, time, cpu=cpu, threads=threads)
+    return found
+
+
 def fisher_potential(model: Model, inputs, labels, seed: int = 0):
     """Fisher Potential of `model` on one minibatch (per layer and total); see nasir/fisher.py."""
     from nasir.fisher import fisher_potential as compute

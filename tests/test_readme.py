@@ -36,6 +36,8 @@ EXEMPT = {
         "builds 32 CUDA candidates of each of ResNet-34's nests, many minutes (test_remote_tuning: the same on one conv)",
     "python3 tune-out/time_candidates.py": "needs a CUDA GPU (test_remote_tuning: the timer on TVM's CPU candidates, "
                                            "and up to the missing GPU on CUDA ones)",
+    "nasir synth layer2_layer2.0_conv2_Conv --model resnet18 --flops 0.5":
+        "synthesises operators for a conv and times ten, about a minute (test_synthesis: nasir synth on a small model)",
     "nasir tune --import tune-out": "needs the times of a GPU run (test_remote_tuning: export, time, import on the CPU)",
     "nasir gpu-check gpu-check --arch sm_90":
         "builds every zoo model for CUDA, many minutes (test_cuda_build: test_gpu_check_folder on one model)",

@@ -29,7 +29,8 @@ primitives, the same nest `group{factor=2}` makes (its dims named apart):
     domain = #nest.domain<[n = 1, co_o = 2, co_i = 4, oh = 8, ow = 8], [ci_i = 4, kh = 3, kw = 3]>
       x (n, co_o * 4 + ci_i, ...)   w (co_o * 4 + co_i, ci_i, kh, kw)   out (n, co_o * 4 + co_i, oh, ow)
 
-Weights follow the weight access: its shape is what its forms reach (`NestSpec.input_shape`), an
+Weights follow the weight access: its shape is what its forms reach (`NestSpec.input_shape`), each
+axis's form divided by the gcd of its coefficients (a weight is free: no entry goes unread), an
 axis that no dim indexes any more keeps size 1 (PyTorch's depthwise layout, [Co, 1, kh, kw]).
 `init=inherit` carries the trained values through the change of access (`carry`): `tie` keeps
 the entries at R = P (a block diagonal), `expand` their mean over D, `share` a copy per value of D
@@ -39,6 +40,7 @@ weights. A rewritten nest loses its schedule (default-schedule gives it one).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -96,6 +98,9 @@ def _reweight(edit: Edit, op: nest.ComputeOp, spec: NestSpec, old: list[Form],
               extents: dict[str, int]) -> None:
     """Input 1 of `spec` becomes a weight of the shape its (new) forms reach, fresh or `carry`d
     from the trained value read through `old` (forms over the dims of `extents`)."""
+    for f in spec.forms[WEIGHT]:  # a weight is free: `ci_o * 4` after a tie reads as `ci_o`, no gaps
+        step = math.gcd(*f.terms.values()) if f.terms else 1
+        f.terms, f.const = {d: c // step for d, c in f.terms.items()}, 0
     shape = spec.input_shape(WEIGHT)
     new = [Form(dict(f.terms), f.const) for f in spec.forms[WEIGHT]]
     spec.inputs[WEIGHT] = edit.reshaped(spec.inputs[WEIGHT], shape,

@@ -11,6 +11,7 @@
     nasir profile resnet34 --dataset imagenet --variant group16   # time per layer vs its MACs
     nasir search resnet18 --budget 100 --out runs/r18              # faster networks, same capacity
     nasir tune resnet34 --dataset imagenet      # time the best schedules of its convs on this CPU
+    nasir synth layer1_layer1.0_conv1_Conv --model resnet18 --flops 0.5   # new operators for one conv
     nasir tune resnet34 --target cuda --export tune-out   # GPU candidates, timed there, then --import tune-out
     nasir train resnet18 --pipeline "$(cat runs/r18/best.pipeline)" --data cifar-10-batches-bin/ --out runs/t
     nasir gpu-check gpu-check --arch sm_90      # a folder that checks nasir's CUDA code on a GPU machine
@@ -271,6 +272,46 @@ def cmd_tune(args) -> int:
     return 0
 
 
+def cmd_synth(args) -> int:
+    from nasir.search.synthesis import synthesize, time_operators
+
+    with tempfile.TemporaryDirectory(prefix="nasir-") as tmp:
+        model = load(model_file(args.model, args.dataset, tmp))
+    if args.time:
+        timeable_target(args.cpu)
+    with step(progress, f"synthesising operators for {args.layer} (up to {args.depth} primitive steps)"):
+        found = synthesize(model, args.layer, flops=args.flops, params=args.params, depth=args.depth)
+    shown = found.operators[: args.top]
+    if args.time:
+        with step(progress, f"timing the layer and {min(args.time, len(shown))} operators alone"):
+            time_operators(found, min(args.time, len(shown)), cpu=args.cpu, threads=args.threads)
+    out.print(synthesis_table(found, shown, args.layer))
+    out.print(f"{found.generated} compositions applied, {found.distinct} distinct operators "
+              f"({found.redundancy:.1f} compositions each: canonicalisation), "
+              f"{sum(found.rejected.values())} wasteful ones dropped, {found.pruned} left unexpanded by the MAC "
+              f"distance; {len(found.operators)} within {args.flops:g} x the MACs and {args.params:g} x the weights")
+    for rank, op in enumerate(shown, 1):
+        out.print(f"{rank}. {op.formula}", markup=False)
+        if args.ir:
+            out.print(op.nest_text, markup=False)
+    return 0
+
+
+def synthesis_table(found, shown, layer: str) -> Table:
+    base = found.original
+    table = Table(title=f"operators for {layer}: {base.mixing}, "
+                        f"{base.macs / 1e6:.2f} M MACs, {base.params / 1e3:.1f} K weights"
+                        + (f", {base.ms:.3f} ms alone" if base.ms is not None else ""))
+    for column in ("#", "steps", "MACs", "weights", "ms", "speedup", "mixing"):
+        table.add_column(column, justify="left" if column in ("steps", "mixing") else "right")
+    for rank, op in enumerate(shown, 1):
+        timed = op.ms is not None and base.ms is not None
+        table.add_row(str(rank), op.pipeline.replace(" layers=nest", ""), f"{op.macs / base.macs:.3f}x",
+                      f"{op.params / base.params:.3f}x", f"{op.ms:.3f}" if timed else "-",
+                      f"{base.ms / op.ms:.2f}x" if timed else "-", op.mixing)
+    return table
+
+
 def _print_verified(result, args) -> int:
     """The accuracy-verified search's verdict: the fine-tuned candidates and the best within the
     tolerance, or the closest one (never an untrained network)."""
@@ -437,6 +478,19 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--threads", type=int, default=1, help="threads of the timed code (default 1)")
     c.add_argument("--db", help="tuning database file (default: the user's cache, $NASIR_CACHE_DIR/tuning.db or "
                                 "~/.cache/nasir/tuning.db; compile(..., tuning=FILE) reads another)")
+    c = command("synth", cmd_synth, "synthesise operators for one conv layer from coordinate primitives (Syno): "
+                                    "MACs, weights, time alone and mixing of each")
+    c.add_argument("layer", help="the conv's layer name (nasir summary lists them)")
+    c.add_argument("--model", required=True, help="a .onnx or .mlir file, or a zoo model name")
+    c.add_argument("--dataset", default="cifar10", help="dataset variant of a zoo model (default cifar10)")
+    c.add_argument("--flops", type=float, default=0.5, help="the MAC cap, a fraction of the layer's (default 0.5)")
+    c.add_argument("--params", type=float, default=1.0, help="the weight cap, a fraction of the layer's (default 1)")
+    c.add_argument("--depth", type=int, default=3, help="primitive steps at most (default 3; 4 takes minutes)")
+    c.add_argument("--top", type=int, default=15, help="operators listed (default 15)")
+    c.add_argument("--time", type=int, default=10, help="operators timed alone, llvm (default 10; 0: none)")
+    c.add_argument("--threads", type=int, default=1, help="threads of the timed code (default 1)")
+    cpu_arg(c)
+    c.add_argument("--ir", action="store_true", help="print each listed operator's nest IR too")
     c = command("gpu-check", cmd_gpu_check, "write a folder that runs, checks and times nasir's CUDA code of every "
                                             "zoo model on a GPU machine with only Python, PyTorch and a driver")
     c.add_argument("out", help="the folder to write (then: python3 OUT/run.py on the GPU machine)")

@@ -46,7 +46,7 @@ TOTAL = ""
 """The key of a profile's whole time."""
 
 
-def standalone(model: Model, op: nest.ComputeOp, batch: int | None = None) -> Model:
+def standalone(model: Model, op: nest.ComputeOp, batch: int | None = None, planes: bool = True) -> Model:
     """A model of `op` alone: its data inputs become @main's arguments, its weights `w0`, `w1`, ...
     and its name `nest`, so nests that compute the same way print the same.
 
@@ -55,16 +55,17 @@ def standalone(model: Model, op: nest.ComputeOp, batch: int | None = None) -> Mo
     of that network transformed itself); `NotBatched` when the batch is not its first dimension.
     Its arguments and result have the padding rows pad-planes would give them in a compile (NCHW
     planes a multiple of 1 KiB apart: an argument it reads at rows only, its result), so it is
-    timed on the planes it runs on."""
+    timed on the planes it runs on; `planes=False` keeps the nest's own types (a model to
+    transform further, as synthesis does, not to time)."""
     data = [v for v in op.inputs if not is_weight(v)]
     types = [v.type for v in data]
     result_type, domain = op.result.type, op.domain
     if batch is not None:
         types, result_type, domain = nest_at_batch(op, batch)
     # the planes pad-planes would give it in a compile: an argument it reads at rows only, its result
-    types = [padded(t) if aliased(t) and all(reads_rows_only(op, k) for k, u in enumerate(op.inputs) if u is v)
+    types = [padded(t) if planes and aliased(t) and all(reads_rows_only(op, k) for k, u in enumerate(op.inputs) if u is v)
              else t for v, t in zip(data, types)]
-    pad_result = aliased(result_type)
+    pad_result = planes and aliased(result_type)
     if pad_result:
         result_type = padded(result_type)
     block = Block(arg_types=types)

@@ -1,0 +1,105 @@
+"""Per-layer evidence of operator synthesis (issue 55, deliver 4), as NAS-PTE's Fig. 6: for each
+distinct conv of a model, the fastest synthesised operator against the fastest fixed transform
+of the search's menu on the same layer, at equal MACs or fewer and mixing at least as strong.
+
+    python experiments/synth_layers.py                        # ResNet-34 cifar10, flops 0.5, depth 3
+    python experiments/synth_layers.py --dataset imagenet --out experiments/data/synth-layers.json
+
+Each layer runs alone (`standalone`, the search's kernel timings, 1 thread, llvm for this CPU).
+Fixed transforms: the menu's choices that stay one nest on a lone layer (group 2-16, depthwise,
+fold-kh, fold-kw; a channel bottleneck changes the layer's output and needs its neighbours).
+Synthesised: `synthesize(flops=...)`, the first `--time` operators of its ranking timed. For each
+fixed transform F, the synthesised operators S with MACs(S) <= MACs(F) and mixing strength(S) >=
+strength(F) (alphaNAS's levels summed); the row gives the best F (fastest of the layer) and the
+fastest such S, and time(F) / time(S).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+from pathlib import Path
+
+import nasir
+from nasir.dialects import nest
+from nasir.measure.kernels import KernelTimes, default_kernel_cache, standalone
+from nasir.search.synthesis import (NEST, Operator, layer_nest, strength, structure_key, synthesize, time_operators,
+                                    weight_count)
+from nasir.transforms.nest_spec import is_conv
+
+FIXED = {f"group{g}": f"group{{factor={g} layers={NEST}}}" for g in (2, 4, 8, 16)}
+FIXED.update({"depthwise": f"depthwise{{layers={NEST}}}", "fold-kh": f"fold{{dim=kh layers={NEST}}}",
+              "fold-kw": f"fold{{dim=kw layers={NEST}}}"})
+
+
+def distinct_convs(model: nasir.Model) -> list[nest.ComputeOp]:
+    """The model's convs, one of each structure (first seen first)."""
+    seen, out = set(), []
+    for op in model.ops():
+        if isinstance(op, nest.ComputeOp) and is_conv(op) and len(op.access_maps[0].results) == 4:
+            key = structure_key(op, canonical=False)
+            if key not in seen:
+                seen.add(key)
+                out.append(op)
+    return out
+
+
+def fixed_operators(alone: nasir.Model, times: KernelTimes) -> dict[str, Operator]:
+    out = {}
+    for name, pipeline in FIXED.items():
+        try:
+            made = alone.transform(pipeline)
+        except nasir.NasirError:
+            continue
+        op = layer_nest(made)
+        out[name] = Operator((pipeline,), made, nest.macs(op), weight_count(made, op), times.nest_ms(made, op))
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="resnet34")
+    p.add_argument("--dataset", default="cifar10")
+    p.add_argument("--flops", type=float, default=0.5)
+    p.add_argument("--depth", type=int, default=3)
+    p.add_argument("--time", type=int, default=12, help="synthesised operators timed per layer")
+    p.add_argument("--out", type=Path, help="write the rows as JSON")
+    args = p.parse_args(argv)
+    model = nasir.zoo.load(args.model, dataset=args.dataset).transform("convert-nn-to-nest")
+    times = KernelTimes(default_kernel_cache(), None, 1)
+    rows = []
+    for op in distinct_convs(model):
+        alone = standalone(model, op, planes=False)
+        found = synthesize(alone, NEST, flops=args.flops, depth=args.depth)
+        time_operators(found, args.time)
+        fixed = fixed_operators(alone, times)
+        timed = [s for s in found.operators if s.ms is not None]
+        best = None
+        for name, f in sorted(fixed.items(), key=lambda kv: kv[1].ms):
+            rivals = [s for s in timed if s.macs <= f.macs and strength(s.mixing) >= strength(f.mixing)]
+            if f.macs <= args.flops * found.original.macs and rivals:
+                s = min(rivals, key=lambda o: o.ms)
+                best = dict(layer=op.layer_name, shape=[e for _, e in op.domain.dims], layer_ms=found.original.ms,
+                            fixed=name, fixed_macs=f.macs / found.original.macs, fixed_ms=f.ms, fixed_mixing=f.mixing,
+                            synth=s.pipeline.replace(f" layers={NEST}", ""), synth_macs=s.macs / found.original.macs,
+                            synth_ms=s.ms, synth_mixing=s.mixing, gain=f.ms / s.ms, formula=s.formula,
+                            operators=len(found.operators), redundancy=found.redundancy)
+                break
+        if best:
+            rows.append(best)
+            print(f"{op.layer_name:40s} layer {best['layer_ms']:.3f} ms | {best['fixed']:9s} {best['fixed_macs']:.2f}x "
+                  f"{best['fixed_ms']:.3f} ms {best['fixed_mixing']} | {best['synth']} {best['synth_macs']:.2f}x "
+                  f"{best['synth_ms']:.3f} ms {best['synth_mixing']} | {best['gain']:.2f}x", flush=True)
+        else:
+            print(f"{op.layer_name:40s} no fixed transform within the cap with a synthesised rival", flush=True)
+    if rows:
+        gains = sorted(r["gain"] for r in rows)
+        print(f"{len(rows)} layers; synthesised over fixed: median {gains[len(gains) // 2]:.2f}x, "
+              f"min {gains[0]:.2f}x, max {gains[-1]:.2f}x ({platform.processor() or platform.machine()})")
+    if args.out:
+        args.out.write_text(json.dumps({"config": vars(args) | {"out": str(args.out)}, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

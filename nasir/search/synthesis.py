@@ -1,0 +1,281 @@
+"""Operators synthesised for one conv layer from the coordinate primitives (Syno, issue 55).
+
+`synthesize(model, layer, flops=0.5)` takes the layer's nest alone (`standalone`) and enumerates
+compositions of primitive steps on it, breadth first, up to `depth` steps: the coordinate
+primitives of `nasir.transforms.primitives` (split-dim of a channel dim, tie, expand, dilate,
+share) and Canvas's window steps (fold, shift). Every step keeps the layer's input and output
+shapes, so every composition is an operator that fits in place of the conv.
+
+- **Canonicalisation.** Compositions that make the same nest are one operator: the key is the
+  nest's structure with its dims unnamed (extents, maps, weight shape), so split-dim co then
+  split-dim ci, and ci then co, or a split undone by its merge, count once. Two rules drop
+  operators that waste what they compute (Syno's "nearly equivalent" ones): a parallel dim that
+  neither the input nor the weight reads (its outputs are copies), and a reduction dim the input
+  does not read (a sum of weights, one weight). `Synthesis.generated` / `len(operators)` is the
+  redundancy removed.
+- **MAC distance.** A step removes at most one reduction dim's extent from the MACs (tie, fold),
+  so a composition whose MACs need more steps than are left to reach the cap is not expanded.
+- **Caps.** Operators with at most `flops` x the layer's MACs and `params` x its weights are kept.
+
+Each operator prints as a nest (`Operator.nest_text`) and as a formula:
+
+    y[n, co_o*4 + co_i, oh, ow] = sum(ci_i, kh, kw) x[n, co_o*4 + ci_i, oh + kh + -1, ow + kw + -1]
+                                  * w[co_o*4 + co_i, ci_i, kh, kw]
+
+`time_operators` times them alone (the search's kernel cache) beside the layer itself.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from nasir.dialects import nest
+from nasir.errors import LegalityError, NasirError, PassError
+from nasir.measure.kernels import KernelTimes, default_kernel_cache, standalone
+from nasir.model import Model
+from nasir.transforms.analysis.properties import LEVELS, nest_mixing
+from nasir.transforms.arch import in_place
+from nasir.transforms.nest_spec import NestSpec, is_conv, is_weight
+
+NEST = "nest"
+"""The name `standalone` gives the layer's nest."""
+FACTORS = (2, 4, 8, 16)
+"""Inner extents split-dim tries on a channel dim."""
+WINDOWS = {"kh": "oh", "kw": "ow"}
+
+
+@dataclass
+class Operator:
+    """One synthesised operator: the steps that made it first, its one-nest model, its cost."""
+
+    steps: tuple[str, ...]
+    model: Model
+    macs: int
+    params: int
+    ms: float | None = None
+
+    @property
+    def op(self) -> nest.ComputeOp:
+        return layer_nest(self.model)
+
+    @property
+    def pipeline(self) -> str:
+        return ",".join(self.steps)
+
+    @property
+    def nest_text(self) -> str:
+        return str(self.op)
+
+    @property
+    def formula(self) -> str:
+        return formula(self.op)
+
+    @property
+    def mixing(self) -> str:
+        return mixing(self.op)
+
+
+@dataclass
+class Synthesis:
+    """What `synthesize` found: the layer itself (`original`), the operators within the caps
+    (the strongest mixing first, then the most MACs: the most capacity within the cap), how many compositions it applied (`generated`) and how many distinct
+    nests they made (`distinct`), and how many states the MAC distance left unexpanded."""
+
+    original: Operator
+    operators: list[Operator]
+    generated: int
+    distinct: int
+    pruned: int
+    rejected: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def redundancy(self) -> float:
+        """Compositions applied per distinct nest."""
+        return self.generated / max(self.distinct, 1)
+
+
+def layer_nest(model: Model) -> nest.ComputeOp:
+    return next(op for op in model.ops() if isinstance(op, nest.ComputeOp))
+
+
+def formula(op: nest.ComputeOp) -> str:
+    """`y[out] = sum(reduction dims) x[data] * w[weight]`, the accesses over named dims."""
+    spec = NestSpec.of(op)
+    index = lambda forms: ", ".join(str(f) for f in forms)  # noqa: E731
+    red = ", ".join(d for d, _ in spec.reduction)
+    total = f"sum({red}) " if red else ""
+    return f"y[{index(spec.out)}] = {total}x[{index(spec.forms[0])}] * w[{index(spec.forms[1])}]"
+
+
+def mixing(op: nest.ComputeOp) -> str:
+    """alphaNAS's mixing from the input's channel, row and column axes to the output's same axes
+    (`nest_mixing`, dims of extent 1 left out): `c:a h:m w:m` for a 3x3 conv, `c:m` grouped,
+    `c:o` depthwise, `h:o w:o` a 1x1 conv."""
+    spec = NestSpec.of(op)
+    for d, extent in list(spec.dims):
+        if extent == 1 and d != spec.parallel[0][0]:
+            for f in spec.all_forms():
+                f.substitute(d, {})
+            spec.drop_dim(d)
+    matrix = nest_mixing(spec.build(), 0)
+    return " ".join(f"{axis}:{matrix[i][i]}" for i, axis in ((1, "c"), (2, "h"), (3, "w")) if i < len(matrix))
+
+
+def strength(mixing_text: str) -> int:
+    """The mixing levels summed (x 0, o 1, m 2, a 3): more is more of the input each output sees."""
+    return sum(LEVELS.index(part[-1]) for part in mixing_text.split())
+
+
+def structure_key(op: nest.ComputeOp, canonical: bool = True) -> tuple:
+    """The nest's structure without names: its dims numbered in domain order, their extents and
+    the accesses over them. `canonical`: what equivalent compositions share, with dims of extent 1
+    left out (a fold after a dilate is the fold) and dims that every access reads together as
+    `a * extent(b) + b` merged (a split that nothing reads apart is no split)."""
+    spec = NestSpec.of(op)
+    for d, extent in list(spec.dims) if canonical else ():
+        if extent == 1:
+            for f in spec.all_forms():
+                f.substitute(d, {})
+            spec.drop_dim(d)
+    merged = canonical
+    while merged:
+        merged = False
+        for group in (spec.parallel, spec.reduction):
+            for (a, ea), (b, eb) in zip(group, group[1:]):
+                if all(f.coeff(a) == f.coeff(b) * eb for f in spec.all_forms()):
+                    for f in spec.all_forms():
+                        f.set(a, f.coeff(b))
+                        f.set(b, 0)
+                    spec.drop_dim(b)
+                    spec.set_extent(a, ea * eb)
+                    merged = True
+                    break
+            if merged:
+                break
+    names = {d: f"d{k}" for k, d in enumerate(spec.names)}
+    for f in spec.all_forms():
+        for d in list(f.terms):
+            f.substitute(d, {names[d]: 1})
+    return (tuple(e for _, e in spec.parallel), tuple(e for _, e in spec.reduction),
+            tuple(tuple(str(f) for f in forms) for forms in spec.forms), tuple(str(f) for f in spec.out))
+
+
+def wasteful(op: nest.ComputeOp) -> str | None:
+    """Why an operator wastes what it computes (canonicalisation rules), or None."""
+    spec = NestSpec.of(op)
+    data = {d for f in spec.forms[0] for d in f.terms}
+    weight = {d for f in spec.forms[1] for d in f.terms}
+    for d, extent in spec.parallel:
+        if extent > 1 and d not in data | weight:
+            return "copies"  # outputs along d are copies of one another
+    for d, extent in spec.reduction:
+        if extent > 1 and d not in data:
+            return "weight sums"  # a sum of weights: one weight would do
+    return None
+
+
+def weight_count(model: Model, op: nest.ComputeOp) -> int:
+    return sum(math.prod(model.weights[v.owner.key].shape) for v in op.inputs if is_weight(v))
+
+
+def primitive_steps(op: nest.ComputeOp) -> list[str]:
+    """The steps synthesis tries on `op` (the layer named `NEST`)."""
+    spec = NestSpec.of(op)
+    data_channel = {d for d in spec.forms[0][1].terms} if len(spec.forms[0]) > 1 else set()
+    out_channel = {d for d in spec.out[1].terms} if len(spec.out) > 1 else set()
+    steps = []
+    for d, extent in spec.dims:
+        if d in data_channel | out_channel:
+            steps += [f"split-dim{{dim={d} factor={f}}}" for f in FACTORS if extent % f == 0 and extent > f]
+    for r, re in spec.reduction:
+        for p, pe in spec.parallel:
+            if r in data_channel and p in out_channel and re == pe:
+                steps.append(f"tie{{dim={r} to={p}}}")
+    weight = {d for f in spec.forms[1] for d in f.terms}
+    for k, extent in spec.reduction:
+        if k in WINDOWS and extent > 1:
+            steps += [f"fold{{dim={k}}}", f"dilate{{dim={k} factor=2}}"]
+            if k in weight:
+                steps.append(f"expand{{dim={k}}}")
+    for o in WINDOWS.values():
+        if spec.has(o):
+            steps += [f"shift{{dim={o} offset=1}}", f"share{{dim={o}}}"]
+    return [s.replace("}", f" layers={NEST}}}") for s in steps]
+
+
+def _cost(model: Model) -> tuple[int, int]:
+    op = layer_nest(model)
+    return nest.macs(op), weight_count(model, op)
+
+
+def synthesize(model: Model, layer: str, flops: float = 0.5, params: float = 1.0, depth: int = 3,
+               progress: Callable[[int, int], None] | None = None) -> Synthesis:
+    """Operators for `layer` of `model` (a conv) within `flops` x its MACs and `params` x its
+    weights, from compositions of up to `depth` primitive steps (module doc), ranked as in
+    `Synthesis`.
+    `progress(level, states)` is called at each level of the breadth-first walk."""
+    if not 0 < flops <= 1 or params <= 0 or depth < 1:
+        raise NasirError(f"synthesize: flops must be in (0, 1], params positive and depth at least 1 "
+                         f"(got flops={flops}, params={params}, depth={depth})")
+    nested = model if any(isinstance(op, nest.ComputeOp) for op in model.ops()) else model.transform(
+        "convert-nn-to-nest")
+    ops = [op for op in nested.ops() if isinstance(op, nest.ComputeOp) and op.layer_name == layer]
+    if not ops:
+        convs = [op.layer_name for op in nested.ops() if isinstance(op, nest.ComputeOp) and is_conv(op)]
+        raise NasirError(f"synthesize: the model has no layer '{layer}' (its convs: {', '.join(convs[:12])}"
+                         f"{' ...' if len(convs) > 12 else ''})")
+    if not is_conv(ops[0]) or len(ops[0].access_maps[0].results) != 4:
+        raise NasirError(f"synthesize: layer '{layer}' is not a convolution (a mac nest of a 4-D input and a "
+                         f"weight)")
+    alone = standalone(nested, ops[0], planes=False)
+    macs0, params0 = _cost(alone)
+    original = Operator((), alone, macs0, params0)
+    states = {structure_key(layer_nest(alone), canonical=False)}
+    operators = {structure_key(layer_nest(alone))}
+    level, found, rejected = [original], [], {}
+    generated = pruned = 0
+    max_cut = max(e for _, e in layer_nest(alone).domain.reduction)
+    for step_no in range(1, depth + 1):
+        if progress:
+            progress(step_no, len(level))
+        following = []
+        for state in level:
+            for step in primitive_steps(state.op):
+                try:
+                    with in_place():
+                        made = state.model.transform(step)
+                except (LegalityError, PassError):
+                    continue
+                generated += 1
+                op = layer_nest(made)
+                exact, key = structure_key(op, canonical=False), structure_key(op)
+                if exact in states:
+                    continue
+                states.add(exact)
+                why = wasteful(op)
+                if why:
+                    rejected[why] = rejected.get(why, 0) + 1
+                    continue
+                macs, weights = _cost(made)
+                cand = Operator((*state.steps, step), made, macs, weights)
+                if key not in operators:
+                    operators.add(key)
+                    if macs <= flops * macs0 and weights <= params * params0:
+                        found.append(cand)
+                if macs > flops * macs0 * max_cut ** (depth - step_no):
+                    pruned += 1  # more MAC cuts than steps left
+                    continue
+                following.append(cand)
+        level = following
+    found.sort(key=lambda o: (-strength(o.mixing), -o.macs, o.params, len(o.steps), o.pipeline))
+    return Synthesis(original, found, generated, len(operators), pruned, rejected)
+
+
+def time_operators(synthesis: Synthesis, limit: int | None = None, cpu: str | None = None,
+                   threads: int = 1) -> None:
+    """Time the original and the first `limit` operators alone (llvm, the user's kernel cache)."""
+    times = KernelTimes(default_kernel_cache(), cpu, threads)
+    for op in [synthesis.original, *synthesis.operators[:limit]]:
+        op.ms = times.nest_ms(op.model, op.op)
