@@ -21,7 +21,9 @@ from test_tools import run_main
 import nasir
 from nasir.cli import main as cli
 from nasir.errors import NasirError
-from nasir.search.synthesis import layer_nest, structure_key, synthesize
+from nasir.measure.kernels import standalone
+from nasir.search.space import SearchSpace, layer_pattern
+from nasir.search.synthesis import layer_nest, search_choices, structure_key, synthesize
 
 
 @pytest.fixture(scope="module")
@@ -121,3 +123,40 @@ def test_nasir_synthesize_api_times_what_it_lists():
     _, m = one_conv(co=16, ci=16)
     s = nasir.synthesize(m, "conv", flops=0.5, depth=2, time=2)
     assert s.original.ms > 0 and all(op.ms > 0 for op in s.operators[:2]) and s.operators[2].ms is None
+
+
+# --- in the search (deliver 3) -----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_file(tmp_path_factory):
+    return tiny_resnet_onnx(tmp_path_factory.mktemp("synth-search") / "tiny.onnx")
+
+
+def test_the_space_draws_synthesised_operators_beside_the_fixed_choices(tiny_file):
+    model = nasir.load(str(tiny_file)).transform("convert-nn-to-nest")
+    chosen = search_choices(model, per_layer=1, depth=2)
+    assert chosen and all(name.startswith("synth:") for name in chosen)
+    space = SearchSpace.of(model, ("identity", "group2"), synthesized=chosen)
+    name, steps = next(iter(chosen.items()))
+    layer = next(lc for lc in space.layers if name in lc.choices)
+    pipeline = space.pipeline({layer.layer: name, space.layers[1].layer: "group2"})
+    assert steps.replace("layers=nest", f'layers="{layer_pattern(layer.layer)}"') in pipeline
+    made = model.transform(pipeline)
+    op = next(o for o in made.ops() if getattr(o, "layer_name", "") == layer.layer)
+    lone = [o for o in model.ops() if getattr(o, "layer_name", "") == layer.layer][0]
+    expected = standalone(model, lone, planes=False).transform(steps)
+    assert structure_key(op) == structure_key(layer_nest(expected))
+    again = SearchSpace.from_json(space.to_json(), space.init, space.synthesized)
+    assert again.pipeline({layer.layer: name}) == space.pipeline({layer.layer: name})
+
+
+def test_a_search_evaluates_synthesised_candidates_and_resumes_with_them(tiny_file, tmp_path):
+    out = tmp_path / "run"
+    options = dict(budget=6, out=out, seed=0, progress=False, choices=("identity",), synth=1, capacity="none")
+    result = nasir.search(str(tiny_file), **options)
+    steps = ("split-dim{", "tie{", "expand{", "dilate{", "share{", "fold{", "shift{")
+    synthesised = [c for c in result.candidates if any(s in c.pipeline for s in steps)]
+    assert synthesised and any(c.outcome.status == "accepted" and c.outcome.estimate_ms > 0 for c in synthesised)
+    assert all(c.outcome.mac_ratio < 1 for c in synthesised if c.outcome.status == "accepted")
+    again = nasir.search(str(tiny_file), **(options | {"budget": 8}))
+    assert again.resumed and len(again.candidates) == 8

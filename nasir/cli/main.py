@@ -212,7 +212,7 @@ def cmd_search(args) -> int:
                           timeout=args.timeout, kernel_cache=args.kernel_cache, train_top=args.train_top,
                           epochs=args.epochs, init=args.init, capacity=args.capacity,
                           accuracy_drop=args.max_accuracy_drop, finetune_epochs=args.finetune_epochs,
-                          finetune_top=args.finetune_top)
+                          finetune_top=args.finetune_top, synth=args.synth)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.counts().items()))
     if result.resumed:
         out.print(f"resumed from {result.resumed}")
@@ -555,6 +555,9 @@ def search_args(c: argparse.ArgumentParser) -> None:
     c.add_argument("--no-properties", action="store_true", help="skip the mixing/depth property filter")
     c.add_argument("--choices", type=lambda text: tuple(text.split(",")), metavar="A,B,...",
                    help="the per-layer choices to search over (default: all of nasir.search.space.TEMPLATES)")
+    c.add_argument("--synth", type=int, default=0, metavar="K",
+                   help="also draw K operators synthesised for each distinct conv from Syno's primitives "
+                        "(nasir synth; each costs seconds before the search; default 0)")
     c.add_argument("--timeout", type=float, default=600.0, help="seconds one evaluation may take (default 600)")
     c.add_argument("--cpu", help="llvm: the CPU to compile for (default: NASIR_CPU, else the host)")
     c.add_argument("--train-top", type=int, default=0, metavar="K",

@@ -26,6 +26,7 @@ import json
 import math
 import os
 import shutil
+import sys
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
@@ -96,6 +97,9 @@ class SearchOptions:
     """The capacity check, a rule of `nasir.search.capacity.RULES`: "synflow", "synflow-inherited",
     "fisher" (the seeds' rule), or "none" (every legal candidate accepted and estimated; the
     accuracy-verified search's default); None: `default_rule` of the search's init."""
+    synth: int = 0
+    """Operators synthesised for each distinct conv from the coordinate primitives and drawn beside
+    the fixed choices (`nasir.search.synthesis.search_choices`); 0: none."""
 
     def check(self) -> None:
         if self.strategy not in strategies.SAMPLERS:
@@ -112,6 +116,8 @@ class SearchOptions:
             raise NasirError(f"unknown init '{self.init}' (choose from {', '.join(INITS)})")
         if self.capacity is not None:
             rule_named(self.capacity)
+        if self.synth < 0:
+            raise NasirError(f"synth must be a number of operators per conv (0: none), got {self.synth}")
 
 
 def default_init(source: str) -> str:
@@ -270,12 +276,15 @@ class Search:
         if stored is not None:
             check_fingerprint(self.storage, stored.user_attrs, fingerprint)
         init = o.init or default_init(self.source)
-        space = (SearchSpace.from_json(stored.user_attrs["space"], init) if stored is not None and "space" in stored.user_attrs
-                 else SearchSpace.of(original, o.choices or tuple(TEMPLATES), init))
+        if stored is not None and "space" in stored.user_attrs:
+            space = SearchSpace.from_json(stored.user_attrs["space"], init, stored.user_attrs.get("synthesized"))
+        else:
+            space = SearchSpace.of(original, o.choices or tuple(TEMPLATES), init, self.synthesized(original))
         self.out.mkdir(parents=True, exist_ok=True)
         save_models(self.out, original, check_model, resumed=stored is not None)
         study = open_study(self.storage, fingerprint)
         study.set_user_attr("space", space.to_json())
+        study.set_user_attr("synthesized", dict(space.synthesized))
         setup = Setup(str(self.out / "original.mlir"), str(self.out / "original_check.mlir"),
                       str(self.kernel_cache), o.cpu, o.threads, o.data, o.seed, o.slack,
                       o.properties, study.user_attrs.get("profile"), study.user_attrs.get("original_score"),
@@ -286,6 +295,16 @@ class Search:
         study.set_user_attr("original_score", evaluator.check.original_score)
         self.setup = replace(setup, profile=evaluator.latency.profile, original_score=evaluator.check.original_score)
         return evaluator, space, study
+
+    def synthesized(self, original: Model) -> dict[str, str]:
+        """The synthesised operators the space draws (`SearchOptions.synth` per distinct conv)."""
+        if not self.options.synth:
+            return {}
+        from nasir.search.synthesis import search_choices
+
+        if self.show_progress:
+            print(f"synthesising {self.options.synth} operator(s) for each distinct conv", file=sys.stderr)
+        return search_choices(original, per_layer=self.options.synth)
 
     def run(self, budget: int | None, time_limit: float | None, workers: int = 1, pool_factory=None,
             timeout: float = 600.0) -> SearchResult:

@@ -98,29 +98,48 @@ class LayerChoices:
     excluded: Mapping[str, str] = field(default_factory=dict)
 
 
+SYNTH_LAYER = "nest"
+"""The layer name synthesised operators' steps carry: the name `standalone` gives a lone nest."""
+
+
+def synthesized_template(pipeline: str) -> Callable[[str], str]:
+    """The template of a synthesised operator: its steps (`layers=nest`, as synthesis writes them)
+    on the layers of a pattern."""
+    return lambda layers: pipeline.replace(f"layers={SYNTH_LAYER}", f'layers="{layers}"')
+
+
 @dataclass(frozen=True)
 class SearchSpace:
-    """The layers and their choices, in model order, and how transformed convs get their weights."""
+    """The layers and their choices, in model order, and how transformed convs get their weights;
+    `synthesized`: choices beyond `TEMPLATES`, operators synthesised for the model's convs (name ->
+    the steps that make one, on the layer `nest`; `nasir.search.synthesis.search_choices`)."""
 
     layers: tuple[LayerChoices, ...]
     init: str = "kaiming"
+    synthesized: Mapping[str, str] = field(default_factory=dict)
+
+    def template(self, choice: str) -> Callable[[str], str]:
+        return TEMPLATES[choice] if choice in TEMPLATES else synthesized_template(self.synthesized[choice])
 
     @staticmethod
-    def of(model: Model, choices: tuple[str, ...] = tuple(TEMPLATES), init: str = "kaiming") -> SearchSpace:
-        """Try every choice on every conv of `model` (nest level) alone; keep those that apply."""
+    def of(model: Model, choices: tuple[str, ...] = tuple(TEMPLATES), init: str = "kaiming",
+           synthesized: Mapping[str, str] | None = None) -> SearchSpace:
+        """Try every choice (and synthesised operator) on every conv of `model` (nest level) alone;
+        keep those that apply."""
         unknown = [c for c in choices if c not in TEMPLATES]
         if unknown:
             raise NasirError(f"unknown choice(s) {', '.join(unknown)} (known: {', '.join(TEMPLATES)})")
         convs = conv_nests(model)
         if not convs:
             raise NasirError("the model has no convolution for an architecture transform to change")
+        space = SearchSpace((), init, dict(synthesized or {}))
         layers = []
         for op in convs:
             kept, excluded = [IDENTITY], {}
-            for choice in choices:
+            for choice in (*choices, *space.synthesized):
                 if choice == IDENTITY:
                     continue
-                reason = _refusal(model, _with_init(TEMPLATES[choice](layer_pattern(op.layer_name)), init))
+                reason = _refusal(model, _with_init(space.template(choice)(layer_pattern(op.layer_name)), init))
                 if reason is None:
                     kept.append(choice)
                 else:
@@ -128,7 +147,12 @@ class SearchSpace:
             layers.append(LayerChoices(op.layer_name, nest.macs(op), tuple(kept), excluded))
         if all(len(lc.choices) == 1 for lc in layers):
             raise NasirError("no architecture transform applies to any layer of the model")
-        return SearchSpace(tuple(layers), init)
+        return SearchSpace(tuple(layers), init, space.synthesized)
+
+    @property
+    def order(self) -> list[str]:
+        """Every choice in the order their passes run: `TEMPLATES`, then the synthesised ones."""
+        return [*TEMPLATES, *self.synthesized]
 
     def pipeline(self, picks: Mapping[str, str]) -> str:
         """The pipeline of a candidate: `picks` maps layer -> choice (missing layers: identity)."""
@@ -139,16 +163,16 @@ class SearchSpace:
                 raise NasirError(f"layer '{lc.layer}' cannot take '{choice}' (it takes {', '.join(lc.choices)})")
             if choice != IDENTITY:
                 by_choice.setdefault(choice, []).append(layer_pattern(lc.layer))
-        steps = [TEMPLATES[c]("|".join(by_choice[c])) for c in TEMPLATES if c in by_choice]
+        steps = [self.template(c)("|".join(by_choice[c])) for c in self.order if c in by_choice]
         return _with_init(",".join(steps), self.init)
 
     def uniform(self) -> list[dict[str, str]]:
-        """The whole-network variants: for each choice but identity, in `TEMPLATES` order, the picks
+        """The whole-network variants: for each choice but identity, in `order`, the picks
         that give it to every layer that takes it (the others keep their conv), e.g. group8 on
         every conv where 8 divides the channels. NAS-PTE's own experiments apply a transform
         network-wide like this; a search's strategies start from them (`Search.run`)."""
         out = []
-        for choice in TEMPLATES:
+        for choice in self.order:
             picks = {lc.layer: choice if choice in lc.choices else IDENTITY for lc in self.layers
                      if len(lc.choices) > 1}
             if choice != IDENTITY and any(v == choice for v in picks.values()):
@@ -167,9 +191,9 @@ class SearchSpace:
                 for lc in self.layers]
 
     @staticmethod
-    def from_json(rows: list[dict], init: str = "kaiming") -> SearchSpace:
+    def from_json(rows: list[dict], init: str = "kaiming", synthesized: Mapping[str, str] | None = None) -> SearchSpace:
         return SearchSpace(tuple(LayerChoices(r["layer"], r["macs"], tuple(r["choices"]), r["excluded"]) for r in rows),
-                           init)
+                           init, dict(synthesized or {}))
 
 
 def _with_init(pipeline: str, init: str) -> str:

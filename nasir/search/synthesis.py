@@ -35,12 +35,13 @@ from nasir.dialects import nest
 from nasir.errors import LegalityError, NasirError, PassError
 from nasir.measure.kernels import KernelTimes, default_kernel_cache, standalone
 from nasir.model import Model
+from nasir.search.space import SYNTH_LAYER
 from nasir.transforms.analysis.properties import LEVELS, nest_mixing
 from nasir.transforms.arch import in_place
 from nasir.transforms.nest_spec import NestSpec, is_conv, is_weight
 
-NEST = "nest"
-"""The name `standalone` gives the layer's nest."""
+NEST = SYNTH_LAYER
+"""The name `standalone` gives the layer's nest, which the steps name."""
 FACTORS = (2, 4, 8, 16)
 """Inner extents split-dim tries on a channel dim."""
 WINDOWS = {"kh": "oh", "kw": "ow"}
@@ -271,6 +272,47 @@ def synthesize(model: Model, layer: str, flops: float = 0.5, params: float = 1.0
         level = following
     found.sort(key=lambda o: (-strength(o.mixing), -o.macs, o.params, len(o.steps), o.pipeline))
     return Synthesis(original, found, generated, len(operators), pruned, rejected)
+
+
+SHORT = {"split-dim": "{dim}/{factor}", "tie": "{dim}={to}", "expand": "expand-{dim}", "share": "share-{dim}",
+         "dilate": "dilate-{dim}{factor}", "fold": "fold-{dim}", "shift": "shift-{dim}{offset}"}
+
+
+def choice_name(steps: tuple[str, ...]) -> str:
+    """A synthesised operator as a search choice: `synth:co/2+ci/2+ci_i=co_i` (split co by 2,
+    split ci by 2, tie ci_i to co_i)."""
+    parts = []
+    for step in steps:
+        name, _, rest = step.partition("{")
+        options = dict(kv.split("=", 1) for kv in rest.rstrip("}").split() if "=" in kv)
+        parts.append(SHORT[name].format(**options))
+    return "synth:" + "+".join(parts)
+
+
+def search_choices(model: Model, per_layer: int = 2, flops: float = 0.5, depth: int = 2) -> dict[str, str]:
+    """Synthesised operators for the search to draw beside its fixed choices (`SearchSpace.of`):
+    for each distinct conv of `model` (nest level), the first `per_layer` operators of its
+    synthesis that none of `TEMPLATES` makes on it, by `choice_name` -> their steps."""
+    from nasir.search.space import TEMPLATES, conv_nests
+
+    out: dict[str, str] = {}
+    seen = set()
+    for op in conv_nests(model):
+        key = structure_key(op, canonical=False)
+        if key in seen or len(op.access_maps[0].results) != 4:
+            continue
+        seen.add(key)
+        alone = standalone(model, op, planes=False)
+        fixed = set()
+        for template in TEMPLATES.values():
+            try:
+                fixed.add(structure_key(layer_nest(alone.transform(template(NEST)))))
+            except NasirError:
+                continue
+        found = synthesize(alone, NEST, flops=flops, depth=depth)
+        for operator in [o for o in found.operators if structure_key(o.op) not in fixed][:per_layer]:
+            out.setdefault(choice_name(operator.steps), operator.pipeline)
+    return out
 
 
 def time_operators(synthesis: Synthesis, limit: int | None = None, cpu: str | None = None,
