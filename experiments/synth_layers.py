@@ -12,6 +12,13 @@ Synthesised: `synthesize(flops=...)`, the first `--time` operators of its rankin
 fixed transform F, the synthesised operators S with MACs(S) <= MACs(F) and mixing strength(S) >=
 strength(F) (alphaNAS's levels summed); the row gives the best F (fastest of the layer) and the
 fastest such S, and time(F) / time(S).
+
+Measured (AMD EPYC Zen 3, znver3, 2 cores, 1 thread, 2026-11-29), ResNet-34 cifar10, flops 0.5,
+depth 3, data in experiments/data/synth-layers-znver3.json: 11 distinct convs, synthesised over
+fixed median 1.15x (0.87-1.43x). The winners on 3x3 layers fold one window dim and give the other
+one weight for its taps (`fold kh, expand kw`: a 1 x 3 box sum into a 1x1 conv, at the fold's MACs
+and a third of its weights); on the 1x1 downsamples synthesis finds the menu's group16 and
+depthwise again under other dim names and loses up to 13% to them (its split dims run slower).
 """
 
 from __future__ import annotations
