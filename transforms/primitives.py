@@ -116,10 +116,31 @@ def _replace(edit: Edit, op: nest.ComputeOp, spec: NestSpec) -> None:
     edit.replace(op, spec.build())
 
 
+@dataclass(frozen=True)
+class OnDim(ArchPass):
+    """A primitive on one dim `dim` of a conv."""
+
+    dim: str = "co"
+
+    def applies(self, op: nest.ComputeOp) -> str | None:
+        return _conv_with(op, self.dim)
+
+
+@dataclass(frozen=True)
+class ScalingDim(OnDim):
+    """A primitive on one dim `dim` of a conv by a `factor` of at least 2."""
+
+    factor: int = 2
+
+    def check_options(self) -> None:
+        if self.factor < 2:
+            raise PassError(f"{self.name}: factor must be an integer of at least 2, got {self.factor}")
+
+
 # --- views ---------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class SplitDimPass(ArchPass):
+class SplitDimPass(ScalingDim):
     """`split-dim{dim=D factor=B layers=REGEX}` (SPLIT): dim D of extent E becomes D_o (E / B) and
     D_i (B), read as D_o * B + D_i by every access. The function and the weights stay.
 
@@ -128,16 +149,6 @@ class SplitDimPass(ArchPass):
     """
 
     name = "split-dim"
-
-    dim: str = "co"
-    factor: int = 2
-
-    def check_options(self) -> None:
-        if self.factor < 2:
-            raise PassError(f"split-dim: factor must be an integer of at least 2, got {self.factor}")
-
-    def applies(self, op: nest.ComputeOp) -> str | None:
-        return _conv_with(op, self.dim)
 
     def rewrite(self, edit: Edit, op: nest.ComputeOp) -> None:
         spec = NestSpec.of(op)
@@ -216,7 +227,7 @@ class MergeDimsPass(ArchPass):
 
 
 @dataclass(frozen=True)
-class DilatePass(ArchPass):
+class DilatePass(ScalingDim):
     """`dilate{dim=kh factor=S layers=REGEX init=kaiming|inherit seed=0}` (STRIDE on a window dim):
     the window's taps are read S apart, its centre where it was; `inherit` keeps the taps' values.
 
@@ -226,14 +237,6 @@ class DilatePass(ArchPass):
     name = "dilate"
 
     dim: str = "kh"
-    factor: int = 2
-
-    def check_options(self) -> None:
-        if self.factor < 2:
-            raise PassError(f"dilate: factor must be an integer of at least 2, got {self.factor}")
-
-    def applies(self, op: nest.ComputeOp) -> str | None:
-        return _conv_with(op, self.dim)
 
     def rewrite(self, edit: Edit, op: nest.ComputeOp) -> None:
         spec = NestSpec.of(op)
@@ -261,7 +264,7 @@ def _weight_reads(spec: NestSpec, dim: str) -> bool:
 
 
 @dataclass(frozen=True)
-class ExpandPass(ArchPass):
+class ExpandPass(OnDim):
     """`expand{dim=D layers=REGEX init=kaiming|inherit seed=0}` (EXPAND): the weight stops reading D,
     so every value of D uses one weight; `inherit` gives it the mean over D.
 
@@ -271,9 +274,6 @@ class ExpandPass(ArchPass):
     name = "expand"
 
     dim: str = "kh"
-
-    def applies(self, op: nest.ComputeOp) -> str | None:
-        return _conv_with(op, self.dim)
 
     def rewrite(self, edit: Edit, op: nest.ComputeOp) -> None:
         spec = NestSpec.of(op)
@@ -288,7 +288,7 @@ class ExpandPass(ArchPass):
 
 
 @dataclass(frozen=True)
-class SharePass(ArchPass):
+class SharePass(OnDim):
     """`share{dim=D layers=REGEX init=kaiming|inherit seed=0}` (SHARE): the weight reads D too, on a
     new last axis: each value of D has its own weights (D = oh: a locally connected layer, by
     rows); `inherit` copies the trained weight to each, so the function stays.
@@ -299,9 +299,6 @@ class SharePass(ArchPass):
     name = "share"
 
     dim: str = "oh"
-
-    def applies(self, op: nest.ComputeOp) -> str | None:
-        return _conv_with(op, self.dim)
 
     def rewrite(self, edit: Edit, op: nest.ComputeOp) -> None:
         spec = NestSpec.of(op)
