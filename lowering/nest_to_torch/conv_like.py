@@ -143,6 +143,8 @@ def conv_plan(domain: nest.DomainAttr, xmap: AffineMap, wmap: AffineMap, omap: A
         return None
     per = None if not shared else (2 if shared == {ph} else 3)
     names = [*channels, *window, *sorted(shared)]
+    if not names:
+        return None
     grid = np.meshgrid(*[np.arange(extents[d]) for d in names], indexing="ij")
 
     def at(form) -> np.ndarray:
@@ -150,16 +152,18 @@ def conv_plan(domain: nest.DomainAttr, xmap: AffineMap, wmap: AffineMap, omap: A
         return sum((c * grid[names.index(d)] for d, c in coeffs.items()), np.zeros_like(grid[0])) + const
 
     co, ci = at(of[1]), at(xf[1])
-    cells = ci.size
     w_flat = np.ravel_multi_index(tuple(at(f) for f in wf), w_shape)
     kh = grid[names.index(rows[1])] if rows[1] is not None else np.zeros_like(co)
     kw = grid[names.index(cols[1])] if cols[1] is not None else np.zeros_like(co)
     r = grid[-1] if shared else np.zeros_like(co)
     inside = (ci >= 0) & (ci < x_shape[1])
+    if not inside.any():
+        return None  # reads no input channel: the generic path gives its zeros
     big_co, big_ci = out_shape[1], x_shape[1]
-    groups = next(g for g in range(math.gcd(big_co, big_ci), 0, -1)
-                  if big_co % g == 0 and big_ci % g == 0
-                  and np.all((ci[inside] // (big_ci // g)) == (co[inside] // (big_co // g))))
+    pairs = np.unique(np.stack([co[inside], ci[inside]]), axis=1)  # the (output, input) channels read
+    common = math.gcd(big_co, big_ci)
+    groups = next(g for g in range(common, 0, -1)
+                  if common % g == 0 and np.all(pairs[1] // (big_ci // g) == pairs[0] // (big_co // g)))
     kernel = (extents[rows[1]] if rows[1] is not None else 1, extents[cols[1]] if cols[1] is not None else 1)
     per_extent = out_shape[per] if per else 1
     shape = (per_extent, big_co, big_ci // groups, *kernel)
@@ -171,7 +175,7 @@ def conv_plan(domain: nest.DomainAttr, xmap: AffineMap, wmap: AffineMap, omap: A
     first = np.searchsorted(cell, cell, side="left")
     rank = np.arange(cell.size) - first  # the k-th weight entry summing into its cell
     take, keep = [], []
-    for k in range(int(rank.max()) + 1 if cells else 0):
+    for k in range(int(rank.max()) + 1):
         table = np.zeros(math.prod(shape), np.int64)
         hit = np.zeros(math.prod(shape), bool)
         table[cell[rank == k]] = source[rank == k]

@@ -6,18 +6,22 @@ primitives of `nasir.transforms.primitives` (split-dim of a channel dim, tie, ex
 share) and Canvas's window steps (fold, shift). Every step keeps the layer's input and output
 shapes, so every composition is an operator that fits in place of the conv.
 
-- **Canonicalisation.** Compositions that make the same nest are one operator: the key is the
-  nest's structure with its dims unnamed (extents, maps, weight shape), so split-dim co then
-  split-dim ci, and ci then co, or a split undone by its merge, count once. Two rules drop
-  operators that waste what they compute (Syno's "nearly equivalent" ones): a parallel dim that
-  neither the input nor the weight reads (its outputs are copies), and a reduction dim the input
-  does not read (a sum of weights, one weight). `Synthesis.generated` / `len(operators)` is the
-  redundancy removed.
+- **Canonicalisation.** Compositions that make the same operator count once: the key
+  (`structure_key`) is the nest's structure with its dims unnamed, dims of extent 1 left out and
+  dims that every access reads together merged, so split-dim co then ci and ci then co, a split
+  undone by its merge, or a dilate before a fold, are one operator. (The walk itself continues from
+  every distinct nest, exactly keyed: a split alone is no new operator but leads to a tie.) Two
+  rules drop operators that waste what they compute (Syno's "nearly equivalent" ones): a parallel
+  dim that neither the input nor the weight reads (its outputs are copies), and a reduction dim
+  the input does not read (a sum of weights, one weight). `Synthesis.redundancy` is the
+  compositions applied per distinct operator.
 - **MAC distance.** A step removes at most one reduction dim's extent from the MACs (tie, fold),
   so a composition whose MACs need more steps than are left to reach the cap is not expanded.
 - **Caps.** Operators with at most `flops` x the layer's MACs and `params` x its weights are kept.
 
-Each operator prints as a nest (`Operator.nest_text`) and as a formula:
+Ranked by mixing strength (alphaNAS's levels from the input's channel, row and column to the
+output's), then by MACs within the cap. Each operator prints as a nest (`Operator.nest_text`) and
+as a formula:
 
     y[n, co_o*4 + co_i, oh, ow] = sum(ci_i, kh, kw) x[n, co_o*4 + ci_i, oh + kh + -1, ow + kw + -1]
                                   * w[co_o*4 + co_i, ci_i, kh, kw]
@@ -81,8 +85,9 @@ class Operator:
 @dataclass
 class Synthesis:
     """What `synthesize` found: the layer itself (`original`), the operators within the caps
-    (the strongest mixing first, then the most MACs: the most capacity within the cap), how many compositions it applied (`generated`) and how many distinct
-    nests they made (`distinct`), and how many states the MAC distance left unexpanded."""
+    (the strongest mixing first, then the most MACs: the most capacity within the cap), how many
+    compositions it applied (`generated`), how many distinct operators they made (`distinct`),
+    how many walks the MAC distance left unexpanded, and the wasteful ones dropped by rule."""
 
     original: Operator
     operators: list[Operator]
@@ -93,7 +98,7 @@ class Synthesis:
 
     @property
     def redundancy(self) -> float:
-        """Compositions applied per distinct nest."""
+        """Compositions applied per distinct operator: what canonicalisation removed."""
         return self.generated / max(self.distinct, 1)
 
 
@@ -110,17 +115,21 @@ def formula(op: nest.ComputeOp) -> str:
     return f"y[{index(spec.out)}] = {total}x[{index(spec.forms[0])}] * w[{index(spec.forms[1])}]"
 
 
+def without_unit_dims(spec: NestSpec) -> NestSpec:
+    """`spec` without its dims of extent 1 (each reads index 0: a folded window, a batch of one)."""
+    for d, extent in list(spec.dims):
+        if extent == 1:
+            for f in spec.all_forms():
+                f.substitute(d, {})
+            spec.drop_dim(d)
+    return spec
+
+
 def mixing(op: nest.ComputeOp) -> str:
     """alphaNAS's mixing from the input's channel, row and column axes to the output's same axes
     (`nest_mixing`, dims of extent 1 left out): `c:a h:m w:m` for a 3x3 conv, `c:m` grouped,
     `c:o` depthwise, `h:o w:o` a 1x1 conv."""
-    spec = NestSpec.of(op)
-    for d, extent in list(spec.dims):
-        if extent == 1 and d != spec.parallel[0][0]:
-            for f in spec.all_forms():
-                f.substitute(d, {})
-            spec.drop_dim(d)
-    matrix = nest_mixing(spec.build(), 0)
+    matrix = nest_mixing(without_unit_dims(NestSpec.of(op)).build(), 0)
     return " ".join(f"{axis}:{matrix[i][i]}" for i, axis in ((1, "c"), (2, "h"), (3, "w")) if i < len(matrix))
 
 
@@ -134,12 +143,7 @@ def structure_key(op: nest.ComputeOp, canonical: bool = True) -> tuple:
     the accesses over them. `canonical`: what equivalent compositions share, with dims of extent 1
     left out (a fold after a dilate is the fold) and dims that every access reads together as
     `a * extent(b) + b` merged (a split that nothing reads apart is no split)."""
-    spec = NestSpec.of(op)
-    for d, extent in list(spec.dims) if canonical else ():
-        if extent == 1:
-            for f in spec.all_forms():
-                f.substitute(d, {})
-            spec.drop_dim(d)
+    spec = without_unit_dims(NestSpec.of(op)) if canonical else NestSpec.of(op)
     merged = canonical
     while merged:
         merged = False
