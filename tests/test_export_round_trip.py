@@ -3,7 +3,7 @@ every composition of the papers, through `to_onnx` -> `nasir.load` -> llvm at bo
 
 The model is the search tests' small residual network (16 and 32 channels, a strided block with a
 1x1 downsample, a gemm head). Each case applies several transforms, to different layers, so that
-four compiles per width cover them all. Oracles: ONNX Runtime on the exported file, which must
+five compiles per width cover them all. Oracles: ONNX Runtime on the exported file, which must
 also equal the torch backend of the transformed model (the file keeps its numerics). The cases are
 checked against the pass registry: an architecture pass that no case runs fails the suite.
 """
