@@ -31,25 +31,12 @@ from pathlib import Path
 import nasir
 from nasir.dialects import nest
 from nasir.measure.kernels import KernelTimes, default_kernel_cache, standalone
-from nasir.search.synthesis import (NEST, Operator, layer_nest, strength, structure_key, synthesize, time_operators,
+from nasir.search.synthesis import (NEST, Operator, distinct_convs, layer_nest, strength, synthesize, time_operators,
                                     weight_count)
-from nasir.transforms.nest_spec import is_conv
 
 FIXED = {f"group{g}": f"group{{factor={g} layers={NEST}}}" for g in (2, 4, 8, 16)}
 FIXED.update({"depthwise": f"depthwise{{layers={NEST}}}", "fold-kh": f"fold{{dim=kh layers={NEST}}}",
               "fold-kw": f"fold{{dim=kw layers={NEST}}}"})
-
-
-def distinct_convs(model: nasir.Model) -> list[nest.ComputeOp]:
-    """The model's convs, one of each structure (first seen first)."""
-    seen, out = set(), []
-    for op in model.ops():
-        if isinstance(op, nest.ComputeOp) and is_conv(op) and len(op.access_maps[0].results) == 4:
-            key = structure_key(op, canonical=False)
-            if key not in seen:
-                seen.add(key)
-                out.append(op)
-    return out
 
 
 def fixed_operators(alone: nasir.Model, times: KernelTimes) -> dict[str, Operator]:

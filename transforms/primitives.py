@@ -48,19 +48,10 @@ import numpy as np
 from nasir.dialects import nest
 from nasir.errors import LegalityError, PassError
 from nasir.transforms.arch import ArchPass, Edit
-from nasir.transforms.nest_spec import Form, NestSpec, is_conv
+from nasir.transforms.nest_spec import Form, NestSpec
+from nasir.transforms.window import conv_with
 
 DATA, WEIGHT = 0, 1
-
-
-def _conv_with(op: nest.ComputeOp, *dims: str) -> str | None:
-    if not is_conv(op):
-        return "is not a convolution (a mac nest with a weight)"
-    names = op.domain.dim_names
-    missing = [d for d in dims if d not in names]
-    if missing:
-        return f"has no dimension {missing[0]} (dims: {', '.join(names)})"
-    return None
 
 
 def _linear(spec: NestSpec, what: str) -> None:
@@ -102,7 +93,7 @@ def _reweight(edit: Edit, op: nest.ComputeOp, spec: NestSpec, old: list[Form],
         step = math.gcd(*f.terms.values()) if f.terms else 1
         f.terms, f.const = {d: c // step for d, c in f.terms.items()}, 0
     shape = spec.input_shape(WEIGHT)
-    new = [Form(dict(f.terms), f.const) for f in spec.forms[WEIGHT]]
+    new = _copy(spec.forms[WEIGHT])
     spec.inputs[WEIGHT] = edit.reshaped(spec.inputs[WEIGHT], shape,
                                         lambda w: carry(w, old, new, extents, shape), op, spec.name)
 
@@ -123,7 +114,7 @@ class OnDim(ArchPass):
     dim: str = "co"
 
     def applies(self, op: nest.ComputeOp) -> str | None:
-        return _conv_with(op, self.dim)
+        return conv_with(op, (self.dim,))
 
 
 @dataclass(frozen=True)
@@ -183,7 +174,7 @@ class MergeDimsPass(ArchPass):
     into: str = ""
 
     def applies(self, op: nest.ComputeOp) -> str | None:
-        return _conv_with(op, self.outer, self.inner)
+        return conv_with(op, (self.outer, self.inner))
 
     def merged_name(self, spec: NestSpec) -> str:
         if self.into:
@@ -252,8 +243,7 @@ class DilatePass(ScalingDim):
         c = f.coeff(self.dim)
         f.set(self.dim, c * self.factor)
         f.const -= c * (self.factor - 1) * ((k - 1) // 2)
-        old = _copy(spec.forms[WEIGHT])
-        _reweight(edit, op, spec, old, dict(spec.dims))
+        spec.inputs[WEIGHT] = edit.reshaped(spec.inputs[WEIGHT], spec.input_shape(WEIGHT), lambda w: w, op, spec.name)
         _replace(edit, op, spec)
 
 
@@ -329,7 +319,7 @@ class TiePass(ArchPass):
     to: str = "co"
 
     def applies(self, op: nest.ComputeOp) -> str | None:
-        return _conv_with(op, self.dim, self.to)
+        return conv_with(op, (self.dim, self.to))
 
     def rewrite(self, edit: Edit, op: nest.ComputeOp) -> None:
         spec = NestSpec.of(op)

@@ -35,7 +35,8 @@ from nasir.transforms.nest_spec import NestSpec, is_conv, spatial_axis
 WINDOW = {"oh": "kh", "ow": "kw"}
 
 
-def _conv_with(op: nest.ComputeOp, dims: tuple[str, ...]) -> str | None:
+def conv_with(op: nest.ComputeOp, dims: tuple[str, ...]) -> str | None:
+    """None if `op` is a conv with all of `dims`, else why not (an `ArchPass.applies` answer)."""
     if not is_conv(op):
         return "is not a convolution (a mac nest with a weight)"
     missing = [d for d in dims if d not in op.domain.dim_names]
@@ -77,7 +78,7 @@ class UnfoldPass(ArchPass):
             raise PassError(f"unfold: size must be a positive integer, got {self.size}")
 
     def applies(self, op: nest.ComputeOp) -> str | None:
-        return _conv_with(op, (self.dim, WINDOW[self.dim]))
+        return conv_with(op, (self.dim, WINDOW[self.dim]))
 
     def rewrite(self, edit: Edit, op: nest.ComputeOp) -> None:
         window = WINDOW[self.dim]
@@ -113,7 +114,7 @@ class FoldPass(ArchPass):
             raise PassError(f"fold: unknown dim '{self.dim}' (choose from {', '.join(WINDOW.values())})")
 
     def applies(self, op: nest.ComputeOp) -> str | None:
-        return _conv_with(op, (self.dim,))
+        return conv_with(op, (self.dim,))
 
     def rewrite(self, edit: Edit, op: nest.ComputeOp) -> None:
         k = op.domain.extent(self.dim)
@@ -139,7 +140,7 @@ class ShiftPass(ArchPass):
             raise PassError("shift: offset must be non-zero (e.g. 1 or -1)")
 
     def applies(self, op: nest.ComputeOp) -> str | None:
-        return _conv_with(op, (self.dim,))
+        return conv_with(op, (self.dim,))
 
     def rewrite(self, edit: Edit, op: nest.ComputeOp) -> None:
         spec = NestSpec.of(op)

@@ -293,19 +293,26 @@ def choice_name(steps: tuple[str, ...]) -> str:
     return "synth:" + "+".join(parts)
 
 
+def distinct_convs(model: Model) -> list[nest.ComputeOp]:
+    """The convs of `model` (nest level) synthesis works on, one of each structure, first seen first."""
+    seen, out = set(), []
+    for op in model.ops():
+        if isinstance(op, nest.ComputeOp) and is_conv(op) and len(op.access_maps[0].results) == 4:
+            key = structure_key(op, canonical=False)
+            if key not in seen:
+                seen.add(key)
+                out.append(op)
+    return out
+
+
 def search_choices(model: Model, per_layer: int = 2, flops: float = 0.5, depth: int = 2) -> dict[str, str]:
     """Synthesised operators for the search to draw beside its fixed choices (`SearchSpace.of`):
     for each distinct conv of `model` (nest level), the first `per_layer` operators of its
     synthesis that none of `TEMPLATES` makes on it, by `choice_name` -> their steps."""
-    from nasir.search.space import TEMPLATES, conv_nests
+    from nasir.search.space import TEMPLATES
 
     out: dict[str, str] = {}
-    seen = set()
-    for op in conv_nests(model):
-        key = structure_key(op, canonical=False)
-        if key in seen or len(op.access_maps[0].results) != 4:
-            continue
-        seen.add(key)
+    for op in distinct_convs(model):
         alone = standalone(model, op, planes=False)
         fixed = set()
         for template in TEMPLATES.values():
