@@ -93,31 +93,40 @@ def first_within(curve: list[float], floor: float) -> int | None:
     return next((e + 1 for e, a in enumerate(curve) if a >= floor), None)
 
 
-def run(args) -> dict:
-    out = Path(args.out) / args.task
+def task_and_original(task_name: str, out: Path, seed: int, seeds: int, epochs: int):
+    """Steps 1 and 2 in `out` (resumable): the task written as `task.npz`, and the original trained
+    with `seeds` training seeds, seed 0's weights in `original.onnx`. Returns the task's path, its
+    held-out half (`report`), the original's held-out accuracy per seed and the original as the
+    search reads it (nest level)."""
     out.mkdir(parents=True, exist_ok=True)
-    cpu = cpu_name()
     onnx = Path(zoo.export_onnx("resnet18", out / "resnet18_16.onnx", "cifar10", image_size=16))
     model = nasir.load(onnx).transform("convert-nn-to-nest")
-    data = task_of(args.task, args.seed).fitted(tuple(model.input_shapes[0][1:]))
+    data = task_of(task_name, seed).fitted(tuple(model.input_shapes[0][1:]))
     task = out / "task.npz"
     if not task.exists():
         np.savez(task, x=data.train[0], y=data.train[1], x_test=data.test[0], y_test=data.test[1])
     choose, report = load_dataset(task, model.input_shapes[0][1:]).split_test(0)
-    print(f"{args.task}: {len(data.train[1])} training and {len(data.test[1])} test examples "
-          f"({len(choose.test[1])} to choose with, {len(report.test[1])} held out); CPU {cpu}", flush=True)
-
+    print(f"{task_name}: {len(data.train[1])} training and {len(data.test[1])} test examples "
+          f"({len(choose.test[1])} to choose with, {len(report.test[1])} held out); CPU {cpu_name()}", flush=True)
     originals = []
-    for seed in range(args.seeds):
-        trained = nasir.train(model, report, epochs=args.original_epochs, seed=seed, augment=False, progress=False,
-                              out=out / f"original-seed{seed}", **RECIPE)
+    for s in range(seeds):
+        trained = nasir.train(model, report, epochs=epochs, seed=s, augment=False, progress=False,
+                              out=out / f"original-seed{s}", **RECIPE)
         originals.append(trained.accuracy)
-        if seed == 0:
+        if s == 0:
             trained.apply_to(model).to_onnx(out / "original.onnx")
-        print(f"original, training seed {seed}: {trained.accuracy:.2f}% held out "
-              f"({args.original_epochs} epochs, {trained.seconds / 60:.1f} min)", flush=True)
-    original_accuracy = originals[0]
+        print(f"original, training seed {s}: {trained.accuracy:.2f}% held out "
+              f"({epochs} epochs, {trained.seconds / 60:.1f} min)", flush=True)
     user_model = nasir.load(out / "original.onnx").transform("convert-nn-to-nest")  # as the search reads it
+    return task, report, originals, user_model, data.name
+
+
+def run(args) -> dict:
+    out = Path(args.out) / args.task
+    cpu = cpu_name()
+    task, report, originals, user_model, task_label = task_and_original(args.task, out, args.seed, args.seeds,
+                                                                        args.original_epochs)
+    original_accuracy = originals[0]
 
     start = time.perf_counter()
     result = nasir.search(out / "original.onnx", data=str(task), accuracy_drop=args.max_drop, time_limit=args.time_limit,
@@ -127,7 +136,7 @@ def run(args) -> dict:
     verified = result.verified
     print(f"nasir.search(..., accuracy_drop={args.max_drop:g}): {len(result.candidates)} candidates, "
           f"{len(verified.rows)} fine-tuned, {wall / 60:.1f} min wall", flush=True)
-    summary = {"task": data.name, "cpu": cpu, "original_seeds": originals, "search_minutes": wall / 60,
+    summary = {"task": task_label, "cpu": cpu, "original_seeds": originals, "search_minutes": wall / 60,
                "candidates": len(result.candidates), "finetuned": [
                    {"number": r.candidate.number, "pipeline": r.candidate.pipeline, "epochs": len(r.accuracies),
                     "pruned": r.pruned, "validation": r.accuracy, "held_out": r.test_accuracy,
