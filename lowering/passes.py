@@ -32,6 +32,7 @@ from nasir.transforms.fold_batch_norm import FoldBatchNormPass
 from nasir.transforms.fuse_epilogue import FuseEpiloguePass
 from nasir.transforms.group import DepthwisePass, GroupPass
 from nasir.transforms.primitives import DilatePass, ExpandPass, MergeDimsPass, SharePass, SplitDimPass, TiePass
+from nasir.transforms.presum import PresumPass
 from nasir.transforms.print_capacity import PrintCapacityPass
 from nasir.transforms.schedule import (
     FusePass,
@@ -48,7 +49,7 @@ from nasir.transforms.window import FoldPass, ShiftPass, UnfoldPass
 
 PASSES: tuple[type[ModulePass], ...] = (
     # graph passes (nn)
-    FoldBatchNormPass, FuseEpiloguePass,
+    FoldBatchNormPass, FuseEpiloguePass, PresumPass,
     # architecture transforms (nest)
     BottleneckPass, GroupPass, DepthwisePass, UnfoldPass, FoldPass, ShiftPass, IndexSplitPass, UnsharePass,
     SplitDimPass, MergeDimsPass, DilatePass, ExpandPass, SharePass, TiePass,

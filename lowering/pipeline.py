@@ -1,8 +1,9 @@
 """The backends' pass pipelines, built from named stages, in the one spelling `nasir-opt -p` and
 `Model.transform` share.
 
-    GRAPH     fold-batch-norm, convert-nn-to-nest, lower-batch-norm, fuse-epilogue
-              nn IR -> nests with fused epilogues; the tvm backend takes it from here (TVM_PIPELINE)
+    GRAPH     fold-batch-norm, convert-nn-to-nest, lower-batch-norm, fuse-epilogue, presum
+              nn IR -> nests with fused epilogues (and sums a weight does not read done first);
+              the tvm backend takes it from here (TVM_PIPELINE)
     SCHEDULE  default-schedule, pack-activations, pad-planes, pack-weights, nest-bufferize
               the CPU's schedules and layouts, then buffers
     CODEGEN   convert-nest-to-loops, convert-loops-to-llvm
@@ -10,7 +11,7 @@
 
 A pipeline is cut and given options by stage name, never by editing its string:
 
-    str(LLVM.until("default-schedule"))    # "fold-batch-norm,...,fuse-epilogue,default-schedule"
+    str(LLVM.until("default-schedule"))    # "fold-batch-norm,...,presum,default-schedule"
     LLVM.after("pad-planes")               # pack-weights, nest-bufferize, convert-nest-to-loops, ...
     str(llvm_pipeline(profile=True).since("convert-loops-to-llvm"))
                                            # "convert-loops-to-llvm{profile=true}"
@@ -82,7 +83,7 @@ def _spelled(value: bool | str) -> str:
     return ("true" if value else "false") if isinstance(value, bool) else f'"{value}"'
 
 
-GRAPH = Pipeline(("fold-batch-norm", "convert-nn-to-nest", "lower-batch-norm", "fuse-epilogue"))
+GRAPH = Pipeline(("fold-batch-norm", "convert-nn-to-nest", "lower-batch-norm", "fuse-epilogue", "presum"))
 SCHEDULE = Pipeline(("default-schedule", "pack-activations", "pad-planes", "pack-weights", "nest-bufferize"))
 CODEGEN = Pipeline(("convert-nest-to-loops", "convert-loops-to-llvm"))
 LLVM = GRAPH + SCHEDULE + CODEGEN

@@ -12,11 +12,11 @@ from nasir.lowering.pipeline import CODEGEN, GRAPH, LLVM, SCHEDULE, TVM_PIPELINE
 def test_every_stage_is_a_registered_pass_and_the_stages_make_the_llvm_pipeline():
     assert set(LLVM.names) <= set(available_passes())
     assert LLVM.names == GRAPH.names + SCHEDULE.names + CODEGEN.names
-    assert TVM_PIPELINE == "fold-batch-norm,convert-nn-to-nest,lower-batch-norm,fuse-epilogue"
+    assert TVM_PIPELINE == "fold-batch-norm,convert-nn-to-nest,lower-batch-norm,fuse-epilogue,presum"
 
 
 def test_cuts_by_name():
-    assert LLVM.until("default-schedule").names[-2:] == ["fuse-epilogue", "default-schedule"]
+    assert LLVM.until("default-schedule").names[-2:] == ["presum", "default-schedule"]
     assert LLVM.before("default-schedule") == GRAPH
     assert LLVM.since("convert-nest-to-loops") == CODEGEN
     assert LLVM.after("nest-bufferize") == CODEGEN

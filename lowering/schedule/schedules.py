@@ -488,7 +488,10 @@ def depthwise_channel_schedule(n: NestView, target: CPUTarget) -> Schedule | Non
     if not isinstance(row, AffineDimExpr) or stride_of(n.out_map, n.out_shape, row.position) != 1:
         return None
     row_name, row_extent = n.dims[row.position]
-    sched = Schedule(splits=[(channel, width)], vector=Loop.inner(channel), pack={1: f"{axes}{width}o"})
+    # a weight that is one value for every channel (presum's ones) is read as a broadcast, unpacked
+    shared = linear_coefficient(n.maps[1].results[0], names.index(channel)) == 0
+    sched = Schedule(splits=[(channel, width)], vector=Loop.inner(channel),
+                     pack={} if shared else {1: f"{axes}{width}o"})
     loops = [Loop.outer(name) if name == channel else name for name in names[: n.npar]]
     taps = math.prod(e for _, e in n.dims[n.npar:])
     points = next(p for p in range(min(depthwise_points(taps, target), row_extent), 0, -1) if row_extent % p == 0)
