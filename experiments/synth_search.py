@@ -4,6 +4,7 @@ same flow without them, in the same wall time.
 
     python experiments/synth_search.py --task hard-mnist             # resumable in --out/TASK
     python experiments/synth_search.py --task hard-mnist --report    # print the saved table
+    python experiments/synth_search.py --task hard-mnist --retime    # step 4 again, on a quiet machine
 
 In `--out`/TASK (the folder verified_search.py uses, so both share the trained original):
 1. The task and the original, ResNet-18 at 16 x 16 trained with the ground-truth recipe
@@ -21,8 +22,8 @@ In `--out`/TASK (the folder verified_search.py uses, so both share the trained o
    halving, the fastest within a point of the original on the validation half returned.
 4. The two networks returned and the original compiled whole (llvm, 1 thread) and timed
    interleaved in one run (`--rounds`): speedups over the original, median and quartiles.
-5. Each network returned fine-tuned again with `--seeds` training seeds, scored on the held-out
-   half: the accuracy beside the original's recipe spread.
+5. Each network returned fine-tuned again with `--best-seeds` training seeds, scored on the
+   held-out half: the accuracy's spread beside the original's recipe spread.
 The summary goes to `experiments/data/synth-search-<cpu>.json` and the table to stdout.
 """
 
@@ -37,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 from fisher_vs_accuracy import cpu_name, run_resumable
-from verified_search import task_and_original
+from verified_search import flow_arguments, task_and_original
 
 import nasir
 from nasir.measure.timing import Spread, interleaved, ratios
@@ -67,25 +68,31 @@ def search_arm(args, out: Path, task: Path, synth: int, warm: Path) -> dict:
     saved = out / f"{arm}.json"
     if saved.exists():
         return json.loads(saved.read_text())
-    shutil.rmtree(out / f"search-{arm}", ignore_errors=True)  # an arm stopped midway starts over: same time
+    search, timed = out / f"search-{arm}", out / f"{arm}-synthesis-s.txt"
+    # the search phase ended (its best written): fine-tuning resumes from its checkpoints, no more
+    # candidates (budget 1); an arm stopped while searching starts over, so that each searches as long
+    searched = (search / "best.pipeline").exists()
     cache = out / f"kernels-{arm}.db"
-    shutil.copyfile(warm, cache)
-    synth_s = 0.0
-    if synth:
+    if not searched:
+        shutil.rmtree(search, ignore_errors=True)
+        shutil.copyfile(warm, cache)
+    synth_s = float(timed.read_text()) if searched and timed.exists() else 0.0
+    if synth and not searched:
         start = time.perf_counter()
         choices = search_choices(nasir.load(out / "original.onnx").transform("convert-nn-to-nest"), per_layer=synth)
         synth_s = time.perf_counter() - start
+        timed.write_text(f"{synth_s}\n")
         print(f"synthesis: {len(choices)} operators in {synth_s:.0f} s: {', '.join(choices)}", flush=True)
     start = time.perf_counter()
     result = nasir.search(out / "original.onnx", data=str(task), accuracy_drop=args.max_drop,
-                          time_limit=args.time_limit - synth_s, budget=None, workers=args.workers,
-                          out=out / f"search-{arm}", kernel_cache=cache, seed=0,
+                          time_limit=None if searched else args.time_limit - synth_s, budget=1 if searched else None,
+                          workers=args.workers, out=search, kernel_cache=cache, seed=0,
                           strategy="evolution", finetune_epochs=args.finetune_epochs,
                           finetune_top=args.finetune_top, progress=False, synth=synth)
     wall = time.perf_counter() - start + synth_s
     best = result.best
     verified = result.verified
-    summary = {"arm": arm, "synth": synth, "minutes": wall / 60, "synthesis_s": synth_s,
+    summary = {"arm": arm, "synth": synth, "minutes": wall / 60, "synthesis_s": synth_s, "resumed": searched,
                "candidates": len(result.candidates),
                "with_primitives": sum(bool(PRIMITIVE.search(c.pipeline)) for c in result.candidates),
                "finetuned": [{"pipeline": r.candidate.pipeline, "pruned": r.pruned, "validation": r.accuracy,
@@ -128,12 +135,12 @@ def run(args) -> dict:
     for arm, pipeline in returned.items():
         network = user_model.transform(pipeline)
         accuracies = []
-        for seed in range(args.seeds):
+        for seed in range(args.best_seeds):
             tuned = nasir.train(network, report, epochs=args.finetune_epochs, batch=finetune_batch(len(report.train[1])),
                                 lr=LR, seed=seed, teacher=user_model, recalibrate=RECALIBRATE, progress=False,
                                 out=out / f"{arm}-best-finetune-seed{seed}")
             accuracies.append(tuned.accuracy)
-        arms[arm]["best"]["seeds"] = accuracies
+        arms[arm]["best"]["seeds"] = accuracies  # beside the search's own fine-tuning (`held_out`)
         print(f"{arm} best, fine-tuned per seed: {', '.join(f'{a:.2f}' for a in accuracies)}", flush=True)
     return summary
 
@@ -143,8 +150,8 @@ def table(s: dict) -> str:
     lines = [f"task {s['task']}, CPU {s['cpu']} ({s['llvm_cpu']}), {s['time_limit_s']:g} s of search per arm",
              f"original: {o[0]:.2f}% held out (seed 0, the user's); recipe spread over {len(o)} seeds: "
              f"mean {o.mean():.2f}, min {o.min():.2f}, max {o.max():.2f}",
-             "| arm | candidates | with synthesised ops | best: speedup (IQR) | MACs | held out, seeds (mean) | "
-             "synthesised ops in it |", "|---|---|---|---|---|---|---|"]
+             "| arm | candidates | with synthesised ops | best: speedup (IQR) | MACs | held out: the search's "
+             "fine-tuning; again per seed (mean) | synthesised ops in it |", "|---|---|---|---|---|---|---|"]
     for arm, a in s["arms"].items():
         b = a["best"]
         if b is None:
@@ -152,7 +159,8 @@ def table(s: dict) -> str:
             continue
         sp = s["speedup"][arm]
         seeds = np.asarray(b.get("seeds", []))
-        acc = ", ".join(f"{v:.1f}" for v in seeds) + f" ({seeds.mean():.2f})" if len(seeds) else "-"
+        acc = f"{b['held_out']:.2f}" + ("; " + ", ".join(f"{v:.1f}" for v in seeds) + f" ({seeds.mean():.2f})"
+                                        if len(seeds) else "")
         lines.append(f"| {arm} | {a['candidates']} | {a['with_primitives']} | {sp[0]:.2f}x ({sp[1]:.2f}-{sp[2]:.2f}) | "
                      f"{b['macs']:.2f} | {acc} | {'yes' if b['primitives'] else 'no'} |")
     if all(a["best"] for a in s["arms"].values()):
@@ -161,25 +169,25 @@ def table(s: dict) -> str:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--task", choices=("hard-mnist", "shapes"), default="hard-mnist")
-    p.add_argument("--out", default="vs-out", help="working folder (resumable; verified_search.py's)")
-    p.add_argument("--seed", type=int, default=0, help="the task's seed")
-    p.add_argument("--seeds", type=int, default=3, help="training seeds of the original and of each arm's best")
-    p.add_argument("--original-epochs", type=int, default=15)
-    p.add_argument("--max-drop", type=float, default=1.0)
-    p.add_argument("--time-limit", type=float, default=300.0, help="seconds of each arm's search, synthesis included")
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    flow_arguments(p)
+    p.add_argument("--best-seeds", type=int, default=3,
+                   help="training seeds each arm's best is fine-tuned with again (0: the search's own run alone)")
     p.add_argument("--synth", type=int, default=4, help="synthesised operators per distinct conv in the synth arm")
     p.add_argument("--warm", type=float, default=600.0, help="seconds of the search that fills the shared kernel cache")
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--finetune-epochs", type=int, default=9)
-    p.add_argument("--finetune-top", type=int, default=12)
     p.add_argument("--rounds", type=int, default=15, help="interleaved rounds of the final timing")
-    p.add_argument("--report", action="store_true", help="print the saved summary and stop")
+    p.add_argument("--retime", action="store_true",
+                   help="time the saved run's networks again (step 4 alone, on a quiet machine) and print the table")
     args = p.parse_args()
     path = Path(__file__).parent / "data" / f"synth-search-{host_target().cpu}.json"
     saved = json.loads(path.read_text()) if path.exists() else {}
-    if not args.report:
+    if args.retime:
+        s = saved[args.task]
+        user_model = nasir.load(Path(args.out) / args.task / "original.onnx").transform("convert-nn-to-nest")
+        s["speedup"] = time_networks(user_model, {arm: a["best"]["pipeline"] for arm, a in s["arms"].items()
+                                                  if a["best"]}, args.rounds)
+        path.write_text(json.dumps(saved, indent=1) + "\n")
+    elif not args.report:
         saved[args.task] = run(args)
         path.write_text(json.dumps(saved, indent=1) + "\n")
     if args.task not in saved:

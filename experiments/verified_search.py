@@ -196,21 +196,26 @@ def table(s: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def flow_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of the task, the original and the user's search (shared with synth_search.py)."""
     p.add_argument("--task", choices=("hard-mnist", "shapes"), default="hard-mnist")
     p.add_argument("--out", default="vs-out", help="working folder (resumable)")
     p.add_argument("--seed", type=int, default=0, help="the task's seed")
-    p.add_argument("--seeds", type=int, default=3, help="training seeds of the original and of the best")
+    p.add_argument("--seeds", type=int, default=3, help="training seeds of the original (and of the best)")
     p.add_argument("--original-epochs", type=int, default=15)
     p.add_argument("--max-drop", type=float, default=1.0)
     p.add_argument("--time-limit", type=float, default=300.0, help="seconds of the search before fine-tuning")
-    p.add_argument("--strategy", default="evolution",
-                   help="the search's strategy (evolution: the whole-network anchors first, then mutations)")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--finetune-epochs", type=int, default=9)
     p.add_argument("--finetune-top", type=int, default=12)
     p.add_argument("--report", action="store_true", help="print the saved summary and stop")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    flow_arguments(p)
+    p.add_argument("--strategy", default="evolution",
+                   help="the search's strategy (evolution: the whole-network anchors first, then mutations)")
     args = p.parse_args()
     saved = json.loads(SUMMARY.read_text()) if SUMMARY.exists() else {}
     if not args.report:
