@@ -67,6 +67,18 @@ def split_form(f: Form, summed: list[str]) -> tuple[Form, Form]:
     return Form({d: c for d, c in f.terms.items() if d not in summed}, f.const), h
 
 
+def sum_axes(spec: NestSpec, summed: list[str]) -> list[tuple[Form, Form, int, int]]:
+    """Per axis of input 0, `(g, h, lo, extent)`: its index `g + h` (`split_form`) and the range of
+    that axis in the summed tensor: the input's own where `h` is empty, else every value `g` takes."""
+    kept = {d: e for d, e in spec.dims if d not in summed}
+    out = []
+    for f, n in zip(spec.forms[0], shape_of(spec.inputs[0])):
+        g, h = split_form(f, summed)
+        lo, hi = g.range(kept) if h.terms else (0, n - 1)
+        out.append((g, h, lo, hi - lo + 1))
+    return out
+
+
 def presum_plan(op: nest.ComputeOp) -> tuple[NestSpec, list[str]] | None:
     """The nest's spec and the dims to sum first, or None when `presum` leaves it."""
     if op.kind != "mac" or op.schedule is not None:
@@ -78,12 +90,7 @@ def presum_plan(op: nest.ComputeOp) -> tuple[NestSpec, list[str]] | None:
     if not summed:
         return None
     extents = dict(spec.dims)
-    kept = {d: e for d, e in extents.items() if d not in summed}
-    size = 1
-    for f, n in zip(spec.forms[0], shape_of(spec.inputs[0])):
-        g, h = split_form(f, summed)
-        lo, hi = g.range(kept) if h.terms else (0, n - 1)
-        size *= hi - lo + 1
+    size = math.prod(extent for *_, extent in sum_axes(spec, summed))
     per_point = math.prod(extents[r] for r in summed)
     macs = math.prod(extents.values())
     return (spec, summed) if size * per_point * PAYS <= macs - macs // per_point else None
@@ -104,20 +111,17 @@ class PresumPass(ModulePass):
 
 def rewrite(op: nest.ComputeOp, spec: NestSpec, summed: list[str], store) -> None:
     extents = dict(spec.dims)
-    kept = {d: e for d, e in extents.items() if d not in summed}
     ones = nn.WeightOp.make(store.add(f"{spec.name}.ones", np.ones(1, np.float32)), (1,))
     sums = NestSpec(f"{spec.name}.presum", [], [[r, extents[r]] for r in summed], [spec.inputs[0], ones.result],
                     [[], [Form()]], [], [], "mac", [], None)
     reads = []
-    for a, (f, n) in enumerate(zip(spec.forms[0], shape_of(spec.inputs[0]))):
-        g, h = split_form(f, summed)
+    for a, (g, h, lo, extent) in enumerate(sum_axes(spec, summed)):
         plain = [d for d in g.terms if g.is_dim(d) and not h.terms]  # an axis read as one dim keeps its name
         name = plain[0] if plain and not sums.has(plain[0]) else sums.unique(f"x{a}")
-        lo, hi = g.range(kept) if h.terms else (0, n - 1)
-        sums.parallel.append([name, hi - lo + 1])
+        sums.parallel.append([name, extent])
         sums.forms[0].append(Form({name: 1, **h.terms}, lo))
         sums.out.append(Form.dim(name))
-        sums.out_shape.append(hi - lo + 1)
+        sums.out_shape.append(extent)
         reads.append(Form(dict(g.terms), g.const - lo))
     first = sums.build()
     op.parent_block().insert_ops_before([ones, first], op)
