@@ -13,8 +13,9 @@ It reads the IR only (no weights needed), at either level: nn ops before `conver
     total                   68 ops                       555,422,720  11,183,562
 
 MACs count multiply-accumulates of contractions: convolution N*Co*OH*OW*(Ci/G)*KH*KW, gemm and
-matmul M*N*K (times the batch), a `nest.compute` with the `mac` combiner its domain size. Pools and
-element-wise ops count 0 (shown as "-"). Params are the elements of the op's `nn.weight` operands.
+matmul M*N*K (times the batch), a `nest.compute` with the `mac` combiner those it does once compiled
+(`presum.computed_macs`: its domain size, or for a window whose weight `expand` shared over its
+taps, the input's sums and the contraction left). Pools and element-wise ops count 0 (shown as "-"). Params are the elements of the op's `nn.weight` operands.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from xdsl.ir import Operation
 from nasir.dialects import nest, nn
 from nasir.dialects.nest import macs
 from nasir.dialects.shapes import shape_of
+from nasir.transforms.presum import computed_macs
 from nasir.runtime.tables import plain_table, rich_table
 
 
@@ -91,4 +93,5 @@ def _row(op: Operation) -> LayerRow:
               if isinstance(o.owner, nn.WeightOp)}
     name = getattr(op, "layer_name", "")
     label = f"{op.name} {op.kind}" if isinstance(op, nest.ComputeOp) else op.name
-    return LayerRow(name, label, shape, macs(op), sum(params.values()))
+    count = computed_macs(op) if isinstance(op, nest.ComputeOp) else macs(op)
+    return LayerRow(name, label, shape, count, sum(params.values()))

@@ -89,11 +89,25 @@ def presum_plan(op: nest.ComputeOp) -> tuple[NestSpec, list[str]] | None:
     summed = unread_sums(spec)
     if not summed:
         return None
+    sums, left = split_costs(spec, summed)
+    return (spec, summed) if sums * PAYS <= nest.macs(op) - left else None
+
+
+def split_costs(spec: NestSpec, summed: list[str]) -> tuple[int, int]:
+    """The multiply-adds of the presum nest (each summed tensor point's sum) and of the
+    contraction left after it, were `spec` split over `summed`."""
     extents = dict(spec.dims)
-    size = math.prod(extent for *_, extent in sum_axes(spec, summed))
     per_point = math.prod(extents[r] for r in summed)
-    macs = math.prod(extents.values())
-    return (spec, summed) if size * per_point * PAYS <= macs - macs // per_point else None
+    size = math.prod(extent for *_, extent in sum_axes(spec, summed))
+    return size * per_point, math.prod(extents.values()) // per_point
+
+
+def computed_macs(op: nest.ComputeOp) -> int:
+    """The multiply-adds `op` does once compiled: `nest.macs(op)`, or where presum splits it, the
+    sums' and the contraction's (`fold kh, expand kw` on a 64-channel 16 x 16 conv: 64 x 256 x 3
+    sums and a 1x1 conv's 64 x 64 x 256, not the 64 x 64 x 256 x 3 its nest reads)."""
+    plan = presum_plan(op)
+    return nest.macs(op) if plan is None else sum(split_costs(*plan))
 
 
 class PresumPass(ModulePass):

@@ -15,8 +15,12 @@ shapes, so every composition is an operator that fits in place of the conv.
   dim that neither the input nor the weight reads (its outputs are copies), and a reduction dim
   the input does not read (a sum of weights, one weight). `Synthesis.redundancy` is the
   compositions applied per distinct operator.
-- **MAC distance.** A step removes at most one reduction dim's extent from the MACs (tie, fold),
-  so a composition whose MACs need more steps than are left to reach the cap is not expanded.
+- **MACs** are those the operator does once compiled (`presum.computed_macs`): an `expand`ed
+  window is summed once before the contraction, so `fold kh, expand kw` costs a third of `fold
+  kh`'s multiply-adds and the input's 1 x 3 sums, not the fold's.
+- **MAC distance.** A step removes at most one reduction dim's extent from the MACs (tie, fold,
+  expand), so a composition whose MACs need more steps than are left to reach the cap is not
+  expanded.
 - **Caps.** Operators with at most `flops` x the layer's MACs and `params` x its weights are kept.
 
 Ranked by mixing strength (alphaNAS's levels from the input's channel, row and column to the
@@ -43,6 +47,7 @@ from nasir.search.space import SYNTH_LAYER
 from nasir.transforms.analysis.properties import LEVELS, nest_mixing
 from nasir.transforms.arch import in_place
 from nasir.transforms.nest_spec import NestSpec, is_conv, is_weight
+from nasir.transforms.presum import computed_macs
 
 NEST = SYNTH_LAYER
 """The name `standalone` gives the layer's nest, which the steps name."""
@@ -212,7 +217,7 @@ def primitive_steps(op: nest.ComputeOp) -> list[str]:
 
 def _cost(model: Model) -> tuple[int, int]:
     op = layer_nest(model)
-    return nest.macs(op), weight_count(model, op)
+    return computed_macs(op), weight_count(model, op)
 
 
 def synthesize(model: Model, layer: str, flops: float = 0.5, params: float = 1.0, depth: int = 3,
