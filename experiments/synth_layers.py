@@ -8,7 +8,8 @@ of the search's menu on the same layer, at equal MACs or fewer and mixing at lea
 Each layer runs alone (`standalone`, the search's kernel timings, 1 thread, llvm for this CPU).
 Fixed transforms: the menu's choices that stay one nest on a lone layer (group 2-16, depthwise,
 fold-kh, fold-kw; a channel bottleneck changes the layer's output and needs its neighbours).
-Synthesised: `synthesize(flops=...)`, the first `--time` operators of its ranking timed. For each
+Synthesised: `synthesize(flops=...)`; timed, the first `--time` of its ranking that may rival a fixed
+transform (MACs as compiled, `computed_macs`: an expanded window is summed once). For each
 fixed transform F, the synthesised operators S with MACs(S) <= MACs(F) and mixing strength(S) >=
 strength(F) (alphaNAS's levels summed); the row gives the best F (fastest of the layer) and the
 fastest such S, and time(F) / time(S).
@@ -29,17 +30,17 @@ import platform
 from pathlib import Path
 
 import nasir
-from nasir.dialects import nest
 from nasir.measure.kernels import KernelTimes, default_kernel_cache, standalone
-from nasir.search.synthesis import (NEST, Operator, distinct_convs, layer_nest, strength, synthesize, time_operators,
-                                    weight_count)
+from nasir.search.synthesis import NEST, Operator, distinct_convs, layer_nest, strength, synthesize, weight_count
+from nasir.transforms.presum import computed_macs
 
 FIXED = {f"group{g}": f"group{{factor={g} layers={NEST}}}" for g in (2, 4, 8, 16)}
 FIXED.update({"depthwise": f"depthwise{{layers={NEST}}}", "fold-kh": f"fold{{dim=kh layers={NEST}}}",
               "fold-kw": f"fold{{dim=kw layers={NEST}}}"})
 
 
-def fixed_operators(alone: nasir.Model, times: KernelTimes) -> dict[str, Operator]:
+def fixed_operators(alone: nasir.Model, cap: float) -> dict[str, Operator]:
+    """The menu's transforms of the lone layer within `cap` MACs (not timed yet)."""
     out = {}
     for name, pipeline in FIXED.items():
         try:
@@ -47,8 +48,14 @@ def fixed_operators(alone: nasir.Model, times: KernelTimes) -> dict[str, Operato
         except nasir.NasirError:
             continue
         op = layer_nest(made)
-        out[name] = Operator((pipeline,), made, nest.macs(op), weight_count(made, op), times.nest_ms(made, op))
+        if computed_macs(op) <= cap:
+            out[name] = Operator((pipeline,), made, computed_macs(op), weight_count(made, op))
     return out
+
+
+def rivals(s: Operator, f: Operator) -> bool:
+    """Whether synthesised `s` may stand against fixed `f`: no more MACs, mixing as strong."""
+    return s.macs <= f.macs and strength(s.mixing) >= strength(f.mixing)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -66,14 +73,15 @@ def main(argv: list[str] | None = None) -> None:
     for op in distinct_convs(model):
         alone = standalone(model, op, planes=False)
         found = synthesize(alone, NEST, flops=args.flops, depth=args.depth)
-        time_operators(found, args.time)
-        fixed = fixed_operators(alone, times)
-        timed = [s for s in found.operators if s.ms is not None]
+        fixed = fixed_operators(alone, args.flops * found.original.macs)
+        # the first --time operators of synthesis's ranking that may rival some fixed transform
+        timed = [s for s in found.operators if any(rivals(s, f) for f in fixed.values())][:args.time]
+        for o in [found.original, *fixed.values(), *timed]:
+            o.ms = times.nest_ms(o.model, o.op)
         best = None
         for name, f in sorted(fixed.items(), key=lambda kv: kv[1].ms):
-            rivals = [s for s in timed if s.macs <= f.macs and strength(s.mixing) >= strength(f.mixing)]
-            if f.macs <= args.flops * found.original.macs and rivals:
-                s = min(rivals, key=lambda o: o.ms)
+            if any(rivals(s, f) for s in timed):
+                s = min((s for s in timed if rivals(s, f)), key=lambda o: o.ms)
                 best = dict(layer=op.layer_name, shape=[e for _, e in op.domain.dims], layer_ms=found.original.ms,
                             fixed=name, fixed_macs=f.macs / found.original.macs, fixed_ms=f.ms, fixed_mixing=f.mixing,
                             synth=s.pipeline.replace(f" layers={NEST}", ""), synth_macs=s.macs / found.original.macs,
