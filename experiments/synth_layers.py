@@ -8,11 +8,11 @@ of the search's menu on the same layer, at equal MACs or fewer and mixing at lea
 Each layer runs alone (`standalone`, the search's kernel timings, 1 thread, llvm for this CPU).
 Fixed transforms: the menu's choices that stay one nest on a lone layer (group 2-16, depthwise,
 fold-kh, fold-kw; a channel bottleneck changes the layer's output and needs its neighbours).
-Synthesised: `synthesize(flops=...)`; timed, the first `--time` of its ranking that may rival a fixed
-transform (MACs as compiled, `computed_macs`: an expanded window is summed once). For each
-fixed transform F, the synthesised operators S with MACs(S) <= MACs(F) and mixing strength(S) >=
-strength(F) (alphaNAS's levels summed); the row gives the best F (fastest of the layer) and the
-fastest such S, and time(F) / time(S).
+Synthesised: `synthesize(flops=...)`. S rivals fixed transform F when MACs(S) <= MACs(F) (MACs as
+compiled, `computed_macs`: an expanded window is summed once) and its mixing strength(S) >=
+strength(F) (alphaNAS's levels summed); for each F the first `--time` rivals in synthesis's ranking
+are timed. The row gives the fastest F that has a timed rival, the fastest of its rivals, and
+time(F) / time(S).
 
 Measured (AMD EPYC Zen 3, znver3, 2 cores, 1 thread, 2026-11-29), ResNet-34 cifar10, flops 0.5,
 depth 3, data in experiments/data/synth-layers-znver3.json: 11 distinct convs, synthesised over
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--dataset", default="cifar10")
     p.add_argument("--flops", type=float, default=0.5)
     p.add_argument("--depth", type=int, default=3)
-    p.add_argument("--time", type=int, default=12, help="synthesised operators timed per layer")
+    p.add_argument("--time", type=int, default=4, help="synthesised operators timed per fixed transform they may rival")
     p.add_argument("--out", type=Path, help="write the rows as JSON")
     args = p.parse_args(argv)
     model = nasir.zoo.load(args.model, dataset=args.dataset).transform("convert-nn-to-nest")
@@ -74,8 +74,9 @@ def main(argv: list[str] | None = None) -> None:
         alone = standalone(model, op, planes=False)
         found = synthesize(alone, NEST, flops=args.flops, depth=args.depth)
         fixed = fixed_operators(alone, args.flops * found.original.macs)
-        # the first --time operators of synthesis's ranking that may rival some fixed transform
-        timed = [s for s in found.operators if any(rivals(s, f) for f in fixed.values())][:args.time]
+        # for each fixed transform, the first --time operators of synthesis's ranking that may rival it
+        timed = list({id(s): s for f in fixed.values()
+                      for s in [s for s in found.operators if rivals(s, f)][:args.time]}.values())
         for o in [found.original, *fixed.values(), *timed]:
             o.ms = times.nest_ms(o.model, o.op)
         best = None
