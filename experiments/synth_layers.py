@@ -11,8 +11,8 @@ fold-kh, fold-kw; a channel bottleneck changes the layer's output and needs its 
 Synthesised: `synthesize(flops=...)`. S rivals fixed transform F when MACs(S) <= MACs(F) (MACs as
 compiled, `computed_macs`: an expanded window is summed once) and its mixing strength(S) >=
 strength(F) (alphaNAS's levels summed); for each F the first `--time` rivals in synthesis's ranking
-are timed. The row gives the fastest F that has a timed rival, the fastest of its rivals, and
-time(F) / time(S).
+are timed. A row per layer and F with a rival: F, the fastest of its rivals, time(F) / time(S);
+then per F the median over the layers.
 
 Measured (AMD EPYC Zen 3, znver3, 2 cores, 1 thread, 2026-11-29), ResNet-34 cifar10, flops 0.5,
 depth 3, data in experiments/data/synth-layers-znver3.json: 11 distinct convs, synthesised over
@@ -79,27 +79,25 @@ def main(argv: list[str] | None = None) -> None:
                       for s in [s for s in found.operators if rivals(s, f)][:args.time]}.values())
         for o in [found.original, *fixed.values(), *timed]:
             o.ms = times.nest_ms(o.model, o.op)
-        best = None
         for name, f in sorted(fixed.items(), key=lambda kv: kv[1].ms):
-            if any(rivals(s, f) for s in timed):
-                s = min((s for s in timed if rivals(s, f)), key=lambda o: o.ms)
-                best = dict(layer=op.layer_name, shape=[e for _, e in op.domain.dims], layer_ms=found.original.ms,
-                            fixed=name, fixed_macs=f.macs / found.original.macs, fixed_ms=f.ms, fixed_mixing=f.mixing,
-                            synth=s.pipeline.replace(f" layers={NEST}", ""), synth_macs=s.macs / found.original.macs,
-                            synth_ms=s.ms, synth_mixing=s.mixing, gain=f.ms / s.ms, formula=s.formula,
-                            operators=len(found.operators), redundancy=found.redundancy)
-                break
-        if best:
-            rows.append(best)
-            print(f"{op.layer_name:40s} layer {best['layer_ms']:.3f} ms | {best['fixed']:9s} {best['fixed_macs']:.2f}x "
-                  f"{best['fixed_ms']:.3f} ms {best['fixed_mixing']} | {best['synth']} {best['synth_macs']:.2f}x "
-                  f"{best['synth_ms']:.3f} ms {best['synth_mixing']} | {best['gain']:.2f}x", flush=True)
-        else:
-            print(f"{op.layer_name:40s} no fixed transform within the cap with a synthesised rival", flush=True)
-    if rows:
-        gains = sorted(r["gain"] for r in rows)
-        print(f"{len(rows)} layers; synthesised over fixed: median {gains[len(gains) // 2]:.2f}x, "
-              f"min {gains[0]:.2f}x, max {gains[-1]:.2f}x ({platform.processor() or platform.machine()})")
+            rival = min((s for s in timed if rivals(s, f)), key=lambda o: o.ms, default=None)
+            if rival is None:
+                print(f"{op.layer_name:44s} {name:9s} no synthesised rival", flush=True)
+                continue
+            row = dict(layer=op.layer_name, shape=[e for _, e in op.domain.dims], layer_ms=found.original.ms,
+                       fixed=name, fixed_macs=f.macs / found.original.macs, fixed_ms=f.ms, fixed_mixing=f.mixing,
+                       synth=rival.pipeline.replace(f" layers={NEST}", ""), synth_macs=rival.macs / found.original.macs,
+                       synth_ms=rival.ms, synth_mixing=rival.mixing, gain=f.ms / rival.ms, formula=rival.formula,
+                       operators=len(found.operators), redundancy=found.redundancy)
+            rows.append(row)
+            print(f"{op.layer_name:44s} {name:9s} {row['fixed_macs']:.2f}x {f.ms:.3f} ms {f.mixing} | {row['synth']} "
+                  f"{row['synth_macs']:.2f}x {rival.ms:.3f} ms {rival.mixing} | {row['gain']:.2f}x", flush=True)
+    for name in FIXED:
+        gains = sorted(r["gain"] for r in rows if r["fixed"] == name)
+        if gains:
+            print(f"against {name}: {len(gains)} layers, synthesised over fixed median {gains[len(gains) // 2]:.2f}x "
+                  f"({gains[0]:.2f}-{gains[-1]:.2f}x)")
+    print(platform.processor() or platform.machine())
     if args.out:
         args.out.write_text(json.dumps({"config": vars(args) | {"out": str(args.out)}, "rows": rows}, indent=1))
 
