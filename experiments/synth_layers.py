@@ -8,8 +8,9 @@ of the search's menu on the same layer, at equal MACs or fewer and mixing at lea
 Each layer runs alone (`standalone`, the search's kernel timings, 1 thread, llvm for this CPU).
 Fixed transforms: the menu's choices that stay one nest on a lone layer (group 2-16, depthwise,
 fold-kh, fold-kw; a channel bottleneck changes the layer's output and needs its neighbours).
-Synthesised: `synthesize(flops=...)`. S rivals fixed transform F when MACs(S) <= MACs(F) (MACs as
-compiled, `computed_macs`: an expanded window is summed once) and its mixing strength(S) >=
+Synthesised: `synthesize(flops=...)`. S rivals fixed transform F when MACs(S) is within
+`EQUAL_MACS` of MACs(F) (MACs as compiled, `computed_macs`: an expanded window is summed once) and
+its mixing strength(S) >=
 strength(F) (alphaNAS's levels summed); for each F the first `--time` rivals in synthesis's ranking
 are timed. A row per layer and F with a rival: F, the fastest of its rivals, time(F) / time(S);
 then per F the median over the layers.
@@ -53,9 +54,16 @@ def fixed_operators(alone: nasir.Model, cap: float) -> dict[str, Operator]:
     return out
 
 
+EQUAL_MACS = (0.75, 1.05)
+"""The MACs of a synthesised operator that stands against a fixed transform's, as fractions of
+those: a rival with far fewer MACs would win on MACs alone; 5% over lets a window summed first
+(`expand`: a third of the MACs and the input's sums) stand against a fold (a third)."""
+
+
 def rivals(s: Operator, f: Operator) -> bool:
-    """Whether synthesised `s` may stand against fixed `f`: no more MACs, mixing as strong."""
-    return s.macs <= f.macs and strength(s.mixing) >= strength(f.mixing)
+    """Whether synthesised `s` may stand against fixed `f`: about the same MACs, mixing as strong."""
+    lo, hi = EQUAL_MACS
+    return lo * f.macs <= s.macs <= hi * f.macs and strength(s.mixing) >= strength(f.mixing)
 
 
 def main(argv: list[str] | None = None) -> None:
