@@ -32,7 +32,8 @@ from pathlib import Path
 
 import nasir
 from nasir.measure.kernels import KernelTimes, default_kernel_cache, standalone
-from nasir.search.synthesis import NEST, Operator, distinct_convs, layer_nest, strength, synthesize, weight_count
+from nasir.search.synthesis import (NEST, Operator, distinct_convs, fixed_keys, layer_nest, strength, structure_key,
+                                    synthesize, weight_count)
 from nasir.transforms.presum import computed_macs
 
 FIXED = {f"group{g}": f"group{{factor={g} layers={NEST}}}" for g in (2, 4, 8, 16)}
@@ -82,9 +83,11 @@ def main(argv: list[str] | None = None) -> None:
         alone = standalone(model, op, planes=False)
         found = synthesize(alone, NEST, flops=args.flops, depth=args.depth)
         fixed = fixed_operators(alone, args.flops * found.original.macs)
-        # for each fixed transform, the first --time operators of synthesis's ranking that may rival it
-        timed = list({id(s): s for f in fixed.values()
-                      for s in [s for s in found.operators if rivals(s, f)][:args.time]}.values())
+        # for each fixed transform, the first --time operators of synthesis's ranking that may rival
+        # it, none of them an operator the menu makes (split co and ci by 2, tie: group2 again)
+        menu = fixed_keys(alone)
+        novel = [s for s in found.operators if structure_key(s.op) not in menu]
+        timed = list({id(s): s for f in fixed.values() for s in [s for s in novel if rivals(s, f)][:args.time]}.values())
         for o in [found.original, *fixed.values(), *timed]:
             o.ms = times.nest_ms(o.model, o.op)
         for name, f in sorted(fixed.items(), key=lambda kv: kv[1].ms):

@@ -310,21 +310,28 @@ def distinct_convs(model: Model) -> list[nest.ComputeOp]:
     return out
 
 
+def fixed_keys(alone: Model) -> set[tuple]:
+    """The canonical keys (`structure_key`) of the operators the search's fixed choices
+    (`TEMPLATES`) make of the lone layer `alone` (named `NEST`)."""
+    from nasir.search.space import TEMPLATES
+
+    keys = set()
+    for template in TEMPLATES.values():
+        try:
+            keys.add(structure_key(layer_nest(alone.transform(template(NEST)))))
+        except NasirError:
+            continue
+    return keys
+
+
 def search_choices(model: Model, per_layer: int = 2, flops: float = 0.5, depth: int = 2) -> dict[str, str]:
     """Synthesised operators for the search to draw beside its fixed choices (`SearchSpace.of`):
     for each distinct conv of `model` (nest level), the first `per_layer` operators of its
-    synthesis that none of `TEMPLATES` makes on it, by `choice_name` -> their steps."""
-    from nasir.search.space import TEMPLATES
-
+    synthesis that none of `TEMPLATES` makes on it (`fixed_keys`), by `choice_name` -> their steps."""
     out: dict[str, str] = {}
     for op in distinct_convs(model):
         alone = standalone(model, op, planes=False)
-        fixed = set()
-        for template in TEMPLATES.values():
-            try:
-                fixed.add(structure_key(layer_nest(alone.transform(template(NEST)))))
-            except NasirError:
-                continue
+        fixed = fixed_keys(alone)
         found = synthesize(alone, NEST, flops=flops, depth=depth)
         for operator in [o for o in found.operators if structure_key(o.op) not in fixed][:per_layer]:
             out.setdefault(choice_name(operator.steps), operator.pipeline)
