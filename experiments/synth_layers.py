@@ -15,12 +15,17 @@ strength(F) (alphaNAS's levels summed); for each F the first `--time` rivals in 
 are timed. A row per layer and F with a rival: F, the fastest of its rivals, time(F) / time(S);
 then per F the median over the layers.
 
-Measured (AMD EPYC Zen 3, znver3, 2 cores, 1 thread, 2026-11-29), ResNet-34 cifar10, flops 0.5,
-depth 3, data in experiments/data/synth-layers-znver3.json: 11 distinct convs, synthesised over
-fixed median 1.15x (0.87-1.43x). The winners on 3x3 layers fold one window dim and give the other
-one weight for its taps (`fold kh, expand kw`: a 1 x 3 box sum into a 1x1 conv, at the fold's MACs
-and a third of its weights); on the 1x1 downsamples synthesis finds the menu's group16 and
-depthwise again under other dim names and loses up to 13% to them (its split dims run slower).
+Measured (AMD EPYC Zen 3, znver3, 2 cores, 1 thread, 2026-11-29, a fresh kernel cache), ResNet-34
+cifar10, flops 0.5, depth 3, data in experiments/data/synth-layers-znver3.json: 11 distinct convs,
+66 (layer, fixed transform) pairs with a novel rival. Synthesised over fixed, median over the
+layers (range): against depthwise 1.63x (0.90-2.20: a depthwise conv with one weight per channel
+for a window's rows or columns, `tie ci to co, expand kh`, summed first); against group16 1.04x
+(0.57-1.28); fold-kw 1.00x (0.67-1.77); fold-kh 0.89x (0.69-1.31); group4 0.81x (0.52-1.13);
+group2 0.77x (0.40-1.07); group8 0.36x (0.19-1.78). Where synthesis loses, its operator is one the
+llvm schedules serve badly: channels grouped by parity (split co and ci, tie the inner parts:
+group2 up to a permutation of the channels, at 0.93-2.5x group2's time, the most on 4 x 4) and
+a 3 x 1 window of a dilated, expanded conv after its sums (`dilate kh 2, expand kh, expand kw`
+against group8: 0.19-0.36x).
 """
 
 from __future__ import annotations
