@@ -24,7 +24,7 @@ for a window's rows or columns, `tie ci to co, expand kh`, summed first); agains
 group2 0.77x (0.40-1.07); group8 0.36x (0.19-1.78). Where synthesis loses, its operator is one the
 llvm schedules serve badly: channels grouped by parity (split co and ci, tie the inner parts:
 group2 up to a permutation of the channels, at 0.93-2.5x group2's time, the most on 4 x 4) and
-a 3 x 1 window of a dilated, expanded conv after its sums (`dilate kh 2, expand kh, expand kw`
+a 1x1 conv over 3 x 3 box sums whose rows are 2 apart (`dilate kh 2, expand kh, expand kw`
 against group8: 0.19-0.36x).
 """
 
