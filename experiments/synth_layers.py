@@ -10,10 +10,9 @@ Fixed transforms: the menu's choices that stay one nest on a lone layer (group 2
 fold-kh, fold-kw; a channel bottleneck changes the layer's output and needs its neighbours).
 Synthesised: `synthesize(flops=...)`. S rivals fixed transform F when MACs(S) is within
 `EQUAL_MACS` of MACs(F) (MACs as compiled, `computed_macs`: an expanded window is summed once) and
-its mixing strength(S) >=
-strength(F) (alphaNAS's levels summed); for each F the first `--time` rivals in synthesis's ranking
-are timed. A row per layer and F with a rival: F, the fastest of its rivals, time(F) / time(S);
-then per F the median over the layers.
+its mixing strength(S) >= strength(F) (alphaNAS's levels summed); for each F the first `--time`
+rivals in synthesis's ranking are timed. A row per layer and F with a rival: F, the fastest of its
+rivals, time(F) / time(S); then per F the median over the layers.
 
 Measured (AMD EPYC Zen 3, znver3, 2 cores, 1 thread, 2026-11-29, a fresh kernel cache), ResNet-34
 cifar10, flops 0.5, depth 3, data in experiments/data/synth-layers-znver3.json: 11 distinct convs,
@@ -55,8 +54,9 @@ def fixed_operators(alone: nasir.Model, cap: float) -> dict[str, Operator]:
         except nasir.NasirError:
             continue
         op = layer_nest(made)
-        if computed_macs(op) <= cap:
-            out[name] = Operator((pipeline,), made, computed_macs(op), weight_count(made, op))
+        macs = computed_macs(op)
+        if macs <= cap:
+            out[name] = Operator((pipeline,), made, macs, weight_count(made, op))
     return out
 
 

@@ -15,7 +15,8 @@ It reads the IR only (no weights needed), at either level: nn ops before `conver
 MACs count multiply-accumulates of contractions: convolution N*Co*OH*OW*(Ci/G)*KH*KW, gemm and
 matmul M*N*K (times the batch), a `nest.compute` with the `mac` combiner those it does once compiled
 (`presum.computed_macs`: its domain size, or for a window whose weight `expand` shared over its
-taps, the input's sums and the contraction left). Pools and element-wise ops count 0 (shown as "-"). Params are the elements of the op's `nn.weight` operands.
+taps, the input's sums and the contraction left). Pools and element-wise ops count 0 (shown as
+"-"). Params are the elements of the op's `nn.weight` operands.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ from xdsl.ir import Operation
 from nasir.dialects import nest, nn
 from nasir.dialects.nest import macs
 from nasir.dialects.shapes import shape_of
-from nasir.transforms.presum import computed_macs
 from nasir.runtime.tables import plain_table, rich_table
+from nasir.transforms.presum import computed_macs
 
 
 @dataclass(frozen=True)
