@@ -92,7 +92,8 @@ def main(argv: list[str] | None = None) -> None:
         # it, none of them an operator the menu makes (split co and ci by 2, tie: group2 again)
         menu = fixed_keys(alone)
         novel = [s for s in found.operators if structure_key(s.op) not in menu]
-        timed = list({id(s): s for f in fixed.values() for s in [s for s in novel if rivals(s, f)][:args.time]}.values())
+        timed = list({id(s): s for f in fixed.values()
+                      for s in [s for s in novel if rivals(s, f)][:args.time]}.values())
         for o in [found.original, *fixed.values(), *timed]:
             o.ms = times.nest_ms(o.model, o.op)
         for name, f in sorted(fixed.items(), key=lambda kv: kv[1].ms):
