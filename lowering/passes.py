@@ -31,6 +31,7 @@ from nasir.transforms.bottleneck import BottleneckPass
 from nasir.transforms.fold_batch_norm import FoldBatchNormPass
 from nasir.transforms.fuse_epilogue import FuseEpiloguePass
 from nasir.transforms.group import DepthwisePass, GroupPass
+from nasir.transforms.coordinates import BottomUpPass
 from nasir.transforms.primitives import DilatePass, ExpandPass, MergeDimsPass, SharePass, SplitDimPass, TiePass
 from nasir.transforms.presum import PresumPass
 from nasir.transforms.print_capacity import PrintCapacityPass
@@ -52,7 +53,7 @@ PASSES: tuple[type[ModulePass], ...] = (
     FoldBatchNormPass, FuseEpiloguePass, PresumPass,
     # architecture transforms (nest)
     BottleneckPass, GroupPass, DepthwisePass, UnfoldPass, FoldPass, ShiftPass, IndexSplitPass, UnsharePass,
-    SplitDimPass, MergeDimsPass, DilatePass, ExpandPass, SharePass, TiePass,
+    SplitDimPass, MergeDimsPass, DilatePass, ExpandPass, SharePass, TiePass, BottomUpPass,
     # schedule transforms (nest)
     InterchangePass, StripMinePass, TilePass, UnrollPass, FusePass, VectorizePass, ParallelPass, PackPass,
     # analyses

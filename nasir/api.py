@@ -85,16 +85,21 @@ def transform(model: Model, pipeline: str, capacity_check=None) -> Model:
     return out
 
 
-def synthesize(model: Model, layer: str, flops: float = 0.5, params: float = 1.0, depth: int = 3,
-               time: int = 10, cpu: str | None = None, threads: int = 1):
+def synthesize(model: Model, layer: str, flops: float = 0.5, params: float = 1.0, depth: int | None = None,
+               time: int = 10, cpu: str | None = None, threads: int = 1, bottom_up: bool = False):
     """Operators for conv `layer` of `model` built from the coordinate primitives (Syno), within
-    `flops` x its MACs and `params` x its weights, from up to `depth` primitive steps; the first
-    `time` of them timed alone beside the layer (`cpu`, `threads`). Returns a `Synthesis` (see
-    nasir/search/synthesis.py): `.operators` with their pipelines, formulas, MACs, parameters,
-    times and mixing, and the redundancy canonicalisation removed."""
-    from nasir.search.synthesis import synthesize as run, time_operators
+    `flops` x its MACs and `params` x its weights, from up to `depth` steps: rewrites of the conv
+    (default 3), or with `bottom_up` steps from the output's coordinates to the input's pruned by
+    the shape distance (default 5; nasir/search/bottom_up.py); the first `time` of them timed alone
+    beside the layer (`cpu`, `threads`). Returns a `Synthesis` (see nasir/search/synthesis.py):
+    `.operators` with their pipelines, formulas, MACs, parameters, times and mixing, and the
+    redundancy canonicalisation removed."""
+    from nasir.search.bottom_up import synthesize_bottom_up
+    from nasir.search.synthesis import synthesize as top_down
+    from nasir.search.synthesis import time_operators
 
-    found = run(model, layer, flops=flops, params=params, depth=depth)
+    walk, default = (synthesize_bottom_up, 5) if bottom_up else (top_down, 3)
+    found = walk(model, layer, flops=flops, params=params, depth=default if depth is None else depth)
     if time:
         time_operators(found, time, cpu=cpu, threads=threads)
     return found

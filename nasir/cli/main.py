@@ -26,8 +26,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-from importlib.metadata import version
 import tempfile
+from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
@@ -273,23 +273,27 @@ def cmd_tune(args) -> int:
 
 
 def cmd_synth(args) -> int:
+    from nasir.search.bottom_up import synthesize_bottom_up
     from nasir.search.synthesis import synthesize, time_operators
 
     with tempfile.TemporaryDirectory(prefix="nasir-") as tmp:
         model = load(model_file(args.model, args.dataset, tmp))
     if args.time:
         timeable_target(args.cpu)
-    with step(progress, f"synthesising operators for {args.layer} (up to {args.depth} primitive steps)"):
-        found = synthesize(model, args.layer, flops=args.flops, params=args.params, depth=args.depth)
+    walk, depth = (synthesize_bottom_up, args.depth or 5) if args.bottom_up else (synthesize, args.depth or 3)
+    how = "steps from the output's coordinates" if args.bottom_up else "primitive steps"
+    with step(progress, f"synthesising operators for {args.layer} (up to {depth} {how})"):
+        found = walk(model, args.layer, flops=args.flops, params=args.params, depth=depth)
     shown = found.operators[: args.top]
     if args.time:
         with step(progress, f"timing the layer and {min(args.time, len(shown))} operators alone"):
             time_operators(found, min(args.time, len(shown)), cpu=args.cpu, threads=args.threads)
     out.print(synthesis_table(found, shown, args.layer))
-    out.print(f"{found.generated} compositions applied, {found.distinct} distinct operators "
-              f"({found.redundancy:.1f} compositions each: canonicalisation), "
-              f"{sum(found.rejected.values())} wasteful ones dropped, {found.pruned} left unexpanded by the MAC "
-              f"distance; {len(found.operators)} within {args.flops:g} x the MACs and {args.params:g} x the weights")
+    out.print(f"{found.generated} {'steps' if args.bottom_up else 'compositions'} applied, {found.distinct} distinct "
+              f"operators ({found.redundancy:.1f} each: canonicalisation), "
+              f"{sum(found.rejected.values())} wasteful ones dropped, {found.pruned} left unexpanded by the "
+              f"{'shape' if args.bottom_up else 'MAC'} distance; {len(found.operators)} within {args.flops:g} x the "
+              f"MACs and {args.params:g} x the weights")
     for rank, op in enumerate(shown, 1):
         out.print(f"{rank}. {op.formula}", markup=False)
         if args.ir:
@@ -306,7 +310,7 @@ def synthesis_table(found, shown, layer: str) -> Table:
         table.add_column(column, justify="left" if column in ("steps", "mixing") else "right")
     for rank, op in enumerate(shown, 1):
         timed = op.ms is not None and base.ms is not None
-        table.add_row(str(rank), op.pipeline.replace(" layers=nest", ""), f"{op.macs / base.macs:.3f}x",
+        table.add_row(str(rank), op.pipeline.replace(" layers=nest", "").replace("bottom-up{steps=", "{"), f"{op.macs / base.macs:.3f}x",
                       f"{op.params / base.params:.3f}x", f"{op.ms:.3f}" if timed else "-",
                       f"{base.ms / op.ms:.2f}x" if timed else "-", op.mixing)
     return table
@@ -485,7 +489,11 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--dataset", default="cifar10", help="dataset variant of a zoo model (default cifar10)")
     c.add_argument("--flops", type=float, default=0.5, help="the MAC cap, a fraction of the layer's (default 0.5)")
     c.add_argument("--params", type=float, default=1.0, help="the weight cap, a fraction of the layer's (default 1)")
-    c.add_argument("--depth", type=int, default=3, help="primitive steps at most (default 3; 4 takes minutes)")
+    c.add_argument("--depth", type=int, help="steps at most (default 3 top-down, 4 takes minutes; 5 bottom-up, "
+                                             "6 takes a minute or more)")
+    c.add_argument("--bottom-up", action="store_true",
+                   help="grow operators from the output's coordinates to the input's (Syno's direction, pruned by the "
+                        "shape distance) instead of rewriting the conv")
     c.add_argument("--top", type=int, default=15, help="operators listed (default 15)")
     c.add_argument("--time", type=int, default=10, help="operators timed alone, llvm (default 10; 0: none)")
     c.add_argument("--threads", type=int, default=1, help="threads of the timed code (default 1)")

@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from nasir.dialects import nest
 from nasir.errors import LegalityError, NasirError, PassError
@@ -58,31 +59,46 @@ WINDOWS = {"kh": "oh", "kw": "ow"}
 
 @dataclass
 class Operator:
-    """One synthesised operator: the steps that made it first, its one-nest model, its cost."""
+    """One synthesised operator: the steps that made it first, its one-nest model, its cost.
+    `make`: the model built when first asked for (`shape`: its nest until then, for the formula,
+    the mixing and the ranking), so that operators nobody times or lists cost no transform."""
 
     steps: tuple[str, ...]
-    model: Model
+    built: Model | None
     macs: int
     params: int
     ms: float | None = None
+    make: Callable[[], Model] | None = None
+    shape: nest.ComputeOp | None = None
+
+    @property
+    def model(self) -> Model:
+        if self.built is None:
+            self.built = self.make()
+        return self.built
 
     @property
     def op(self) -> nest.ComputeOp:
-        return layer_nest(self.model)
+        return self.shape if self.built is None and self.shape is not None else layer_nest(self.model)
 
     @property
     def pipeline(self) -> str:
         return ",".join(self.steps)
 
     @property
+    def length(self) -> int:
+        """Steps it took: passes, or a bottom-up pass's steps."""
+        return len(self.steps) + self.pipeline.count(";")
+
+    @property
     def nest_text(self) -> str:
-        return str(self.op)
+        return str(layer_nest(self.model))
 
     @property
     def formula(self) -> str:
         return formula(self.op)
 
-    @property
+    @cached_property
     def mixing(self) -> str:
         return mixing(self.op)
 
@@ -114,7 +130,7 @@ def layer_nest(model: Model) -> nest.ComputeOp:
 def formula(op: nest.ComputeOp) -> str:
     """`y[out] = sum(reduction dims) x[data] * w[weight]`, the accesses over named dims."""
     spec = NestSpec.of(op)
-    index = lambda forms: ", ".join(str(f) for f in forms)  # noqa: E731
+    index = lambda forms: ", ".join(str(f) for f in forms)
     red = ", ".join(d for d, _ in spec.reduction)
     total = f"sum({red}) " if red else ""
     return f"y[{index(spec.out)}] = {total}x[{index(spec.forms[0])}] * w[{index(spec.forms[1])}]"
@@ -143,12 +159,17 @@ def strength(mixing_text: str) -> int:
     return sum(LEVELS.index(part[-1]) for part in mixing_text.split())
 
 
-def structure_key(op: nest.ComputeOp, canonical: bool = True) -> tuple:
+def as_spec(op: nest.ComputeOp | NestSpec) -> NestSpec:
+    """A nest as an editable spec (a spec given is used, and may be changed)."""
+    return NestSpec.of(op) if isinstance(op, nest.ComputeOp) else op
+
+
+def structure_key(op: nest.ComputeOp | NestSpec, canonical: bool = True) -> tuple:
     """The nest's structure without names: its dims numbered in domain order, their extents and
     the accesses over them. `canonical`: what equivalent compositions share, with dims of extent 1
     left out (a fold after a dilate is the fold) and dims that every access reads together as
     `a * extent(b) + b` merged (a split that nothing reads apart is no split)."""
-    spec = without_unit_dims(NestSpec.of(op)) if canonical else NestSpec.of(op)
+    spec = without_unit_dims(as_spec(op)) if canonical else as_spec(op)
     merged = canonical
     while merged:
         merged = False
@@ -172,9 +193,9 @@ def structure_key(op: nest.ComputeOp, canonical: bool = True) -> tuple:
             tuple(tuple(str(f) for f in forms) for forms in spec.forms), tuple(str(f) for f in spec.out))
 
 
-def wasteful(op: nest.ComputeOp) -> str | None:
+def wasteful(op: nest.ComputeOp | NestSpec) -> str | None:
     """Why an operator wastes what it computes (canonicalisation rules), or None."""
-    spec = NestSpec.of(op)
+    spec = as_spec(op)
     data = {d for f in spec.forms[0] for d in f.terms}
     weight = {d for f in spec.forms[1] for d in f.terms}
     for d, extent in spec.parallel:
@@ -215,17 +236,18 @@ def primitive_steps(op: nest.ComputeOp) -> list[str]:
     return [s.replace("}", f" layers={NEST}}}") for s in steps]
 
 
-def _cost(model: Model) -> tuple[int, int]:
+def cost(model: Model) -> tuple[int, int]:
     op = layer_nest(model)
     return computed_macs(op), weight_count(model, op)
 
 
-def synthesize(model: Model, layer: str, flops: float = 0.5, params: float = 1.0, depth: int = 3,
-               progress: Callable[[int, int], None] | None = None) -> Synthesis:
-    """Operators for `layer` of `model` (a conv) within `flops` x its MACs and `params` x its
-    weights, from compositions of up to `depth` primitive steps (module doc), ranked as in
-    `Synthesis`.
-    `progress(level, states)` is called at each level of the breadth-first walk."""
+def rank(o: Operator) -> tuple:
+    """The order of `Synthesis.operators`: the strongest mixing, the most MACs, the fewest weights."""
+    return -strength(o.mixing), -o.macs, o.params, o.length, o.pipeline
+
+
+def layer_alone(model: Model, layer: str, flops: float, params: float, depth: int) -> Model:
+    """Conv `layer` of `model` alone (`standalone`, its nest named `NEST`), after checking the caps."""
     if not 0 < flops <= 1 or params <= 0 or depth < 1:
         raise NasirError(f"synthesize: flops must be in (0, 1], params positive and depth at least 1 "
                          f"(got flops={flops}, params={params}, depth={depth})")
@@ -239,8 +261,17 @@ def synthesize(model: Model, layer: str, flops: float = 0.5, params: float = 1.0
     if not is_conv(ops[0]) or len(ops[0].access_maps[0].results) != 4:
         raise NasirError(f"synthesize: layer '{layer}' is not a convolution (a mac nest of a 4-D input and a "
                          f"weight)")
-    alone = standalone(nested, ops[0], planes=False)
-    macs0, params0 = _cost(alone)
+    return standalone(nested, ops[0], planes=False)
+
+
+def synthesize(model: Model, layer: str, flops: float = 0.5, params: float = 1.0, depth: int = 3,
+               progress: Callable[[int, int], None] | None = None) -> Synthesis:
+    """Operators for `layer` of `model` (a conv) within `flops` x its MACs and `params` x its
+    weights, from compositions of up to `depth` primitive steps (module doc), ranked as in
+    `Synthesis`.
+    `progress(level, states)` is called at each level of the breadth-first walk."""
+    alone = layer_alone(model, layer, flops, params, depth)
+    macs0, params0 = cost(alone)
     original = Operator((), alone, macs0, params0)
     states = {structure_key(layer_nest(alone), canonical=False)}
     operators = {structure_key(layer_nest(alone))}
@@ -268,7 +299,7 @@ def synthesize(model: Model, layer: str, flops: float = 0.5, params: float = 1.0
                 if why:
                     rejected[why] = rejected.get(why, 0) + 1
                     continue
-                macs, weights = _cost(made)
+                macs, weights = cost(made)
                 cand = Operator((*state.steps, step), made, macs, weights)
                 if key not in operators:
                     operators.add(key)
@@ -279,7 +310,7 @@ def synthesize(model: Model, layer: str, flops: float = 0.5, params: float = 1.0
                     continue
                 following.append(cand)
         level = following
-    found.sort(key=lambda o: (-strength(o.mixing), -o.macs, o.params, len(o.steps), o.pipeline))
+    found.sort(key=rank)
     return Synthesis(original, found, generated, len(operators), pruned, rejected)
 
 
@@ -289,10 +320,13 @@ SHORT = {"split-dim": "{dim}/{factor}", "tie": "{dim}={to}", "expand": "expand-{
 
 def choice_name(steps: tuple[str, ...]) -> str:
     """A synthesised operator as a search choice: `synth:co/2+ci/2+ci_i=co_i` (split co by 2,
-    split ci by 2, tie ci_i to co_i)."""
+    split ci by 2, tie ci_i to co_i); one built bottom-up: `synth:broadcast1+reducec+unfold13`."""
     parts = []
     for step in steps:
         name, _, rest = step.partition("{")
+        if name == "bottom-up":  # one pass: its steps, from the output's coordinates
+            parts += [s.replace(" ", "") for s in rest.split('"')[1].split("; ")]
+            continue
         options = dict(kv.split("=", 1) for kv in rest.rstrip("}").split() if "=" in kv)
         parts.append(SHORT[name].format(**options))
     return "synth:" + "+".join(parts)
