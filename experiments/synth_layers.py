@@ -4,11 +4,12 @@ of the search's menu on the same layer, at equal MACs or fewer and mixing at lea
 
     python experiments/synth_layers.py                        # ResNet-34 cifar10, flops 0.5, depth 3
     python experiments/synth_layers.py --dataset imagenet --out experiments/data/synth-layers.json
+    python experiments/synth_layers.py --bottom-up             # operators grown from the output, depth 5
 
 Each layer runs alone (`standalone`, the search's kernel timings, 1 thread, llvm for this CPU).
 Fixed transforms: the menu's choices that stay one nest on a lone layer (group 2-16, depthwise,
 fold-kh, fold-kw; a channel bottleneck changes the layer's output and needs its neighbours).
-Synthesised: `synthesize(flops=...)`. S rivals fixed transform F when MACs(S) is within
+Synthesised: `synthesize(flops=...)`, or with `--bottom-up` `synthesize_bottom_up`. S rivals fixed transform F when MACs(S) is within
 `EQUAL_MACS` of MACs(F) (MACs as compiled, `computed_macs`: an expanded window is summed once) and
 its mixing strength(S) >= strength(F) (alphaNAS's levels summed); for each F the first `--time`
 rivals in synthesis's ranking are timed. A row per layer and F with a rival: F, the fastest of its
@@ -36,6 +37,7 @@ from pathlib import Path
 
 import nasir
 from nasir.measure.kernels import KernelTimes, default_kernel_cache, standalone
+from nasir.search.bottom_up import synthesize_bottom_up
 from nasir.search.synthesis import (NEST, Operator, distinct_convs, fixed_keys, layer_nest, strength, structure_key,
                                     synthesize, weight_count)
 from nasir.transforms.presum import computed_macs
@@ -77,7 +79,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--model", default="resnet34")
     p.add_argument("--dataset", default="cifar10")
     p.add_argument("--flops", type=float, default=0.5)
-    p.add_argument("--depth", type=int, default=3)
+    p.add_argument("--depth", type=int, help="steps at most (default 3; 5 with --bottom-up)")
+    p.add_argument("--bottom-up", action="store_true", help="operators grown from the output's coordinates")
     p.add_argument("--time", type=int, default=4, help="synthesised operators timed per fixed transform they may rival")
     p.add_argument("--out", type=Path, help="write the rows as JSON")
     args = p.parse_args(argv)
@@ -86,7 +89,8 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     for op in distinct_convs(model):
         alone = standalone(model, op, planes=False)
-        found = synthesize(alone, NEST, flops=args.flops, depth=args.depth)
+        walk = synthesize_bottom_up if args.bottom_up else synthesize
+        found = walk(alone, NEST, flops=args.flops, depth=args.depth or (5 if args.bottom_up else 3))
         fixed = fixed_operators(alone, args.flops * found.original.macs)
         # for each fixed transform, the first --time operators of synthesis's ranking that may rival
         # it, none of them an operator the menu makes (split co and ci by 2, tie: group2 again)

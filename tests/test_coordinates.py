@@ -65,20 +65,21 @@ def test_without_share_the_groups_share_their_weights():
 
 def test_a_shared_channel_is_depthwise():
     _, wt, y = built(MODEL, "share 1; unfold 2 3; unfold 3 3")
-    assert tuple(wt.shape) == (8, 3, 3)
-    torch.testing.assert_close(y, F.conv2d(X, wt[:, None], BIAS, padding=1, groups=8), **TOL)
+    assert tuple(wt.shape) == (8, 1, 3, 3)  # a conv's layout, PyTorch's depthwise weight
+    torch.testing.assert_close(y, F.conv2d(X, wt, BIAS, padding=1, groups=8), **TOL)
 
 
 def test_an_unweighted_window_is_summed_with_one_weight():
     _, wt, y = built(MODEL, "broadcast 1; reduce c; unfold 1 3; unfold-sum 2 3")
-    assert tuple(wt.shape) == (8, 8, 3)
-    torch.testing.assert_close(y, F.conv2d(X, wt[..., None].expand(8, 8, 3, 3), BIAS, padding=1), **TOL)
+    assert tuple(wt.shape) == (8, 8, 3, 1)
+    torch.testing.assert_close(y, F.conv2d(X, wt.expand(8, 8, 3, 3), BIAS, padding=1), **TOL)
 
 
 def test_shift_moves_the_rows_read():
     _, wt, y = built(MODEL, "broadcast 1; reduce c; shift 1")  # a 1x1 conv of row oh + 1
     shifted = F.pad(X[:, :, 1:], (0, 0, 0, 1))
-    torch.testing.assert_close(y, F.conv2d(shifted, wt[..., None, None], BIAS), **TOL)
+    assert tuple(wt.shape) == (8, 8, 1, 1)
+    torch.testing.assert_close(y, F.conv2d(shifted, wt, BIAS), **TOL)
 
 
 def test_stride_then_unfold_is_a_strided_conv():

@@ -27,7 +27,7 @@ read index 0). Channels read as rows (space-to-depth) are outside what it builds
     broadcast 1; reduce c; unfold 1 3; unfold 2 3
         x[n, ci, oh + kh - 1, ow + kw - 1] * w[co, ci, kh, kw]
     split 1 2; broadcast 2; share 1; reduce c/2; merge 1 4; unfold 2 3; unfold 3 3
-        x[n, co_o * (Ci/2) + ci, oh + kh - 1, ow + kw - 1] * w[co_o, co_i, ci, kh, kw]   (2 groups)
+        x[n, co_o * (Ci/2) + ci, oh + kh - 1, ow + kw - 1] * w[co_o * (Co/2) + co_i, ci, kh, kw]   (2 groups)
 
 `BottomUpPass` (`bottom-up{steps="..." layers=REGEX}`) installs the operator an expression makes in
 place of a conv. Its weight is fresh (Kaiming, whatever `init` says): an operator built from the
@@ -289,10 +289,27 @@ def _to_form(form: Lin) -> Form:
     return Form(dict(form[0]), form[1])
 
 
+def weight_axes(expr: Expression, order: list[str]) -> list[Form]:
+    """The weight's access, in a conv's layout (O, I, H, W): the output's channel dims it reads, the
+    summed channels, the row taps, the column taps, an axis each (index 0 where it reads none, as
+    PyTorch's depthwise weight [Co, 1, Kh, Kw]; several where it reads several), then the output's
+    rows or columns it reads (`share`). An output axis's dims that it all reads are one axis, read
+    as the output reads them (co_o * 4 + co_i, not co_o and co_i)."""
+    read, axes = set(expr.weight), {"O": [], "I": [], "H": [], "W": [], "rest": []}
+    summed = dict(expr.reduction)
+    for d in sorted(expr.weight, key=order.index):
+        whole = next((f for f in expr.out if d in dict(f[0]) and set(dict(f[0])) <= read), None)
+        form = Form(dict(whole[0])) if whole is not None else Form.dim(d)
+        fam = family(d)
+        slot = ("I" if d in summed else "O") if fam == "c" else (fam.upper() if d in summed else "rest")
+        if not any(a.terms == form.terms for a in axes[slot]):
+            axes[slot].append(form)
+    return [f for slot in ("O", "I", "H", "W") for f in axes[slot] or [Form({})]] + axes["rest"]
+
+
 def install(spec: NestSpec, expr: Expression) -> None:
     """Make `spec` the operator `expr` describes: its dims (output dims in the output's order, summed
-    ones channels first, then rows, then columns), accesses and weight (its axes in the same order;
-    the dims of an output axis it reads all of are one axis, read as the output reads them)."""
+    ones channels first, then rows, then columns), accesses and weight (`weight_axes`)."""
     data = expr.finish()
     rank = {f: k for k, f in enumerate(FAMILIES)}
     reduction = sorted(expr.reduction, key=lambda d: rank[family(d[0])])
@@ -300,14 +317,7 @@ def install(spec: NestSpec, expr: Expression) -> None:
     spec.reduction = [list(d) for d in reduction]
     order = [d for d, _ in expr.parallel + tuple(reduction)]
     spec.forms[0] = [_to_form(f) for f in data]
-    axes, read = [], set(expr.weight)
-    for d in sorted(expr.weight, key=order.index):  # an output axis's dims, all read: one axis, as the output's
-        whole = next((f for f in expr.out if d in dict(f[0]) and set(dict(f[0])) <= read), None)
-        if whole is not None and not any(a.terms == dict(whole[0]) for a in axes):
-            axes.append(Form(dict(whole[0])))
-        elif whole is None:
-            axes.append(Form.dim(d))
-    spec.forms[1] = axes
+    spec.forms[1] = weight_axes(expr, order)
     spec.out = [_to_form(f) for f in expr.out]
     for k in range(2, len(spec.forms)):  # a bias reads the output's channel dims as the output does
         spec.forms[k] = [_to_form(f) for f in expr.out[1:2]]
@@ -322,7 +332,7 @@ class BottomUpPass(ArchPass):
         x (n, ci, oh + kh - 1, ow + kw - 1)  w (co, ci, kh, kw)
         -- bottom-up{steps="split 1 2; broadcast 2; share 1; reduce c/2; merge 1 4; unfold 2 3; unfold 3 3"} -->
         [n, co_o = 2, co_i = 4, oh, ow], [ci = 4, kh = 3, kw = 3]
-        x (n, co_o * 4 + ci, oh + kh - 1, ow + kw - 1)  w (co_o, co_i, ci, kh, kw): tensor<2x4x4x3x3>
+        x (n, co_o * 4 + ci, oh + kh - 1, ow + kw - 1)  w (co_o * 4 + co_i, ci, kh, kw): tensor<8x4x3x3>
     """
 
     name = "bottom-up"

@@ -1,6 +1,7 @@
 // Operators built bottom-up from the output's coordinates [n, co, oh, ow] to the input's: four steps
 // make the conv itself, seven a grouped conv (its weight one axis per output channel), three a
-// depthwise one, and an unweighted window (unfold-sum) leaves the weight without that axis.
+// depthwise one (the weight in a conv's layout, [Co, 1, Kh, Kw]), and an unweighted window
+// (unfold-sum) leaves the weight a size-1 axis there.
 // RUN: nasir-opt %s -p 'bottom-up{steps="broadcast 1; reduce c; unfold 1 3; unfold 2 3" layers=conv1}' | filecheck %s --check-prefix=CONV
 // RUN: nasir-opt %s -p 'bottom-up{steps="split 1 2; broadcast 2; share 1; reduce c/2; merge 1 4; unfold 2 3; unfold 3 3" layers=conv1}' | filecheck %s --check-prefix=GROUP
 // RUN: nasir-opt %s -p 'bottom-up{steps="share 1; unfold 2 3; unfold 3 3" layers=conv1}' | filecheck %s --check-prefix=DEPTH
@@ -16,12 +17,12 @@
 // GROUP-SAME: -> (d0, ((d1 * 4) + d5), ((d3 + d6) + -1), ((d4 + d7) + -1))>, affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (((d1 * 4) + d2), d5, d6, d7)>
 // GROUP-SAME: out_map = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d0, ((d1 * 4) + d2), d3, d4)>
 
-// DEPTH:      nn.weight {name = "conv1.weight{{.*}}"} : tensor<8x3x3xf32>
+// DEPTH:      nn.weight {name = "conv1.weight{{.*}}"} : tensor<8x1x3x3xf32>
 // DEPTH:      domain = #nest.domain<[n = 1, co = 8, oh = 8, ow = 8], [kh = 3, kw = 3]>
-// DEPTH-SAME: -> (d0, d1, ((d2 + d4) + -1), ((d3 + d5) + -1))>, affine_map<(d0, d1, d2, d3, d4, d5) -> (d1, d4, d5)>
+// DEPTH-SAME: -> (d0, d1, ((d2 + d4) + -1), ((d3 + d5) + -1))>, affine_map<(d0, d1, d2, d3, d4, d5) -> (d1, 0, d4, d5)>
 
-// SUM:        nn.weight {name = "conv1.weight{{.*}}"} : tensor<8x8x3xf32>
-// SUM:        affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d1, d4, d5)>
+// SUM:        nn.weight {name = "conv1.weight{{.*}}"} : tensor<8x8x3x1xf32>
+// SUM:        affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d1, d4, d5, 0)>
 
 // SHORT:      the frontier (1 x 8 x 8) has no c coordinate for the input's axis 1 of 8
 
