@@ -88,3 +88,22 @@ def test_computed_macs_count_the_sums_and_the_contraction_left():
     assert computed_macs(op) == 64 * 16 * 16 * 3 + 64 * 64 * 16 * 16
     assert computed_macs(op) == sum(macs(o) for o in nests(t.transform(str(GRAPH))).values())
     assert computed_macs(nest_op(m, "conv")) == macs(nest_op(m, "conv")) == 64 * 64 * 16 * 16 * 9
+
+
+def test_a_kernel_is_timed_as_a_compile_runs_it(tmp_path):
+    """The search's and synthesis's kernel times (`KernelTimes.nest_ms`) time a layer split by
+    presum as a compile splits it, not the unsummed nest (a schedule given first would keep presum
+    off): the timed module holds the sums and the 1x1 contraction, and computes the torch
+    backend's numbers on the layer."""
+    from nasir.measure.kernels import KernelTimes
+
+    net, m = conv64()
+    t = m.transform(on_conv("fold{dim=kh},expand{dim=kw}"))
+    timed = KernelTimes(tmp_path / "kernels.db", None, 1).as_compiled(t, nest_op(t, "conv"))
+    found = nests(timed)
+    assert set(found) == {"nest", "nest.presum"} and all(op.schedule is not None for op in found.values())
+    assert macs(found["nest"]) == 64 * 64 * 16 * 16  # the 1x1 contraction left, not the fold's 3 taps
+    x = np.zeros(timed.module.body.blocks[0].ops.first.function_type.inputs.data[0].get_shape(), np.float32)
+    x[..., :16, :] = net.x  # the timed argument has the padding rows a compile gives its planes
+    got = np.asarray(nasir.compile(timed)(x))[..., :16, :]
+    np.testing.assert_allclose(got, run(t, net.x).numpy(), rtol=1e-4, atol=1e-4)

@@ -135,10 +135,15 @@ class KernelTimes:
         search's unchanged and repeated layers skip building and scheduling it again."""
         key = nest_key(op, batch)
         if key not in self.seen:
-            alone = standalone(model, op, batch)
-            set_target(alone.module, self.cpu)
-            self.seen[key] = self.kernel_ms(alone.transform("default-schedule"))
+            self.seen[key] = self.kernel_ms(self.as_compiled(model, op, batch))
         return self.seen[key]
+
+    def as_compiled(self, model: Model, op: nest.ComputeOp, batch: int | None = None) -> Model:
+        """`op` alone (`standalone`) as a compile runs it: for this CPU, split by `presum` (an
+        expanded window summed first, which a nest given its schedule would skip), scheduled."""
+        alone = standalone(model, op, batch)
+        set_target(alone.module, self.cpu)
+        return alone.transform("presum,default-schedule")
 
     def timed(self, op: nest.ComputeOp, batch: int | None = None) -> bool:
         """Whether `nest_ms(model, op, batch)` is known to this object (costs no compile)."""
