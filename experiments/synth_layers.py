@@ -15,17 +15,31 @@ its mixing strength(S) >= strength(F) (alphaNAS's levels summed); for each F the
 rivals in synthesis's ranking are timed. A row per layer and F with a rival: F, the fastest of its
 rivals, time(F) / time(S); then per F the median over the layers.
 
-Measured (AMD EPYC Zen 3, znver3, 2 cores, 1 thread, 2026-11-29, a fresh kernel cache), ResNet-34
-cifar10, flops 0.5, depth 3, data in experiments/data/synth-layers-znver3.json: 11 distinct convs,
-66 (layer, fixed transform) pairs with a novel rival. Synthesised over fixed, median over the
-layers (range): against depthwise 1.63x (0.90-2.20: a depthwise conv with one weight per channel
-for a window's rows or columns, `tie ci to co, expand kh`, summed first); against group16 1.04x
-(0.57-1.28); fold-kw 1.00x (0.67-1.77); fold-kh 0.89x (0.69-1.31); group4 0.81x (0.52-1.13);
-group2 0.77x (0.40-1.07); group8 0.36x (0.19-1.78). Where synthesis loses, its operator is one the
-llvm schedules serve badly: channels grouped by parity (split co and ci, tie the inner parts:
-group2 up to a permutation of the channels, at 0.93-2.5x group2's time, the most on 4 x 4) and
-a 1x1 conv over 3 x 3 box sums whose rows are 2 apart (`dilate kh 2, expand kh, expand kw`
-against group8: 0.19-0.36x).
+Measured (AMD EPYC Zen 3, znver3, 2 cores, 1 thread, 2026-11-29, fresh kernel caches, after
+53cd300: kernels timed as compiled, an expanded window summed first; before it an `expand`ed
+operator was timed unsummed, up to 2.4x slow, and this table read 0.36-1.63x), ResNet-34
+cifar10, flops 0.5, 11 distinct convs. Synthesised over fixed, median over the layers (range):
+
+| against   | top-down, depth 3 (66 pairs)  | bottom-up, depth 5 (25 pairs) |
+|-----------|-------------------------------|-------------------------------|
+| group2    | 0.76x (0.08-1.30), 10 layers  | no rival                      |
+| group4    | 0.85x (0.50-1.11), 10         | no rival                      |
+| group8    | 1.03x (0.62-1.32), 10         | 0.99x (0.67-1.34), 7          |
+| group16   | 0.97x (0.51-1.65), 10         | 0.93x, 1                      |
+| depthwise | 1.42x (0.77-2.22), 10         | 1.04x (0.66-2.05), 7          |
+| fold-kh   | 1.14x (0.90-1.29), 8          | 1.16x (0.98-1.52), 5          |
+| fold-kw   | 1.30x (1.00-1.71), 8          | 1.23x (1.19-1.40), 5          |
+
+Data: experiments/data/synth-layers-znver3.json (top-down) and
+synth-layers-bottom-up-znver3.json. Half the pairs go to synthesis (top-down 33 of 66, bottom-up
+15 of 25). Its winners are the conv's own mixing at a third of its MACs: a window whose rows (or
+columns) share one weight, summed once (`expand kh`; bottom-up `broadcast 1; unfold-sum 1 3;
+unfold 2 3; reduce c`), against a fold; against depthwise, on the layers that double the
+channels, a depthwise conv with 2 outputs per input channel (`split co 2, tie ci to co_o`, with a
+shift, a dilation or an expanded window). Where it loses, its operator is one the llvm schedules
+serve badly: channels grouped by parity (split co and ci, tie the inner parts: group2 up to a
+permutation of the channels; 0.08x on layer4.0.conv1, 512 channels on 4 x 4 at stride 2). Bottom-up at depth 5 reaches no grouped operator (7 steps: split, broadcast, share,
+reduce, merge and two windows), so it has no rival for group2 and group4.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ same flow without them, in the same wall time.
     python experiments/synth_search.py --task hard-mnist             # resumable in --out/TASK
     python experiments/synth_search.py --task hard-mnist --report    # print the saved table
     python experiments/synth_search.py --task hard-mnist --retime    # step 4 again, on a quiet machine
+    python experiments/synth_search.py --task hard-mnist --bottom-up --out runs-bu   # operators grown bottom-up
 
 In `--out`/TASK (the folder verified_search.py uses, so both share the trained original):
 1. The task and the original, ResNet-18 at 16 x 16 trained with the ground-truth recipe
@@ -43,10 +44,11 @@ from verified_search import flow_arguments, task_and_original
 import nasir
 from nasir.measure.timing import Spread, interleaved, ratios
 from nasir.search.finetune import LR, RECALIBRATE, finetune_batch
+from nasir.search.bottom_up import synthesize_bottom_up
 from nasir.search.synthesis import search_choices
 from nasir.lowering.target import host_target
 
-PRIMITIVE = re.compile(r"\b(split-dim|merge-dims|dilate|expand|share|tie)\{")
+PRIMITIVE = re.compile(r"\b(split-dim|merge-dims|dilate|expand|share|tie|bottom-up)\{")
 """The passes only synthesised operators use (fold, shift and unfold are fixed choices too)."""
 
 
@@ -56,7 +58,7 @@ def warm_cache(args, out: Path) -> Path:
     if not done.exists():
         nasir.search(out / "original.onnx", time_limit=args.warm, budget=None, workers=args.workers,
                      out=out / "search-warm", kernel_cache=cache, seed=1, strategy="evolution", progress=False,
-                     synth=args.synth)
+                     synth=args.synth, synth_bottom_up=args.bottom_up)
         done.touch()
     return cache
 
@@ -79,7 +81,9 @@ def search_arm(args, out: Path, task: Path, synth: int, warm: Path) -> dict:
     synth_s = float(timed.read_text()) if searched and timed.exists() else 0.0
     if synth and not searched:
         start = time.perf_counter()
-        choices = search_choices(nasir.load(out / "original.onnx").transform("convert-nn-to-nest"), per_layer=synth)
+        walk = dict(depth=4, walk=synthesize_bottom_up) if args.bottom_up else {}
+        choices = search_choices(nasir.load(out / "original.onnx").transform("convert-nn-to-nest"), per_layer=synth,
+                                 **walk)
         synth_s = time.perf_counter() - start
         timed.write_text(f"{synth_s}\n")
         print(f"synthesis: {len(choices)} operators in {synth_s:.0f} s: {', '.join(choices)}", flush=True)
@@ -88,7 +92,8 @@ def search_arm(args, out: Path, task: Path, synth: int, warm: Path) -> dict:
                           time_limit=None if searched else args.time_limit - synth_s, budget=1 if searched else None,
                           workers=args.workers, out=search, kernel_cache=cache, seed=0,
                           strategy="evolution", finetune_epochs=args.finetune_epochs,
-                          finetune_top=args.finetune_top, progress=False, synth=synth)
+                          finetune_top=args.finetune_top, progress=False, synth=synth,
+                          synth_bottom_up=bool(synth) and args.bottom_up)
     wall = time.perf_counter() - start + synth_s
     best = result.best
     verified = result.verified
@@ -174,6 +179,7 @@ def main() -> None:
     p.add_argument("--best-seeds", type=int, default=3,
                    help="training seeds each arm's best is fine-tuned with again (0: the search's own run alone)")
     p.add_argument("--synth", type=int, default=4, help="synthesised operators per distinct conv in the synth arm")
+    p.add_argument("--bottom-up", action="store_true", help="the synth arm's operators grown bottom-up (depth 4)")
     p.add_argument("--warm", type=float, default=600.0, help="seconds of the search that fills the shared kernel cache")
     p.add_argument("--rounds", type=int, default=15, help="interleaved rounds of the final timing")
     p.add_argument("--retime", action="store_true",

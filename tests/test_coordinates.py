@@ -25,9 +25,11 @@ from nasir.dialects import nest
 from nasir.errors import LegalityError, NasirError, PassError
 from nasir.lowering.nest_to_torch.nest_ops import run_compute
 from nasir.lowering.pipeline import GRAPH
+from nasir.measure.kernels import standalone
 from nasir.search import bottom_up
 from nasir.search.bottom_up import synthesize_bottom_up
-from nasir.search.synthesis import structure_key
+from nasir.search.space import SearchSpace
+from nasir.search.synthesis import layer_nest, search_choices, structure_key
 from nasir.transforms.coordinates import Expression
 
 CONV = "broadcast 1; reduce c; unfold 1 3; unfold 2 3"
@@ -157,6 +159,17 @@ def test_the_shape_distance_prunes_nothing_that_finishes(monkeypatch):
     assert [structure_key(o.op) for o in pruned.operators] == [structure_key(o.op) for o in full.operators]
 
 
+def test_channel_steps_first_lose_no_operator(monkeypatch):
+    """The walk takes channel steps before row and column steps only; every order of them makes
+    the same operators."""
+    ordered = synthesize_bottom_up(MODEL, "conv", flops=0.5, depth=4)
+    moves = bottom_up.moves
+    monkeypatch.setattr(bottom_up, "moves", lambda expr: moves(expr, ordered=False))
+    every = synthesize_bottom_up(MODEL, "conv", flops=0.5, depth=4)
+    assert every.generated > ordered.generated
+    assert [structure_key(o.op) for o in ordered.operators] == [structure_key(o.op) for o in every.operators]
+
+
 def test_nasir_synth_bottom_up_from_the_cli(tmp_path, capsys):
     path = tiny_resnet_onnx(tmp_path / "tiny.onnx")
     code, out, err = run_main(cli.main, capsys, "synth", "layer1_conv1_Conv", "--model", path, "--bottom-up",
@@ -165,3 +178,28 @@ def test_nasir_synth_bottom_up_from_the_cli(tmp_path, capsys):
     assert "steps applied" in out and "shape distance" in out and "1. y[n, " in out and "ms alone" in out
     with pytest.raises(NasirError, match="depth at least 1"):
         nasir.synthesize(MODEL, "conv", depth=0, bottom_up=True)
+
+
+# --- in the search (deliver 3) -----------------------------------------------------------------
+
+def test_a_search_draws_operators_grown_bottom_up(tmp_path):
+    """`synth_bottom_up`: the space's synthesised choices are `bottom-up` passes, installed on the
+    layer they were grown for with the meaning they had alone (against the torch backend on the
+    layer alone), and the search evaluates candidates holding them."""
+    path = tiny_resnet_onnx(tmp_path / "tiny.onnx")
+    model = nasir.load(str(path)).transform("convert-nn-to-nest")
+    chosen = search_choices(model, per_layer=1, depth=4, walk=synthesize_bottom_up)
+    assert chosen and all(name.startswith("synth:") and steps.startswith("bottom-up{") for name, steps in chosen.items())
+    space = SearchSpace.of(model, ("identity",), synthesized=chosen)
+    name, steps = next(iter(chosen.items()))
+    layer = next(lc for lc in space.layers if name in lc.choices)
+    made = model.transform(space.pipeline({layer.layer: name}))
+    lone = next(o for o in model.ops() if getattr(o, "layer_name", "") == layer.layer)
+    expected = standalone(model, lone, planes=False).transform(steps)
+    assert structure_key(nest_op(made, layer.layer)) == structure_key(layer_nest(expected))
+    result = nasir.search(str(path), budget=4, out=tmp_path / "run", seed=0, progress=False, choices=("identity",),
+                          synth=1, synth_bottom_up=True, capacity="none")
+    grown = [c for c in result.candidates if "bottom-up{" in c.pipeline]
+    assert grown and any(c.outcome.status == "accepted" and c.outcome.estimate_ms > 0 for c in grown)
+    with pytest.raises(NasirError, match="give synth too"):
+        nasir.search(str(path), budget=1, out=tmp_path / "bad", progress=False, synth_bottom_up=True)

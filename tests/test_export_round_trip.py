@@ -58,7 +58,10 @@ CASES = {
     "primitives": [f'split-dim{{dim=co factor=4 layers="{L1C1}"}}', f'split-dim{{dim=ci factor=4 layers="{L1C1}"}}',
                    f'tie{{dim=ci_o to=co_o layers="{L1C1}"}}', f'dilate{{dim=kw factor=2 layers="{L1C2}"}}',
                    f'expand{{dim=kh layers="{L2C1}"}}', f'share{{dim=oh layers="{L2C2}"}}',
-                   f'split-dim{{dim=oh factor=2 layers="{STEM}"}}', f'merge-dims{{outer=oh_o inner=oh_i layers="{STEM}"}}'],
+                   f'split-dim{{dim=oh factor=2 layers="{STEM}"}}', f'merge-dims{{outer=oh_o inner=oh_i layers="{STEM}"}}',
+                   # a grouped strided 1x1 conv grown from the output's coordinates
+                   f'bottom-up{{steps="split 1 2; broadcast 2; share 1; reduce c/2; merge 1 4; stride 2 2; stride 3 2" '
+                   f'layers="{DOWN}"}}'],
     "splits": [f'index-split{{dim=co parts=2 layers="{L1C1}"}}', f'unshare{{dim=ow parts=2 layers="{L1C2}"}}',
                f'unshare{{dim=oh parts=2 layers="{L2C1}"}}', bottleneck_("oh", DOWN), bottleneck_("ow", STEM),
                COMPOSITIONS["spatial_bottleneck"]],

@@ -735,3 +735,24 @@ def test_the_front_tables_ms_rank_as_the_speedups_do():
     shown = [float(cell.split()[0]) for cell in column._cells]
     original = float(np.median([24.0, 25.0, 26.0, 10.0, 10.2, 10.4]))
     assert shown == [round(original / 2.0, 2), round(original / (10.2 / 8.5), 2)] and shown[0] < shown[1]
+
+
+def test_a_search_stored_before_an_option_existed_resumes_at_its_default():
+    """A study stamped by an older nasir lacks options added since (synth_bottom_up): it resumes
+    when they are at their defaults, and is refused when one is not, or when a stored one differs."""
+    from dataclasses import replace as with_options
+
+    from nasir.search.driver import check_fingerprint
+
+    options = SearchOptions()
+    current = json.loads(json.dumps(options.__dict__, sort_keys=True, default=list))
+    older = {k: v for k, v in current.items() if k != "synth_bottom_up"}
+    stored = {"model": "m", "options": json.dumps(older, sort_keys=True)}
+
+    def fingerprint(o):
+        return {"model": "m", "options": json.dumps(o.__dict__, sort_keys=True, default=list)}
+
+    check_fingerprint("db", stored, fingerprint(options))
+    for changed in (with_options(options, synth=2, synth_bottom_up=True), with_options(options, seed=1)):
+        with pytest.raises(NasirError, match="holds a search with other options"):
+            check_fingerprint("db", stored, fingerprint(changed))

@@ -253,4 +253,4 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
 def test_help_lists_nasirs_passes_not_xdsls():
     done = subprocess.run([sys.executable, "-m", "nasir.cli.nasir_opt", "--help"], capture_output=True, text=True)
     text = " ".join(done.stdout.split()).replace("- ", "-")
-    assert "nasir's passes: bottleneck, convert-loops-to-llvm" in text and "riscv" not in text
+    assert "nasir's passes: bottleneck, bottom-up, convert-loops-to-llvm" in text and "riscv" not in text

@@ -212,7 +212,8 @@ def cmd_search(args) -> int:
                           timeout=args.timeout, kernel_cache=args.kernel_cache, train_top=args.train_top,
                           epochs=args.epochs, init=args.init, capacity=args.capacity,
                           accuracy_drop=args.max_accuracy_drop, finetune_epochs=args.finetune_epochs,
-                          finetune_top=args.finetune_top, synth=args.synth)
+                          finetune_top=args.finetune_top, synth=args.synth,
+                          synth_bottom_up=args.synth_bottom_up)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.counts().items()))
     if result.resumed:
         out.print(f"resumed from {result.resumed}")
@@ -566,6 +567,8 @@ def search_args(c: argparse.ArgumentParser) -> None:
     c.add_argument("--synth", type=int, default=0, metavar="K",
                    help="also draw K operators synthesised for each distinct conv from Syno's primitives "
                         "(nasir synth; each costs seconds before the search; default 0)")
+    c.add_argument("--synth-bottom-up", action="store_true",
+                   help="synthesise them bottom-up, from the output's coordinates (nasir synth --bottom-up)")
     c.add_argument("--timeout", type=float, default=600.0, help="seconds one evaluation may take (default 600)")
     c.add_argument("--cpu", help="llvm: the CPU to compile for (default: NASIR_CPU, else the host)")
     c.add_argument("--train-top", type=int, default=0, metavar="K",

@@ -26,7 +26,7 @@ def search(model: str | Path, dataset: str = "cifar10", *, budget: int | None = 
            choices: tuple[str, ...] | None = None, check_top: int | None = 8, timeout: float = 600.0, progress: bool = True,
            kernel_cache: str | Path | None = None, train_top: int = 0, epochs: int = 200, init: str | None = None,
            accuracy_drop: float | None = None, finetune_epochs: int = 9, finetune_top: int = 12,
-           capacity: str | None = None, synth: int = 0):
+           capacity: str | None = None, synth: int = 0, synth_bottom_up: bool = False):
     """Search the architecture transforms of `model` (a zoo name or an .onnx file) for faster
     networks that keep its capacity (`nasir.search.driver`); returns a `SearchResult` with
     `.best`, `.pareto` and `.candidates`, and writes them to `out`.
@@ -61,7 +61,8 @@ def search(model: str | Path, dataset: str = "cifar10", *, budget: int | None = 
     searches; `nasir.measure.kernels.default_kernel_cache`). `ray`: evaluate as Ray tasks on the cluster at that address ("auto", "127.0.0.1:6379"; needs
     `pip install nasir[distributed]`); `workers`: processes (local) or concurrent tasks (Ray).
     `synth`: operators synthesised for each distinct conv from the coordinate primitives
-    (`nasir.search.synthesis.search_choices`) and drawn beside the fixed choices, as `synth:...`.
+    (`nasir.search.synthesis.search_choices`) and drawn beside the fixed choices, as `synth:...`;
+    with `synth_bottom_up`, grown from the output's coordinates (`nasir.search.bottom_up`).
     """
     from nasir.search.driver import Search, SearchOptions, check_run
     from nasir.search.workers import LocalPool
@@ -73,7 +74,7 @@ def search(model: str | Path, dataset: str = "cifar10", *, budget: int | None = 
     if capacity is None and accuracy_drop is not None:
         capacity = "none"  # else the driver's default for the search's init (`default_rule`)
     options = SearchOptions(strategy, seed, batch, data, slack, properties, threads, cpu,
-                            tuple(choices) if choices else None, check_top, init, capacity, synth)
+                            tuple(choices) if choices else None, check_top, init, capacity, synth, synth_bottom_up)
     options.check()
     out = Path(out)
     check_run(out, budget, time_limit, workers)

@@ -9,7 +9,9 @@ those whose frontier reaches the input's shape (`Expression.finish`) as operator
   channel coordinate too);
 - row and column coordinates, before their window: `stride I 2` (while the input's axis has room),
   `shift I` and a window, `unfold I 3` or `unfold-sum I 3`;
-- any but the batch: `share I`; once: `reduce c/F` (F in 1, 2, 4, 8, 16).
+- any but the batch: `share I`; once: `reduce c/F` (F in 1, 2, 4, 8, 16);
+- channel steps before row and column steps only (`moves(ordered=True)`): the two kinds commute,
+  so every other order reaches an operator this one reaches.
 
 The batch is left alone, and channels, rows and columns are never mixed (`Expression.finish`).
 
@@ -17,7 +19,8 @@ The batch is left alone, and channels, rows and columns are never mixed (`Expres
   (`Expression.key`, dims unnamed), and finished operators count once by their nest's structure
   (`structure_key`, as top-down); `Synthesis.redundancy` is steps applied per distinct operator.
 - **Shape distance.** `Expression.distance` is at least the steps left before the frontier has the
-  input's shape; an expression further than the steps left is not expanded (`Synthesis.pruned`).
+  input's shape; an expression further than the steps left is not expanded (`Synthesis.pruned`
+  counts the steps it cut).
 - **Caps.** MACs and weights only grow along a walk, so an expression past `flops` x the layer's
   MACs (its unweighted windows summed first, as `presum` compiles them) or `params` x its weights
   is dropped with everything after it.
@@ -53,15 +56,24 @@ from nasir.transforms.presum import computed_macs
 WINDOW = 3
 
 
-def moves(expr: Expression) -> list[str]:
-    """The steps the walk tries on `expr` (module doc)."""
+def spatial_started(expr: Expression) -> bool:
+    """Whether a row or column step was taken: a window, a stride, a shift or a shared row."""
+    return (any(family(d) in "hw" for d, _ in expr.reduction) or any(family(d) in "hw" for d in expr.weight)
+            or any(const or any(c != 1 for _, c in terms) for (terms, const), _ in expr.frontier
+                   if {family(d) for d, _ in terms} & {"h", "w"}))
+
+
+def moves(expr: Expression, ordered: bool = True) -> list[str]:
+    """The steps the walk tries on `expr` (module doc). `ordered`: channel steps only before row
+    and column steps (they commute: each order reaches the same operator, so one is enough)."""
     out = []
-    reduced = any(family(d) == "c" for d, _ in expr.reduction)
+    channels = not (ordered and spatial_started(expr))
+    reduced = not channels or any(family(d) == "c" for d, _ in expr.reduction)
     for i, ((terms, const), extent) in enumerate(expr.frontier):
         dims = [d for d, _ in terms]
         fam = {family(d) for d in dims}
         summed = [d for d in dims if d in dict(expr.reduction)]
-        if fam == {"c"}:
+        if fam == {"c"} and channels:
             if len(terms) == 1 and not summed:
                 out += [f"split {i} {g}" for g in FACTORS if extent % g == 0 and extent > g]
             if extent > 1 and not summed:
@@ -74,7 +86,8 @@ def moves(expr: Expression) -> list[str]:
             if const == 0:
                 out.append(f"shift {i}")
             out += [f"unfold {i} {WINDOW}", f"unfold-sum {i} {WINDOW}"]
-        if fam != {"n"} and any(d not in expr.weight and d not in dict(expr.reduction) for d in dims):
+        if fam != {"n"} and (channels or fam != {"c"}) and any(d not in expr.weight and d not in dict(expr.reduction)
+                                                               for d in dims):
             out.append(f"share {i}")
     if not reduced and len(expr.target) > 1:
         out += [f"reduce c/{f}" if f > 1 else "reduce c" for f in (1, *FACTORS) if expr.target[1] % f == 0]
@@ -108,15 +121,15 @@ def synthesize_bottom_up(model: Model, layer: str, flops: float = 0.5, params: f
                 except LegalityError:
                     continue
                 generated += 1
-                key = made.key()
-                if key in seen:
-                    continue
-                seen.add(key)
                 if made.macs() > flops * macs0 * made.summed_alone() or made.params() > params * params0:
                     continue  # past a cap, and every step after only grows
                 if made.distance() > depth - step_no:
                     pruned += 1
                     continue
+                key = made.key()
+                if key in seen:
+                    continue
+                seen.add(key)
                 following.append(((*steps, step), made))
                 operator = _operator(alone, base, others, (*steps, step), made, operators, rejected)
                 if operator is not None and operator.macs <= flops * macs0 and operator.params <= params * params0:

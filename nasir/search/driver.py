@@ -29,7 +29,7 @@ import shutil
 import sys
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -100,6 +100,9 @@ class SearchOptions:
     synth: int = 0
     """Operators synthesised for each distinct conv from the coordinate primitives and drawn beside
     the fixed choices (`nasir.search.synthesis.search_choices`); 0: none."""
+    synth_bottom_up: bool = False
+    """Synthesise them bottom-up, from the output's coordinates (`nasir.search.bottom_up`, depth
+    4), rather than by rewriting the conv (depth 2)."""
 
     def check(self) -> None:
         if self.strategy not in strategies.SAMPLERS:
@@ -118,6 +121,8 @@ class SearchOptions:
             rule_named(self.capacity)
         if self.synth < 0:
             raise NasirError(f"synth must be a number of operators per conv (0: none), got {self.synth}")
+        if self.synth_bottom_up and not self.synth:
+            raise NasirError("synth_bottom_up says how to synthesise the operators synth asks for: give synth too")
 
 
 def default_init(source: str) -> str:
@@ -150,12 +155,22 @@ def existing_study(storage: str) -> optuna.Study | None:
         return None
 
 
+def same_options(stored: str | None, current: str) -> bool:
+    """Whether a stored search's options (JSON) are `current`'s; an option added to nasir since it
+    ran counts as the same when it is at its default (the search it resumes did without it)."""
+    if stored is None:
+        return False
+    old, new = json.loads(stored), json.loads(current)
+    defaults = {f.name: json.loads(json.dumps(f.default, default=list)) for f in fields(SearchOptions)}
+    return old == {k: v for k, v in new.items() if k in old or k not in defaults or v != defaults[k]}
+
+
 def check_fingerprint(storage: str, stored: dict, fingerprint: dict) -> None:
     """Refuse a storage that holds a search of another model or with other options."""
     if stored.get("model") != fingerprint["model"]:
         raise NasirError(f"storage {storage} holds a search of another model ({stored.get('source')}); "
                          "give another --out or --storage")
-    if stored.get("options") != fingerprint["options"]:
+    if not same_options(stored.get("options"), fingerprint["options"]):
         raise NasirError(f"storage {storage} holds a search with other options ({stored.get('options')}); "
                          "rerun with them, or give another --out or --storage")
 
@@ -300,10 +315,15 @@ class Search:
         """The synthesised operators the space draws (`SearchOptions.synth` per distinct conv)."""
         if not self.options.synth:
             return {}
+        from nasir.search.bottom_up import synthesize_bottom_up
         from nasir.search.synthesis import search_choices
 
+        bottom_up = self.options.synth_bottom_up
         if self.show_progress:
-            print(f"synthesising {self.options.synth} operator(s) for each distinct conv", file=sys.stderr)
+            how = " bottom-up" if bottom_up else ""
+            print(f"synthesising{how} {self.options.synth} operator(s) for each distinct conv", file=sys.stderr)
+        if bottom_up:
+            return search_choices(original, per_layer=self.options.synth, depth=4, walk=synthesize_bottom_up)
         return search_choices(original, per_layer=self.options.synth)
 
     def run(self, budget: int | None, time_limit: float | None, workers: int = 1, pool_factory=None,

@@ -358,15 +358,17 @@ def fixed_keys(alone: Model) -> set[tuple]:
     return keys
 
 
-def search_choices(model: Model, per_layer: int = 2, flops: float = 0.5, depth: int = 2) -> dict[str, str]:
+def search_choices(model: Model, per_layer: int = 2, flops: float = 0.5, depth: int = 2,
+                   walk: Callable[..., Synthesis] | None = None) -> dict[str, str]:
     """Synthesised operators for the search to draw beside its fixed choices (`SearchSpace.of`):
     for each distinct conv of `model` (nest level), the first `per_layer` operators of its
-    synthesis that none of `TEMPLATES` makes on it (`fixed_keys`), by `choice_name` -> their steps."""
+    synthesis (`walk`: `synthesize`, or `nasir.search.bottom_up.synthesize_bottom_up`) that none of
+    `TEMPLATES` makes on it (`fixed_keys`), by `choice_name` -> their steps."""
     out: dict[str, str] = {}
     for op in distinct_convs(model):
         alone = standalone(model, op, planes=False)
         fixed = fixed_keys(alone)
-        found = synthesize(alone, NEST, flops=flops, depth=depth)
+        found = (walk or synthesize)(alone, NEST, flops=flops, depth=depth)
         for operator in [o for o in found.operators if structure_key(o.op) not in fixed][:per_layer]:
             out.setdefault(choice_name(operator.steps), operator.pipeline)
     return out
