@@ -9,11 +9,12 @@ of the search's menu on the same layer, at equal MACs or fewer and mixing at lea
 Each layer runs alone (`standalone`, the search's kernel timings, 1 thread, llvm for this CPU).
 Fixed transforms: the menu's choices that stay one nest on a lone layer (group 2-16, depthwise,
 fold-kh, fold-kw; a channel bottleneck changes the layer's output and needs its neighbours).
-Synthesised: `synthesize(flops=...)`, or with `--bottom-up` `synthesize_bottom_up`. S rivals fixed transform F when MACs(S) is within
-`EQUAL_MACS` of MACs(F) (MACs as compiled, `computed_macs`: an expanded window is summed once) and
-its mixing strength(S) >= strength(F) (alphaNAS's levels summed); for each F the first `--time`
-rivals in synthesis's ranking are timed. A row per layer and F with a rival: F, the fastest of its
-rivals, time(F) / time(S); then per F the median over the layers.
+Synthesised: `synthesize(flops=...)`, or with `--bottom-up` `synthesize_bottom_up`. S rivals fixed
+transform F when MACs(S) is within `EQUAL_MACS` of MACs(F) (MACs as compiled, `computed_macs`: an
+expanded window is summed once) and its mixing strength(S) >= strength(F) (alphaNAS's levels
+summed); for each F the first `--time` rivals in synthesis's ranking are timed. A row per layer and
+F with a rival: F, the fastest of its rivals, time(F) / time(S); then per F the median over the
+layers.
 
 Measured (AMD EPYC Zen 3, znver3, 2 cores, 1 thread, 2026-11-29, fresh kernel caches, after
 53cd300: kernels timed as compiled, an expanded window summed first; before it an `expand`ed
@@ -30,16 +31,16 @@ cifar10, flops 0.5, 11 distinct convs. Synthesised over fixed, median over the l
 | fold-kh   | 1.14x (0.90-1.29), 8          | 1.16x (0.98-1.52), 5          |
 | fold-kw   | 1.30x (1.00-1.71), 8          | 1.23x (1.19-1.40), 5          |
 
-Data: experiments/data/synth-layers-znver3.json (top-down) and
-synth-layers-bottom-up-znver3.json. Half the pairs go to synthesis (top-down 33 of 66, bottom-up
-15 of 25). Its winners are the conv's own mixing at a third of its MACs: a window whose rows (or
-columns) share one weight, summed once (`expand kh`; bottom-up `broadcast 1; unfold-sum 1 3;
-unfold 2 3; reduce c`), against a fold; against depthwise, on the layers that double the
-channels, a depthwise conv with 2 outputs per input channel (`split co 2, tie ci to co_o`, with a
-shift, a dilation or an expanded window). Where it loses, its operator is one the llvm schedules
-serve badly: channels grouped by parity (split co and ci, tie the inner parts: group2 up to a
-permutation of the channels; 0.08x on layer4.0.conv1, 512 channels on 4 x 4 at stride 2). Bottom-up at depth 5 reaches no grouped operator (7 steps: split, broadcast, share,
-reduce, merge and two windows), so it has no rival for group2 and group4.
+Data: experiments/data/synth-layers-znver3.json (top-down) and synth-layers-bottom-up-znver3.json.
+Half the pairs go to synthesis (top-down 33 of 66, bottom-up 15 of 25). Its winners are the conv's
+own mixing at a third of its MACs: a window whose rows (or columns) share one weight, summed once
+(`expand kh`; bottom-up `broadcast 1; unfold-sum 1 3; unfold 2 3; reduce c`), against a fold;
+against depthwise, on the layers that double the channels, a depthwise conv with 2 outputs per input
+channel (`split co 2, tie ci to co_o`, with a shift, a dilation or an expanded window). Where it
+loses, its operator is one the llvm schedules serve badly: channels grouped by parity (split co and
+ci, tie the inner parts: group2 up to a permutation of the channels; 0.08x on layer4.0.conv1, 512
+channels on 4 x 4 at stride 2). Bottom-up at depth 5 reaches no grouped operator (7 steps: split,
+broadcast, share, reduce, merge and two windows), so it has no rival for group2 and group4.
 """
 
 from __future__ import annotations
@@ -51,9 +52,9 @@ from pathlib import Path
 
 import nasir
 from nasir.measure.kernels import KernelTimes, default_kernel_cache, standalone
-from nasir.search.bottom_up import synthesize_bottom_up
+from nasir.search.bottom_up import synthesizer
 from nasir.search.synthesis import (NEST, Operator, distinct_convs, fixed_keys, layer_nest, strength, structure_key,
-                                    synthesize, weight_count)
+                                    weight_count)
 from nasir.transforms.presum import computed_macs
 
 FIXED = {f"group{g}": f"group{{factor={g} layers={NEST}}}" for g in (2, 4, 8, 16)}
@@ -103,8 +104,8 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     for op in distinct_convs(model):
         alone = standalone(model, op, planes=False)
-        walk = synthesize_bottom_up if args.bottom_up else synthesize
-        found = walk(alone, NEST, flops=args.flops, depth=args.depth or (5 if args.bottom_up else 3))
+        walk, default = synthesizer(args.bottom_up)
+        found = walk(alone, NEST, flops=args.flops, depth=args.depth or default)
         fixed = fixed_operators(alone, args.flops * found.original.macs)
         # for each fixed transform, the first --time operators of synthesis's ranking that may rival
         # it, none of them an operator the menu makes (split co and ci by 2, tie: group2 again)

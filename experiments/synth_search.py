@@ -44,7 +44,7 @@ from verified_search import flow_arguments, task_and_original
 import nasir
 from nasir.measure.timing import Spread, interleaved, ratios
 from nasir.search.finetune import LR, RECALIBRATE, finetune_batch
-from nasir.search.bottom_up import synthesize_bottom_up
+from nasir.search.bottom_up import search_walk
 from nasir.search.synthesis import search_choices
 from nasir.lowering.target import host_target
 
@@ -81,9 +81,8 @@ def search_arm(args, out: Path, task: Path, synth: int, warm: Path) -> dict:
     synth_s = float(timed.read_text()) if searched and timed.exists() else 0.0
     if synth and not searched:
         start = time.perf_counter()
-        walk = dict(depth=4, walk=synthesize_bottom_up) if args.bottom_up else {}
         choices = search_choices(nasir.load(out / "original.onnx").transform("convert-nn-to-nest"), per_layer=synth,
-                                 **walk)
+                                 **search_walk(args.bottom_up))
         synth_s = time.perf_counter() - start
         timed.write_text(f"{synth_s}\n")
         print(f"synthesis: {len(choices)} operators in {synth_s:.0f} s: {', '.join(choices)}", flush=True)

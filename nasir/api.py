@@ -94,11 +94,10 @@ def synthesize(model: Model, layer: str, flops: float = 0.5, params: float = 1.0
     beside the layer (`cpu`, `threads`). Returns a `Synthesis` (see nasir/search/synthesis.py):
     `.operators` with their pipelines, formulas, MACs, parameters, times and mixing, and the
     redundancy canonicalisation removed."""
-    from nasir.search.bottom_up import synthesize_bottom_up
-    from nasir.search.synthesis import synthesize as top_down
+    from nasir.search.bottom_up import synthesizer
     from nasir.search.synthesis import time_operators
 
-    walk, default = (synthesize_bottom_up, 5) if bottom_up else (top_down, 3)
+    walk, default = synthesizer(bottom_up)
     found = walk(model, layer, flops=flops, params=params, depth=default if depth is None else depth)
     if time:
         time_operators(found, time, cpu=cpu, threads=threads)

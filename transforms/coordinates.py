@@ -17,12 +17,12 @@ Steps name a frontier coordinate by its position I (0-based):
 | `share I`       | SHARE   | (kept)                                           | reads I's dims      |
 | `broadcast I`   | EXPAND  | I leaves: the input does not vary along it       | reads I's dims      |
 
-Extents are relative (`split` makes G outer parts, `reduce` sums the input's channels over F),
-so an expression is a template that fits any
-conv it reaches the input shape of. `finish` reads each input axis at a frontier coordinate of its
-extent and kind: channels from channel dims (co, ci), rows from oh and row windows, columns from ow
-and column windows (a coordinate's kind is its dim of largest coefficient; an axis of extent 1 may
-read index 0). Channels read as rows (space-to-depth) are outside what it builds. A 3x3 conv and a grouped one, from [n, co, oh, ow]:
+Extents are relative (`split` makes G outer parts, `reduce` sums the input's channels over F), so an
+expression is a template that fits any conv it reaches the input shape of. `finish` reads each input
+axis at a frontier coordinate of its extent and kind: channels from channel dims (co, ci), rows from
+oh and row windows, columns from ow and column windows (a coordinate's kind is its dim of largest
+coefficient; an axis of extent 1 may read index 0). Channels read as rows (space-to-depth) are
+outside what it builds. A 3x3 conv and a grouped one, from [n, co, oh, ow]:
 
     broadcast 1; reduce c; unfold 1 3; unfold 2 3
         x[n, ci, oh + kh - 1, ow + kw - 1] * w[co, ci, kh, kw]

@@ -51,6 +51,9 @@ class Form:
     def uses(self, name: str) -> bool:
         return name in _raw_dims(self.raw) if self.raw else name in self.terms
 
+    def copy(self) -> Form:
+        return Form(dict(self.terms), self.const, self.raw)
+
     def is_dim(self, name: str) -> bool:
         return self.raw is None and self.terms == {name: 1} and self.const == 0
 

@@ -99,7 +99,7 @@ def _reweight(edit: Edit, op: nest.ComputeOp, spec: NestSpec, old: list[Form],
 
 
 def _copy(forms: list[Form]) -> list[Form]:
-    return [Form(dict(f.terms), f.const) for f in forms]
+    return [f.copy() for f in forms]
 
 
 def _replace(edit: Edit, op: nest.ComputeOp, spec: NestSpec) -> None:

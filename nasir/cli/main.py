@@ -274,14 +274,15 @@ def cmd_tune(args) -> int:
 
 
 def cmd_synth(args) -> int:
-    from nasir.search.bottom_up import synthesize_bottom_up
-    from nasir.search.synthesis import synthesize, time_operators
+    from nasir.search.bottom_up import synthesizer
+    from nasir.search.synthesis import time_operators
 
     with tempfile.TemporaryDirectory(prefix="nasir-") as tmp:
         model = load(model_file(args.model, args.dataset, tmp))
     if args.time:
         timeable_target(args.cpu)
-    walk, depth = (synthesize_bottom_up, args.depth or 5) if args.bottom_up else (synthesize, args.depth or 3)
+    walk, default = synthesizer(args.bottom_up)
+    depth = default if args.depth is None else args.depth
     how = "steps from the output's coordinates" if args.bottom_up else "primitive steps"
     with step(progress, f"synthesising operators for {args.layer} (up to {depth} {how})"):
         found = walk(model, args.layer, flops=args.flops, params=args.params, depth=depth)
@@ -311,7 +312,8 @@ def synthesis_table(found, shown, layer: str) -> Table:
         table.add_column(column, justify="left" if column in ("steps", "mixing") else "right")
     for rank, op in enumerate(shown, 1):
         timed = op.ms is not None and base.ms is not None
-        table.add_row(str(rank), op.pipeline.replace(" layers=nest", "").replace("bottom-up{steps=", "{"), f"{op.macs / base.macs:.3f}x",
+        steps = op.pipeline.replace(" layers=nest", "").replace("bottom-up{steps=", "{")
+        table.add_row(str(rank), steps, f"{op.macs / base.macs:.3f}x",
                       f"{op.params / base.params:.3f}x", f"{op.ms:.3f}" if timed else "-",
                       f"{base.ms / op.ms:.2f}x" if timed else "-", op.mixing)
     return table
@@ -491,7 +493,7 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--flops", type=float, default=0.5, help="the MAC cap, a fraction of the layer's (default 0.5)")
     c.add_argument("--params", type=float, default=1.0, help="the weight cap, a fraction of the layer's (default 1)")
     c.add_argument("--depth", type=int, help="steps at most (default 3 top-down, 4 takes minutes; 5 bottom-up, "
-                                             "6 takes a minute or more)")
+                                             "6 takes about a minute)")
     c.add_argument("--bottom-up", action="store_true",
                    help="grow operators from the output's coordinates to the input's (Syno's direction, pruned by the "
                         "shape distance) instead of rewriting the conv")

@@ -36,6 +36,7 @@ from dataclasses import replace
 
 from nasir.errors import LegalityError
 from nasir.model import Model
+from nasir.search import synthesis
 from nasir.search.synthesis import (
     FACTORS,
     NEST,
@@ -50,10 +51,14 @@ from nasir.search.synthesis import (
 )
 from nasir.transforms.arch import in_place
 from nasir.transforms.coordinates import Expression, family, install
-from nasir.transforms.nest_spec import Form, NestSpec
+from nasir.transforms.nest_spec import NestSpec
 from nasir.transforms.presum import computed_macs
 
 WINDOW = 3
+DEPTH = 5
+"""Steps at most by default (`nasir synth --bottom-up`; 6 takes about a minute)."""
+SEARCH_DEPTH = 4
+"""Steps at most for the search's operators (`nasir search --synth K --synth-bottom-up`)."""
 
 
 def spatial_started(expr: Expression) -> bool:
@@ -69,10 +74,11 @@ def moves(expr: Expression, ordered: bool = True) -> list[str]:
     out = []
     channels = not (ordered and spatial_started(expr))
     reduced = not channels or any(family(d) == "c" for d, _ in expr.reduction)
+    summed_dims = dict(expr.reduction)
     for i, ((terms, const), extent) in enumerate(expr.frontier):
         dims = [d for d, _ in terms]
         fam = {family(d) for d in dims}
-        summed = [d for d in dims if d in dict(expr.reduction)]
+        summed = [d for d in dims if d in summed_dims]
         if fam == {"c"} and channels:
             if len(terms) == 1 and not summed:
                 out += [f"split {i} {g}" for g in FACTORS if extent % g == 0 and extent > g]
@@ -86,7 +92,7 @@ def moves(expr: Expression, ordered: bool = True) -> list[str]:
             if const == 0:
                 out.append(f"shift {i}")
             out += [f"unfold {i} {WINDOW}", f"unfold-sum {i} {WINDOW}"]
-        if fam != {"n"} and (channels or fam != {"c"}) and any(d not in expr.weight and d not in dict(expr.reduction)
+        if fam != {"n"} and (channels or fam != {"c"}) and any(d not in expr.weight and d not in summed_dims
                                                                for d in dims):
             out.append(f"share {i}")
     if not reduced and len(expr.target) > 1:
@@ -94,7 +100,7 @@ def moves(expr: Expression, ordered: bool = True) -> list[str]:
     return out
 
 
-def synthesize_bottom_up(model: Model, layer: str, flops: float = 0.5, params: float = 1.0, depth: int = 6,
+def synthesize_bottom_up(model: Model, layer: str, flops: float = 0.5, params: float = 1.0, depth: int = DEPTH,
                          progress: Callable[[int, int], None] | None = None) -> Synthesis:
     """Operators for conv `layer` of `model` grown bottom-up (module doc) within `flops` x its
     MACs and `params` x its weights, from up to `depth` steps; `progress(level, states)` is called
@@ -150,11 +156,11 @@ def _operator(alone: Model, base: NestSpec, others: int, steps: tuple[str, ...],
         install(spec, expr)
     except LegalityError:
         return None
-    why = wasteful(spec)
     key = structure_key(_forms_copied(spec))
     if key in seen:
         return None
     seen.add(key)
+    why = wasteful(spec)
     if why:
         rejected[why] = rejected.get(why, 0) + 1
         return None
@@ -172,5 +178,16 @@ def _operator(alone: Model, base: NestSpec, others: int, steps: tuple[str, ...],
 def _forms_copied(spec: NestSpec) -> NestSpec:
     """`spec` with its own dims and forms (what `structure_key` changes), the rest shared."""
     return replace(spec, parallel=[list(d) for d in spec.parallel], reduction=[list(d) for d in spec.reduction],
-                   forms=[[Form(dict(f.terms), f.const, f.raw) for f in forms] for forms in spec.forms],
-                   out=[Form(dict(f.terms), f.const, f.raw) for f in spec.out])
+                   forms=[[f.copy() for f in forms] for forms in spec.forms], out=[f.copy() for f in spec.out])
+
+
+def synthesizer(bottom_up: bool) -> tuple[Callable[..., Synthesis], int]:
+    """The walk `nasir synth` runs and its default depth: bottom-up (`synthesize_bottom_up`) or
+    top-down (`nasir.search.synthesis.synthesize`)."""
+    return (synthesize_bottom_up, DEPTH) if bottom_up else (synthesis.synthesize, synthesis.DEPTH)
+
+
+def search_walk(bottom_up: bool) -> dict:
+    """The options of `search_choices` for the search's synthesised operators: bottom-up at
+    `SEARCH_DEPTH`, or its own (top-down)."""
+    return {"depth": SEARCH_DEPTH, "walk": synthesize_bottom_up} if bottom_up else {}

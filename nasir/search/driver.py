@@ -101,8 +101,8 @@ class SearchOptions:
     """Operators synthesised for each distinct conv from the coordinate primitives and drawn beside
     the fixed choices (`nasir.search.synthesis.search_choices`); 0: none."""
     synth_bottom_up: bool = False
-    """Synthesise them bottom-up, from the output's coordinates (`nasir.search.bottom_up`, depth
-    4), rather than by rewriting the conv (depth 2)."""
+    """Synthesise them bottom-up, from the output's coordinates (`nasir.search.bottom_up`,
+    `SEARCH_DEPTH` steps), rather than by rewriting the conv (depth 2)."""
 
     def check(self) -> None:
         if self.strategy not in strategies.SAMPLERS:
@@ -315,16 +315,14 @@ class Search:
         """The synthesised operators the space draws (`SearchOptions.synth` per distinct conv)."""
         if not self.options.synth:
             return {}
-        from nasir.search.bottom_up import synthesize_bottom_up
+        from nasir.search.bottom_up import search_walk
         from nasir.search.synthesis import search_choices
 
         bottom_up = self.options.synth_bottom_up
         if self.show_progress:
             how = " bottom-up" if bottom_up else ""
             print(f"synthesising{how} {self.options.synth} operator(s) for each distinct conv", file=sys.stderr)
-        if bottom_up:
-            return search_choices(original, per_layer=self.options.synth, depth=4, walk=synthesize_bottom_up)
-        return search_choices(original, per_layer=self.options.synth)
+        return search_choices(original, per_layer=self.options.synth, **search_walk(bottom_up))
 
     def run(self, budget: int | None, time_limit: float | None, workers: int = 1, pool_factory=None,
             timeout: float = 600.0) -> SearchResult:

@@ -55,6 +55,8 @@ NEST = SYNTH_LAYER
 FACTORS = (2, 4, 8, 16)
 """Inner extents split-dim tries on a channel dim."""
 WINDOWS = {"kh": "oh", "kw": "ow"}
+DEPTH = 3
+"""Primitive steps at most by default (`nasir synth`; 4 takes minutes)."""
 
 
 @dataclass
@@ -264,7 +266,7 @@ def layer_alone(model: Model, layer: str, flops: float, params: float, depth: in
     return standalone(nested, ops[0], planes=False)
 
 
-def synthesize(model: Model, layer: str, flops: float = 0.5, params: float = 1.0, depth: int = 3,
+def synthesize(model: Model, layer: str, flops: float = 0.5, params: float = 1.0, depth: int = DEPTH,
                progress: Callable[[int, int], None] | None = None) -> Synthesis:
     """Operators for `layer` of `model` (a conv) within `flops` x its MACs and `params` x its
     weights, from compositions of up to `depth` primitive steps (module doc), ranked as in
