@@ -176,8 +176,9 @@ class Accesses:
         lane_stride = sum(l.c * s for l, s in zip(idx, strides))
         if self.width is None:
             b.store(value, self.out, [b.scalar(l) for l in idx])
-        elif lane_stride == 1:
-            b.vstore(value, self.out, [b.scalar(l) for l in idx], self.mask(conds))
+        elif lane_stride == 1:  # the lanes move the last axis with a lane coefficient, those after it have extent 1
+            axis = max(a for a, l in enumerate(idx) if l.c)
+            b.vstore(value, self.out, [b.scalar(l) for l in idx], self.mask(conds), axis)
         else:
             buf = b.lanes_buffer(self.width)
             b.vstore(value, buf, [b.idx(0)], None)

@@ -313,8 +313,10 @@ class LoopBuilder:
         return self.pure(("vload", ref, *indices, width, mask, passthru),
                          lambda: self.vload(ref, indices, width, mask, passthru))
 
-    def vstore(self, value: SSAValue, ref: SSAValue, indices: list[SSAValue], mask: SSAValue | None) -> None:
-        """Store `value` at `ref[indices]` (its lanes along the last axis), the lanes of `mask` only.
+    def vstore(self, value: SSAValue, ref: SSAValue, indices: list[SSAValue], mask: SSAValue | None,
+               axis: int = -1) -> None:
+        """Store `value` at `ref[indices]` (its lanes one element apart, along `axis`: the last, or
+        one followed by axes of extent 1 only), the lanes of `mask` only.
         Without mask registers, a mask that is a constant prefix of k lanes (a transposed tile's
         rows of k < width points) stores k's power-of-two pieces (6 lanes: 4, then 2), each a
         plain store of a narrower vector:
@@ -322,6 +324,9 @@ class LoopBuilder:
             vector.maskedstore %out[%c, %r, %x0], %first6, %v : vector<8xf32>
             ->  vector.store %v4, %out[%c, %r, %x0] : vector<4xf32>     (%v4: lanes 0-3 of %v)
                 vector.store %v2, %out[%c, %r, %x4] : vector<2xf32>     (%v2: lanes 4-5, %x4 = %x0 + 4)
+
+        A piece's offset goes to `axis`, so that each index stays within its axis (a checked build
+        checks them one by one): lanes over the channels of [1, 195, 1, 1] move axis 1.
         """
         if mask is None:
             self.add(vector.StoreOp(value, ref, indices))
@@ -333,8 +338,10 @@ class LoopBuilder:
         width = value.type.get_shape()[0]
         for offset, size in prefix_pieces(prefix):
             part = value if size == width else self.shuffle(value, value, list(range(offset, offset + size)))
-            at = indices[-1] if offset == 0 else self.add(arith.AddiOp(indices[-1], self.idx(offset)))
-            self.add(vector.StoreOp(part, ref, indices[:-1] + [at]))
+            at = list(indices)
+            if offset:
+                at[axis] = self.add(arith.AddiOp(indices[axis], self.idx(offset)))
+            self.add(vector.StoreOp(part, ref, at))
 
     def shuffle(self, a: SSAValue, b: SSAValue, lanes: list[int]) -> SSAValue:
         ty = VectorType(a.type.element_type, [len(lanes)])
