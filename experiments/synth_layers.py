@@ -104,8 +104,8 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     for op in distinct_convs(model):
         alone = standalone(model, op, planes=False)
-        walk, default = synthesizer(args.bottom_up)
-        found = walk(alone, NEST, flops=args.flops, depth=args.depth or default)
+        walk, depth = synthesizer(args.bottom_up, args.depth)
+        found = walk(alone, NEST, flops=args.flops, depth=depth)
         fixed = fixed_operators(alone, args.flops * found.original.macs)
         # for each fixed transform, the first --time operators of synthesis's ranking that may rival
         # it, none of them an operator the menu makes (split co and ci by 2, tie: group2 again)

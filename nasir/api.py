@@ -97,8 +97,8 @@ def synthesize(model: Model, layer: str, flops: float = 0.5, params: float = 1.0
     from nasir.search.bottom_up import synthesizer
     from nasir.search.synthesis import time_operators
 
-    walk, default = synthesizer(bottom_up)
-    found = walk(model, layer, flops=flops, params=params, depth=default if depth is None else depth)
+    walk, depth = synthesizer(bottom_up, depth)
+    found = walk(model, layer, flops=flops, params=params, depth=depth)
     if time:
         time_operators(found, time, cpu=cpu, threads=threads)
     return found

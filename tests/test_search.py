@@ -745,12 +745,11 @@ def test_a_search_stored_before_an_option_existed_resumes_at_its_default():
     from nasir.search.driver import check_fingerprint
 
     options = SearchOptions()
-    current = json.loads(json.dumps(options.__dict__, sort_keys=True, default=list))
-    older = {k: v for k, v in current.items() if k != "synth_bottom_up"}
+    older = {k: v for k, v in json.loads(options.stamp()).items() if k != "synth_bottom_up"}
     stored = {"model": "m", "options": json.dumps(older, sort_keys=True)}
 
     def fingerprint(o):
-        return {"model": "m", "options": json.dumps(o.__dict__, sort_keys=True, default=list)}
+        return {"model": "m", "options": o.stamp()}
 
     check_fingerprint("db", stored, fingerprint(options))
     for changed in (with_options(options, synth=2, synth_bottom_up=True), with_options(options, seed=1)):

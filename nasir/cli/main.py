@@ -281,8 +281,7 @@ def cmd_synth(args) -> int:
         model = load(model_file(args.model, args.dataset, tmp))
     if args.time:
         timeable_target(args.cpu)
-    walk, default = synthesizer(args.bottom_up)
-    depth = default if args.depth is None else args.depth
+    walk, depth = synthesizer(args.bottom_up, args.depth)
     how = "steps from the output's coordinates" if args.bottom_up else "primitive steps"
     with step(progress, f"synthesising operators for {args.layer} (up to {depth} {how})"):
         found = walk(model, args.layer, flops=args.flops, params=args.params, depth=depth)

@@ -181,10 +181,11 @@ def _forms_copied(spec: NestSpec) -> NestSpec:
                    forms=[[f.copy() for f in forms] for forms in spec.forms], out=[f.copy() for f in spec.out])
 
 
-def synthesizer(bottom_up: bool) -> tuple[Callable[..., Synthesis], int]:
-    """The walk `nasir synth` runs and its default depth: bottom-up (`synthesize_bottom_up`) or
-    top-down (`nasir.search.synthesis.synthesize`)."""
-    return (synthesize_bottom_up, DEPTH) if bottom_up else (synthesis.synthesize, synthesis.DEPTH)
+def synthesizer(bottom_up: bool, depth: int | None = None) -> tuple[Callable[..., Synthesis], int]:
+    """The walk `nasir synth` runs and the depth it runs to: bottom-up (`synthesize_bottom_up`) or
+    top-down (`nasir.search.synthesis.synthesize`); `depth`, else the walk's default."""
+    walk, default = (synthesize_bottom_up, DEPTH) if bottom_up else (synthesis.synthesize, synthesis.DEPTH)
+    return walk, default if depth is None else depth
 
 
 def search_walk(bottom_up: bool) -> dict:

@@ -104,6 +104,10 @@ class SearchOptions:
     """Synthesise them bottom-up, from the output's coordinates (`nasir.search.bottom_up`,
     `SEARCH_DEPTH` steps), rather than by rewriting the conv (depth 2)."""
 
+    def stamp(self) -> str:
+        """The options as a stored search records them (JSON; `same_options` compares two)."""
+        return json.dumps(self.__dict__, sort_keys=True, default=list)
+
     def check(self) -> None:
         if self.strategy not in strategies.SAMPLERS:
             raise NasirError(f"unknown strategy '{self.strategy}' (choose from {', '.join(strategies.SAMPLERS)})")
@@ -286,7 +290,7 @@ class Search:
         o = self.options
         original, check_model = load_source(self.source, self.dataset, o.batch)
         fingerprint = {"model": hashlib.sha256(original.text().encode()).hexdigest(), "source": self.source,
-                       "options": json.dumps(o.__dict__, sort_keys=True, default=list)}
+                       "options": o.stamp()}
         stored = existing_study(self.storage)
         if stored is not None:
             check_fingerprint(self.storage, stored.user_attrs, fingerprint)
