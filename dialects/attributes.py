@@ -141,7 +141,8 @@ WINOGRAD = IntKey("nasir.winograd", "a conv run as 1-D Winograd: outputs of a ti
 SCRATCH_BYTES = IntKey("nasir.scratch_bytes", "bytes a compute op's kernel needs of its own while it runs")
 FUSE_ROWS = FlagKey("nasir.fuse_rows", "a max pool whose kernel computes its producer's rows too")
 PAD_ROWS = IntKey("nasir.pad_rows", "rows below each channel plane of a nest's NCHW result that no nest "
-                   "writes or reads (pad-planes: a plane pitch off the cache sets' period)")
+                   "writes and its readers take for padding (pad-planes: a plane pitch off the cache sets' "
+                   "period); after nest-bufferize also on the to_tensor its readers read it through")
 IN_PLACE = IntKey("nasir.in_place", "a bufferized nest writes its result over this operand's bytes")
 SCRATCH_OFFSET = IntKey("nasir.scratch_offset", "arena offset of a bufferized op's scratch bytes")
 WEIGHT = StrKey("nasir.weight", "the weight a view of the weights buffer is (nest-bufferize)")

@@ -69,9 +69,10 @@ from nasir.dialects.shapes import Shape, shape_of, tensor
 
 
 def pad_rows(value: SSAValue) -> int:
-    """Rows below each channel plane of `value` (an NCHW nest result) that hold no element of it
-    (`PAD_ROWS`, pad-planes); 0 for any other value."""
-    return PAD_ROWS.get(value.owner, 0) if isinstance(value.owner, ComputeOp) else 0
+    """Rows below each channel plane of `value` (an NCHW nest result, or after nest-bufferize its
+    memref read back as a tensor) that hold no element of it (`PAD_ROWS`, pad-planes); 0 for any
+    other value."""
+    return PAD_ROWS.get(value.owner, 0) if isinstance(value.owner, Operation) else 0
 
 
 COMBINERS = {"mac": 2, "max": 1, "avg": 1, "copy": 1}
@@ -287,11 +288,6 @@ class ComputeOp(IRDLOperation):
                 raise VerifyException(
                     f"{where}: map {i} is {amap.num_dims}-d -> {len(amap.results)} but the domain has "
                     f"{ndims} dims and input {i} has rank {rank}")
-            padded = pad_rows(operand)
-            for axis, e in enumerate(amap.results):
-                lo, hi = expr_range(e, extents)
-                if padded and axis == 2 and hi >= shape_of(operand)[2] - padded:
-                    raise VerifyException(f"{where}: input {i} is read in the {padded} padding rows of its planes")
         out_shape = shape_of(self.result)
         omap = self.output_map
         if omap.num_dims != ndims or len(omap.results) != len(out_shape):
@@ -335,7 +331,9 @@ class NestView:
                                    #   ("ci", 64), ("kh", 3), ("kw", 3)], npar 4, combiner "mac"
 
     `weight_layouts`: the inputs that are weights (packable at compile time) with their axis letters
-    ("OIHW"), where the reader knows them (default-schedule).
+    ("OIHW"), where the reader knows them (default-schedule). `in_pad_rows`: the padding rows below
+    each plane of each input (pad-planes), which its reads take for padding like any row outside
+    (`in_extents`).
     """
 
     name: str
@@ -347,12 +345,23 @@ class NestView:
     out_shape: Shape
     combiner: str
     weight_layouts: dict[int, str] = field(default_factory=dict)
+    in_pad_rows: list[int] = field(default_factory=list)
 
     @staticmethod
     def of(op: ComputeOp, weight_layouts: dict[int, str] | None = None) -> NestView:
         dom = op.domain
         return NestView(op.layer_name, dom.dims, dom.num_parallel.data, op.access_maps, op.output_map,
-                        [shape_of(v) for v in op.inputs], shape_of(op.result), op.kind, weight_layouts or {})
+                        [shape_of(v) for v in op.inputs], shape_of(op.result), op.kind, weight_layouts or {},
+                        [pad_rows(v) for v in op.inputs])
+
+    def in_extents(self, k: int) -> Shape:
+        """The index range of each axis of input `k` that holds its elements: its stored shape less
+        its padding rows (a read beyond is padding, as a read at row -1 is)
+
+            in_shapes[k] = (1, 64, 33, 32), in_pad_rows[k] = 1  ->  (1, 64, 32, 32)"""
+        shape = self.in_shapes[k]
+        pad = self.in_pad_rows[k] if k < len(self.in_pad_rows) else 0
+        return shape if not pad else (*shape[:2], shape[2] - pad, *shape[3:])
 
     @property
     def domain(self) -> DomainAttr:

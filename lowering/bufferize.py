@@ -62,6 +62,7 @@ from nasir.dialects.attributes import (
     FUSE_ROWS,
     IN_PLACE,
     NUM_OUTPUTS,
+    PAD_ROWS,
     SCRATCH_BYTES,
     SCRATCH_OFFSET,
     WEIGHT,
@@ -322,6 +323,8 @@ class _MainOverMemrefs:
         tensors = []
         for v in o.operands:
             t = bufferization.ToTensorOp(self.buf[v])
+            if nest.pad_rows(v):  # its readers' bounds stop above the padding rows
+                PAD_ROWS.set(t, nest.pad_rows(v))
             self.ops.append(t)
             tensors.append(t.tensor)
         new = o.clone()

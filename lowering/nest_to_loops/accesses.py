@@ -83,7 +83,7 @@ class Accesses:
         """Per axis of input `k`: the lowest and highest index read at the current point, and the
         axis's size."""
         ranges = [self.dim_range(n) for n, _ in self.spec.dims]
-        return [(*expr_bounds(e, ranges), size) for e, size in zip(self.spec.maps[k].results, self.spec.in_shapes[k])]
+        return [(*expr_bounds(e, ranges), size) for e, size in zip(self.spec.maps[k].results, self.spec.in_extents(k))]
 
     @staticmethod
     def bounds_checks(bounds: list[tuple[int, int, int]]) -> tuple[list[int], bool]:
@@ -107,7 +107,8 @@ class Accesses:
         idx = [self.eval(e, dims) for e in spec.maps[k].results]
         bounds = self.read_bounds(k)
         checks, outside = self.bounds_checks(bounds)
-        conds, guard_outside = static_bounds(list(extra) + [(idx[a], shape[a]) for a in checks], self.width or 1)
+        extents = spec.in_extents(k)
+        conds, guard_outside = static_bounds(list(extra) + [(idx[a], extents[a]) for a in checks], self.width or 1)
         w = self.width
         if outside or guard_outside:
             return b.const(identity, f32 if w is None else VectorType(f32, [w])), None

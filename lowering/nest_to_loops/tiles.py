@@ -145,7 +145,7 @@ class Tiles:
         """Whether a read of the combiner's inputs may fall outside them (padding)."""
         spec = self.spec
         extents = [e for _, e in spec.dims]
-        return any(lo < 0 or hi >= spec.in_shapes[k][a]
+        return any(lo < 0 or hi >= spec.in_extents(k)[a]
                    for k in range(nest.COMBINERS[spec.combiner]) for a, ex in enumerate(spec.maps[k].results)
                    for lo, hi in [expr_range(ex, extents)])
 

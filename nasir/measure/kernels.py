@@ -30,7 +30,7 @@ from nasir import dialects, lowering, runtime
 from nasir.dialects import nest, nn
 from nasir.dialects.attributes import PAD_ROWS
 from nasir.dialects.module import WeightStore
-from nasir.lowering.schedule.pad_planes import aliased, padded, reads_rows_only
+from nasir.lowering.schedule.pad_planes import aliased, padded
 from nasir.lowering.schedule.tuned import cache_dir
 from nasir.lowering.target import CPU_ENV, host_target, set_target
 from nasir.model import Model
@@ -54,17 +54,17 @@ def standalone(model: Model, op: nest.ComputeOp, batch: int | None = None, plane
     batch gives the kernels of the batch-1 network it stands for (printed identically to those
     of that network transformed itself); `NotBatched` when the batch is not its first dimension.
     Its arguments and result have the padding rows pad-planes would give them in a compile (NCHW
-    planes a multiple of 1 KiB apart: an argument it reads at rows only, its result), so it is
-    timed on the planes it runs on; `planes=False` keeps the nest's own types (a model to
+    planes a multiple of 1 KiB apart), so it is timed on the planes it runs on (an argument's
+    padding row is read as a row of it: a 3x3 conv reads row H unguarded, which in a compile is
+    guarded padding); `planes=False` keeps the nest's own types (a model to
     transform further, as synthesis does, not to time)."""
     data = [v for v in op.inputs if not is_weight(v)]
     types = [v.type for v in data]
     result_type, domain = op.result.type, op.domain
     if batch is not None:
         types, result_type, domain = nest_at_batch(op, batch)
-    # the planes pad-planes would give it in a compile: an argument it reads at rows only, its result
-    types = [padded(t) if planes and aliased(t) and all(reads_rows_only(op, k) for k, u in enumerate(op.inputs) if u is v)
-             else t for v, t in zip(data, types)]
+    # the planes pad-planes would give it in a compile
+    types = [padded(t) if planes and aliased(t) else t for t in types]
     pad_result = planes and aliased(result_type)
     if pad_result:
         result_type = padded(result_type)
