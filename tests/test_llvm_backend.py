@@ -724,6 +724,36 @@ def test_depthwise_chain_on_two_threads():
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+def test_a_stem_before_depthwise_convs_writes_channel_blocks():
+    """ResNet-34's first stage after `depthwise` (cifar10): the stem (3 -> 64, 3x3, 32 x 32), which
+    the cost model alone gives lanes along its rows, takes its channel plan so that its result is
+    stored channel-blocked, and the depthwise convs of the block read it 8 or 16 channels a load;
+    the block's residual add reads it blocked too. torch's numbers."""
+    w0, b0, x = rand(64, 3, 3, 3) / 5, rand(64), rand(1, 3, 32, 32)
+    wa, wb, wd = rand(64, 1, 3, 3) / 3, rand(64, 1, 3, 3) / 3, rand(8, 64, 3, 3) / 24
+
+    def body(a, W):
+        stem = nn.Conv2DOp.new(a[0], W("w0", w0), W("b0", b0), pads=(1,) * 4).named("stem")
+        relu0 = nn.ReluOp.new(stem.results[0])
+        dwa = nn.Conv2DOp.new(relu0.results[0], W("wa", wa), pads=(1,) * 4, groups=64).named("dwa")
+        relua = nn.ReluOp.new(dwa.results[0])
+        dwb = nn.Conv2DOp.new(relua.results[0], W("wb", wb), pads=(1,) * 4, groups=64).named("dwb")
+        add = nn.AddOp.new(dwb.results[0], relu0.results[0])
+        relub = nn.ReluOp.new(add.results[0])
+        return [stem, relu0, dwa, relua, dwb, add, relub,
+                nn.Conv2DOp.new(relub.results[0], W("wd", wd), pads=(1,) * 4).named("dense")]
+
+    model = build([(1, 3, 32, 32)], body)
+    nests = scheduled_nests(model)
+    assert [nests[n].get_schedule().vector for n in ("stem", "dwa", "dwb")] == ["co.i", "g.i", "g.i"]
+    assert len(nests["stem"].result.type.get_shape()) == 5 and len(nests["dwb"].result.type.get_shape()) == 4
+    t = {name: torch.from_numpy(v) for name, v in dict(w0=w0, b0=b0, x=x, wa=wa, wb=wb, wd=wd).items()}
+    y = F.conv2d(t["x"], t["w0"], t["b0"], padding=1).relu()
+    z = F.conv2d(F.conv2d(y, t["wa"], padding=1, groups=64).relu(), t["wb"], padding=1, groups=64)
+    want = F.conv2d((z + y).relu(), t["wd"], padding=1).numpy()
+    np.testing.assert_allclose(run(model, x), want, rtol=1e-4, atol=1e-4)
+
+
 def test_depthwise_conv_on_an_nchw_input_keeps_lanes_along_rows():
     """The function's input is NCHW: a depthwise conv reading it falls back to lanes along the
     output row (over channels it would gather), and so does its consumer, whose input its

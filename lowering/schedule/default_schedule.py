@@ -14,7 +14,10 @@ FMA, masked edge vectors, epilogue of transposed tiles):
   (`channel_pool_schedule`, `depthwise_channel_schedule`), so that each tap reads 16 channels
   with one load (ResNet's and DenseNet's stem pools, MobileNetV2's depthwise convs after its
   channel-family 1x1 convs). The pass gives them these first and falls back, until no input is
-  left NCHW, for those whose input `packed_tensors` does not block. Such a max pool whose
+  left NCHW, for those whose input `packed_tensors` does not block; a conv the cost model gave
+  the spatial family that writes such an input takes its channel plan where that scores close
+  (`channel_writer_schedule`: a stem before a depthwise conv), and keeps it where its result is
+  then blocked. Such a max pool whose
   producer it alone reads, with outer loops over that producer's channel blocks and rows (a
   stem), tiles a block of channel vectors and is marked FUSE_ROWS: its kernel computes the
   producer's rows as it needs them (one level: a max pool after such a pool reads its result);
@@ -62,6 +65,7 @@ from nasir.lowering.schedule.pack_activations import packed_tensors
 from nasir.lowering.schedule.schedules import (
     candidate_schedules,
     channel_pool_schedule,
+    channel_writer_schedule,
     depthwise_channel_schedule,
     fused_row_blocks,
     schedule_for,
@@ -140,8 +144,9 @@ class DefaultSchedulePass(ModulePass):
         tuned = tuning_database(self.tuning)
         # nests that run lanes over channels only if their input is stored channel-blocked (a max
         # pool after a stem, a depthwise conv): their channel schedule, and the spatial one to fall
-        # back to
-        blocked_input: dict[nest.ComputeOp, Schedule] = {}
+        # back to; and the nests the cost model alone scheduled
+        blocked_input: dict[nest.ComputeOp, tuple[Schedule, Schedule]] = {}
+        modelled: dict[nest.ComputeOp, NestView] = {}
         for nest_op in op.walk():
             if isinstance(nest_op, nest.ComputeOp) and nest_op.schedule is None:
                 shape = nest_shape(nest_op)
@@ -152,26 +157,56 @@ class DefaultSchedulePass(ModulePass):
                     SCRATCH_BYTES.set(nest_op, winograd.scratch_bytes)
                     continue
                 channel = channel_pool_schedule(shape, target) or depthwise_channel_schedule(shape, target)
-                spatial = (channel is None and tuned is not None
-                           and (tuned.lookup(target.cpu, nest_op) or transferred(tuned, target, nest_op, shape))
-                           or schedule_for(shape, target))
+                timed = (channel is None and tuned is not None
+                         and (tuned.lookup(target.cpu, nest_op) or transferred(tuned, target, nest_op, shape)))
+                spatial = timed or schedule_for(shape, target)
                 nest_op.properties["schedule"] = (channel or spatial).to_attr()
                 if channel is not None:
-                    blocked_input[nest_op] = spatial
-        # pack-activations then stores their inputs NCHW16c, unless some other nest reads or writes
-        # those across the channels: such nests fall back until every input is blocked
-        while blocked_input:
+                    blocked_input[nest_op] = (channel, spatial)
+                elif not timed:
+                    modelled[nest_op] = shape
+        lanes_over_channels = _settle(op, blocked_input)
+        # a conv writing the input of one that fell back (a stem before a depthwise conv) takes its
+        # channel plan where the cost model scores that close to its spatial schedule
+        # (CHANNEL_WRITER_TIE), and keeps it where its result is then stored channel-blocked
+        writers = {}
+        for reader in blocked_input.keys() - lanes_over_channels:
+            writer = reader.inputs[0].owner
+            if writer in modelled and writer not in writers:
+                plan = channel_writer_schedule(modelled[writer], target)
+                if plan is not None:
+                    writers[writer] = writer.get_schedule()
+                    writer.properties["schedule"] = plan.to_attr()
+        if writers:
+            _settle(op, blocked_input)
             packed = packed_tensors(op)
-            unpacked = [n for n in blocked_input if n.inputs[0] not in packed]
-            if not unpacked:
-                break
-            for nest_op in unpacked:
-                nest_op.properties["schedule"] = blocked_input.pop(nest_op).to_attr()
+            for writer, spatial in writers.items():
+                if writer.result not in packed:
+                    writer.properties["schedule"] = spatial.to_attr()
+            lanes_over_channels = _settle(op, blocked_input)
         # a channel-lane max pool whose producer it alone reads computes that producer's rows in
         # its own kernel, block by block of the producer's channels, as it needs them
-        for pool in blocked_input:
+        for pool in lanes_over_channels:
             blocks = fused_row_blocks(pool) if pool.kind == "max" else 0
             fused = channel_pool_schedule(nest_shape(pool), target, blocks) if blocks > 1 else None
             if fused is not None:
                 pool.properties["schedule"] = fused.to_attr()
                 FUSE_ROWS.set(pool, True)
+
+
+def _settle(module: ModuleOp, blocked_input: dict[nest.ComputeOp, tuple[Schedule, Schedule]]) -> set[nest.ComputeOp]:
+    """Give each nest of `blocked_input` its channel schedule, then its spatial one to those whose
+    input pack-activations would not store channel-blocked (some other nest reads or writes it
+    across the channels), until every input left is: the nests left on lanes over channels."""
+    for nest_op, (channel, _) in blocked_input.items():
+        nest_op.properties["schedule"] = channel.to_attr()
+    left = set(blocked_input)
+    while left:
+        packed = packed_tensors(module)
+        unpacked = [n for n in left if n.inputs[0] not in packed]
+        if not unpacked:
+            break
+        for nest_op in unpacked:
+            nest_op.properties["schedule"] = blocked_input[nest_op][1].to_attr()
+            left.discard(nest_op)
+    return left
