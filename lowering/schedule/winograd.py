@@ -211,7 +211,7 @@ def winograd_plan(n: NestView, width: int) -> WinogradPlan | None:
     if offset > MAX_PRODUCT_SHARE * m * kw:
         return None
     return WinogradPlan(m, width, pos, stride, -col_c, rows[pos["oh"]], rows[pos["kh"]], -row_c, tuple(phases),
-                       extents, n.in_shapes[0][2], n.in_shapes[0][3])
+                       extents, *n.in_extents(0)[2:])
 
 
 def row_tile_loop(plan: WinogradPlan, sched, domain: nest.DomainAttr) -> str | None:
