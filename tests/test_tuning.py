@@ -66,8 +66,9 @@ def test_every_candidate_schedule_computes_the_conv_and_the_first_is_the_cost_mo
 
 def test_the_tuning_space_holds_the_wider_register_tiles_and_each_computes_the_conv():
     """Beyond the cost model's ranking and its spatial tiles: the channel plan's other register
-    tiles and spatial tiles beyond the cost model's accumulator budget, within all registers but 4
-    (12 of AVX2's 16, 28 of AVX-512's 32), every one computing the conv (PyTorch)."""
+    tiles, its other loop order, and spatial tiles beyond the cost model's accumulator budget,
+    within all registers but 4 (12 of AVX2's 16, 28 of AVX-512's 32), every one computing the conv
+    (PyTorch)."""
     model = two_convs()
     target = resolve_target(None)
     level, groups = tunable_nests(model, None)
@@ -79,6 +80,9 @@ def test_the_tuning_space_holds_the_wider_register_tiles_and_each_computes_the_c
     accumulators = [math.prod(f for loop, f in s.unroll.items() if loop not in ("ci", "kh", "kw")) for s in schedules]
     assert max(accumulators) == target.registers - 4, "a tile of all registers but 4"
     assert "co.i" in {s.vector for s in schedules[4:]}, "the channel plan's other tiles"
+    first = lambda order, prefix: next(i for i, loop in enumerate(order) if loop.startswith(prefix))  # noqa: E731
+    assert {first(s.order, "oh") < first(s.order, "co.o") for s in schedules if s.vector == "co.i"} == {True, False}, \
+        "the channel plan with its channel blocks outside the rows and inside them"
     x = rand(1, 16, 14, 14)
     t = lambda a: torch.tensor(a)  # noqa: E731
     want = F.relu(F.conv2d(t(x), t(W1), t(B1), 1, 1)).numpy()

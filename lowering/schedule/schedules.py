@@ -321,7 +321,8 @@ def candidate_schedules(n: NestView, target: CPUTarget, limit: int, tiles: bool 
     with no channel plan has one; tuning times the others. With `tiles`, then the spatial schedule
     with each other register tile (`spatial_tiles`): a grouped conv with fewer channels a group
     than lanes has no channel plan, and its tile is what tuning can change; then the channel plan
-    with its other register tiles (`channel_tiles`)."""
+    with its other register tiles (`channel_tiles`), then the channel plan with its channel blocks
+    in the other loop order (outside the image rows or inside them)."""
     spatial = spatial_vector_schedule(n, target)
     channel = channel_vector_plans(n, target)
     plans: list = list(channel)
@@ -335,6 +336,8 @@ def candidate_schedules(n: NestView, target: CPUTarget, limit: int, tiles: bool 
         variants = [spatial_vector_schedule(n, target, tile) for tile in spatial_tiles(n, target)]
         if channel:
             variants += [channel_vector_schedule(n, tile, target) for tile in channel_tiles(channel[0], target)]
+            # the cost model's plan with its channel blocks outside and inside the rows (its own order: seen)
+            variants += [channel_vector_schedule(n, channel[0], target, blocks_in_rows=inside) for inside in (False, True)]
         for variant in variants:
             if (key := str(variant.to_attr())) not in seen:
                 seen.add(key)
@@ -364,11 +367,13 @@ def channel_writer_schedule(n: NestView, target: CPUTarget) -> Schedule | None:
     return channel_vector_schedule(n, plans[0], target)
 
 
-def channel_vector_schedule(n: NestView, plan: ChannelPlan, target: CPUTarget) -> Schedule:
+def channel_vector_schedule(n: NestView, plan: ChannelPlan, target: CPUTarget,
+                            blocks_in_rows: bool | None = None) -> Schedule:
     """Lanes over output channels read from weights packed `OIHW16o` (one contiguous vector per
     weight element), each input element broadcast to `r_col` vectors of `r_row` tile points.
     Channel blocks come first unless the input does not stay in L2 (`l2_input_bytes`): then they
-    go inside the image rows (`oh`), each row's inputs re-read from L2 by every block:
+    go inside the image rows (`oh`), each row's inputs re-read from L2 by every block
+    (`blocks_in_rows`: the one or the other order, for tuning to time both):
 
         domain = #nest.domain<[n = 1, co = 512, oh = 7, ow = 7], [ci = 512, kh = 3, kw = 3]>
         -> schedule = {splits = [["co", 16], ["co.o", 2]], vector = "co.i", pack = {"1" = "OIHW16o"},
@@ -384,7 +389,9 @@ def channel_vector_schedule(n: NestView, plan: ChannelPlan, target: CPUTarget) -
     tile += _tile_loop(sched, loops, Loop.outer(plan.col), plan.col_extent // width, plan.r_col)
     _unroll_inner_reductions(sched, n)
     blocks = next((l for l in loops if l.startswith(Loop.outer(plan.col))), None)
-    if blocks is not None and input_bytes_read(n) > l2_input_bytes(target):
+    if blocks_in_rows is None:
+        blocks_in_rows = input_bytes_read(n) > l2_input_bytes(target)
+    if blocks is not None and blocks_in_rows:
         # the input does not stay in L2: the channel blocks take turns on each row of the image,
         # whose inputs stay there (DenseNet-161 0.95x the time, ResNet-34 0.99x)
         loops.remove(blocks)
