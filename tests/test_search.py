@@ -219,8 +219,9 @@ def test_a_front_whose_ranking_keeps_changing_is_measured_passes_times_and_repor
     assert len(front[0].samples["candidate"]) == 6
 
 
-def test_interleaved_takes_turns_after_an_untimed_call_on_a_fake_clock():
-    """No timed assertion: each fn advances a fake clock by its own duration and logs its call."""
+def test_interleaved_takes_turns_after_untimed_calls_on_a_fake_clock():
+    """No timed assertion: each fn advances a fake clock by its own duration and logs its call;
+    before each timed call, untimed ones for WARM_MS (5 ms: three of a, one of b)."""
     now, log = [0.0], []
 
     def fn(name, seconds):
@@ -229,11 +230,11 @@ def test_interleaved_takes_turns_after_an_untimed_call_on_a_fake_clock():
             now[0] += seconds
         return call
 
-    samples = interleaved({"a": fn("a", 0.002), "b": fn("b", 0.005)}, rounds=3, warmup=1,
+    samples = interleaved({"a": fn("a", 0.002), "b": fn("b", 0.006)}, rounds=3, warmup=1,
                           clock=lambda: now[0], sleep=lambda s: log.append("sleep"))
-    assert log == ["a", "b"] + ["sleep", "a", "a", "sleep", "b", "b"] * 3
-    assert samples == {"a": [pytest.approx(2.0)] * 3, "b": [pytest.approx(5.0)] * 3}
-    assert ratios(samples["b"], samples["a"]) == [pytest.approx(2.5)] * 3
+    assert log == ["a", "b"] + ["sleep", "a", "a", "a", "a", "sleep", "b", "b"] * 3
+    assert samples == {"a": [pytest.approx(2.0)] * 3, "b": [pytest.approx(6.0)] * 3}
+    assert ratios(samples["b"], samples["a"]) == [pytest.approx(3.0)] * 3
 
 
 def test_spread_and_busy():

@@ -50,7 +50,7 @@ from nasir.measure.variants import ALL_VARIANTS, MORE_VARIANTS, VARIANTS, realis
 def median_ms(fns: dict[str, Callable[[], object]], repeat: int, warmup: int = 1,
               settle_s: float = SETTLE_S) -> dict[str, float]:
     """Median wall time of each `fn()` in milliseconds, over `repeat` rounds that time every fn
-    once (`nasir.measure.timing.interleaved`: why interleaved, why after an untimed call and idle)."""
+    once (`nasir.measure.timing.interleaved`: why interleaved, why after untimed calls and idle)."""
     return {name: float(np.median(ts)) for name, ts in interleaved(fns, repeat, warmup, settle_s).items()}
 
 

@@ -23,6 +23,12 @@ SETTLE_S = 0.03
 """Seconds of idle before each function's calls: long enough for the previous function's worker
 threads to stop spinning (ONNX Runtime's intra-op pool spins 10-20 ms after a run)."""
 
+WARM_MS = 5.0
+"""Milliseconds of a function's own untimed calls before each timed one (at least one call): on a
+shared Zen 3 host, after 20 ms of idle, ResNet-34 after `depthwise` (0.73 ms a call in a loop) took
+1.43, 1.00, 0.87, 0.78 ms in its first four calls; one untimed call left the timed one 1.4x its
+steady time, where a 30 ms model is in its steady state after one."""
+
 BUSY_DRIFT = 0.10
 """The reference kernel's median rate changing by more than this fraction between before and
 after, or running this fraction below its best run, means other work shared the cores."""
@@ -58,16 +64,16 @@ class Spread:
 
 def interleaved(fns: dict[str, Callable[[], object]], rounds: int, warmup: int = 1, settle_s: float = SETTLE_S,
                 clock: Callable[[], float] = time.perf_counter,
-                sleep: Callable[[float], object] = time.sleep) -> dict[str, list[float]]:
+                sleep: Callable[[float], object] = time.sleep, warm_ms: float = WARM_MS) -> dict[str, list[float]]:
     """Each `fn()`'s wall time in ms, once per round, the functions taking turns within a round.
 
     Interleaving makes their ratios robust to load that changes during the run (the machine is
-    shared): each round sees about the same load for all of them. Each timed call follows an
-    untimed one of the same fn, so that it runs as a deployed model does, after its own previous
-    inference: timed right after another model, a small model found its weights and buffers
-    evicted by it (ResNet-34 group16: 6% slower). Each fn starts after `settle_s` of idle: with 2
-    threads, ResNet-18 cifar10 took 9.4 ms right after an ONNX Runtime run (whose spinning worker
-    held a core) against 5.3 ms after 20 ms of idle.
+    shared): each round sees about the same load for all of them. Each timed call follows untimed
+    ones of the same fn (`warm_ms` of them, at least one), so that it runs as a deployed model
+    does, after its own previous inferences: timed right after another model, a small model found
+    its weights and buffers evicted by it (ResNet-34 group16: 6% slower). Each fn starts after
+    `settle_s` of idle: with 2 threads, ResNet-18 cifar10 took 9.4 ms right after an ONNX Runtime
+    run (whose spinning worker held a core) against 5.3 ms after 20 ms of idle.
     """
     for fn in fns.values():
         for _ in range(warmup):
@@ -76,7 +82,10 @@ def interleaved(fns: dict[str, Callable[[], object]], rounds: int, warmup: int =
     for _ in range(max(1, rounds)):
         for name, fn in fns.items():
             sleep(settle_s)
+            warm = clock()
             fn()
+            while (clock() - warm) * 1e3 < warm_ms:
+                fn()
             start = clock()
             fn()
             times[name].append((clock() - start) * 1e3)
