@@ -5,6 +5,7 @@ Timings are never asserted (the machine is shared); only that every number the s
 the MACs match an independent count, and that the PNG is written.
 """
 
+import itertools
 import json
 import math
 
@@ -91,7 +92,8 @@ def test_variant_realisation_is_the_formula(result):
 
 def test_each_candidate_starts_after_idle():
     """A candidate's calls start `settle_s` after the previous candidate's last call (the idle that
-    lets another runtime's spinning worker threads stop), and every fn is timed `repeat` times."""
+    lets another runtime's spinning worker threads stop), and every fn is timed `repeat` times,
+    each after untimed calls of its own (`WARM_MS` of them: many of a fn this quick)."""
     import time
 
     calls: list[tuple[str, float, float]] = []
@@ -103,7 +105,9 @@ def test_each_candidate_starts_after_idle():
         return call
 
     ms = benchmark.median_ms({"a": fn("a"), "b": fn("b")}, repeat=3, warmup=0, settle_s=0.02)
-    assert set(ms) == {"a", "b"} and len(calls) == 12
+    runs = [list(group) for _, group in itertools.groupby(name for name, _, _ in calls)]
+    assert set(ms) == {"a", "b"} and [run[0] for run in runs] == ["a", "b"] * 3
+    assert all(len(run) >= 2 for run in runs), "each timed call after an untimed one at least"
     for prev, cur in zip(calls, calls[1:]):
         if prev[0] != cur[0]:
             assert cur[1] - prev[2] >= 0.02
