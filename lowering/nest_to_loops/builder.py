@@ -325,6 +325,8 @@ class LoopBuilder:
             ->  vector.store %v4, %out[%c, %r, %x0] : vector<4xf32>     (%v4: lanes 0-3 of %v)
                 vector.store %v2, %out[%c, %r, %x4] : vector<2xf32>     (%v2: lanes 4-5, %x4 = %x0 + 4)
 
+        (a piece of one lane is stored as a float).
+
         A piece's offset goes to `axis`, so that each index stays within its axis (a checked build
         checks them one by one): lanes over the channels of [1, 195, 1, 1] move axis 1.
         """
@@ -336,11 +338,18 @@ class LoopBuilder:
             self.add(vector.MaskedStoreOp(ref, indices, mask, value))
             return
         width = value.type.get_shape()[0]
+        lanes = None
         for offset, size in prefix_pieces(prefix):
-            part = value if size == width else self.shuffle(value, value, list(range(offset, offset + size)))
             at = list(indices)
             if offset:
                 at[axis] = self.add(arith.AddiOp(indices[axis], self.idx(offset)))
+            if size == 1:
+                # one lane as a float: LLVM's O3 aborted on a store of a 1-lane vector shuffled out of
+                # a 4-lane one (a cast to FixedVectorType; fuzzer seed 1795995369, a stride-2 max pool)
+                lanes = lanes or self.lanes_buffer(width, value)
+                self.store(self.load(lanes, [self.idx(offset)]), ref, at)
+                continue
+            part = value if size == width else self.shuffle(value, value, list(range(offset, offset + size)))
             self.add(vector.StoreOp(part, ref, at))
 
     def shuffle(self, a: SSAValue, b: SSAValue, lanes: list[int]) -> SSAValue:
