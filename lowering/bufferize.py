@@ -323,8 +323,8 @@ class _MainOverMemrefs:
         tensors = []
         for v in o.operands:
             t = bufferization.ToTensorOp(self.buf[v])
-            if nest.pad_rows(v):  # its readers' bounds stop above the padding rows
-                PAD_ROWS.set(t, nest.pad_rows(v))
+            if pad := nest.pad_rows(v):  # its readers' bounds stop above the padding rows
+                PAD_ROWS.set(t, pad)
             self.ops.append(t)
             tensors.append(t.tensor)
         new = o.clone()
