@@ -785,3 +785,43 @@ def test_lane_stride_through_channel_blocks():
     assert lane_stride(blocked(nchw, 16), (1, 2, 5, 7, 16), 1, 16) == 1
     assert lane_stride(AffineMap.from_callable(lambda n, c, h, w: (c,)), (32,), 1, 16) == 1
     assert lane_stride(AffineMap.from_callable(lambda n, c, h, w: (h,)), (5,), 1, 16) == 0
+
+
+BROADCAST_READERS = [  # (groups of the 3x3 conv, 1x1 conv's out channels, its stride, its groups, residual)
+    (2, 256, 1, 1, False),  # ResNeXt's grouped 3x3 -> 1x1 128 -> 256
+    (2, 128, 1, 1, True),  # the 1x1 conv adds the 3x3 conv's input (a residual read across its lanes)
+    (1, 96, 2, 1, False),  # a stride-2 1x1 (a downsample) reads every other point of the blocks
+    (2, 64, 1, 2, False),  # a grouped 1x1: its channel index is g * 64 + ci
+]
+
+
+@pytest.mark.parametrize("g3,o,stride,g1,residual", BROADCAST_READERS)
+def test_a_1x1_conv_reads_its_input_channel_blocked(g3, o, stride, g1, residual):
+    """A conv with lanes over output channels writing the input of a 1x1 conv that also runs lanes
+    over its output channels stores it channel-blocked (pack-activations): the 1x1 conv broadcasts
+    each point's channels from their block, its channel loop split by the lanes; torch's numbers."""
+    c, h = 128, 14
+    # weights scaled by 1/sqrt(fan-in): outputs of order 1 (float32 sums in another order agree)
+    w3, b3 = rand(c, c // g3, 3, 3) / (9 * c / g3) ** 0.5, rand(c)
+    w1, b1 = rand(o, c // g1, 1, 1) / (c / g1) ** 0.5, rand(o)
+    x = rand(1, c, h, h)
+
+    def body(a, W):
+        conv = nn.Conv2DOp.new(a[0], W("w3", w3), W("b3", b3), pads=(1,) * 4, groups=g3).named("conv3")
+        relu = nn.ReluOp.new(conv.results[0]).named("relu")
+        conv1 = nn.Conv2DOp.new(relu.results[0], W("w1", w1), W("b1", b1), strides=(stride,) * 2, groups=g1).named("conv1")
+        if not residual:
+            return [conv, relu, conv1]
+        return [conv, relu, conv1, nn.AddOp.new(conv1.results[0], a[0]).named("add")]
+
+    model = build([(1, c, h, h)], body)
+    nests, width = scheduled_nests(model), lanes()
+    assert nests["conv3"].get_schedule().vector == "co.i" and nests["conv1"].get_schedule().vector == "co.i"
+    assert list(nests["conv3"].result.type.get_shape()) == [1, c // width, h, h, width]
+    reader = nests["conv1"].get_schedule()
+    assert ("ci", width) in reader.splits and reader.unroll["ci.i"] == width, reader
+    y = F.conv2d(torch.tensor(x), torch.tensor(w3), torch.tensor(b3), padding=1, groups=g3).relu()
+    want = F.conv2d(y, torch.tensor(w1), torch.tensor(b1), stride=stride, groups=g1)
+    if residual:
+        want = want + torch.tensor(x)
+    np.testing.assert_allclose(run(model, x), want.numpy(), rtol=1e-4, atol=1e-4)

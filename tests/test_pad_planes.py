@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import lanes_of
 from onnx import helper
 from onnx_graphs import Initializers, onnxruntime_case, save_graph
 from test_llvm_backend import build, rand
@@ -70,14 +71,20 @@ def test_the_block_matches_onnxruntime_with_its_1x1_inputs_padded(case, cpu):
     padded = {op.layer_name: shape_of(op.result) for op in module.walk()
               if isinstance(op, nest.ComputeOp) and PAD_ROWS.on(op)}
     # every 4 KiB plane pads, also a (read by the grouped 3x3 conv, with its zero padding in row H)
-    # and x's successors d and d7 (each read by a residual add, written in place); e (16 x 16) too;
-    # f pads where its max pool does not read it channel-blocked (pack-activations: with AVX2's 8
-    # lanes); p (8 x 8, 256 bytes) does not
+    # and x's successors d and d7 (each read by a residual add, written in place); b and e (16 x 16)
+    # too, unless their 1x1 reader and their writer run lanes over output channels: then the reader
+    # broadcasts them from channel blocks (pack-activations; with AVX2's 8 lanes); f pads where its
+    # max pool does not read it channel-blocked; p (8 x 8, 256 bytes) does not
+    nests = {op.layer_name: op for op in module.walk() if isinstance(op, nest.ComputeOp)}
     assert padded.pop("conv") == (1, 128, 33, 32)  # a
-    assert padded.pop("conv_1") == (1, 128, 33, 32)  # b
     assert padded.pop("conv_2") == (1, 64, 33, 32)  # d
     assert padded.pop("conv_3") == (1, 64, 33, 32)  # d7
-    assert padded.pop("conv_4") == (1, 96, 17, 16)  # e
+    for writer, reader, (c, h, w) in (("conv_1", "conv_2", (128, 32, 32)), ("conv_4", "conv_5", (96, 16, 16))):
+        if {nests[writer].get_schedule().vector, nests[reader].get_schedule().vector} == {"co.i"}:
+            lanes = lanes_of(cpu)
+            assert shape_of(nests[writer].result) == (1, c // lanes, h, w, lanes)  # b, e: blocked
+        else:
+            assert padded.pop(writer) == (1, c, h + 1, w)  # b, e
     assert padded in ({}, {"conv_5": (1, 96, 17, 16)})
     exe = compile_llvm(import_onnx(path).module, threads=2)
     exe.workspace.view(np.float32)[:] = np.nan  # what the padding rows hold: never read as data
