@@ -476,6 +476,15 @@ def scheduled_nests(model) -> dict[str, nest.ComputeOp]:
     return {op.layer_name: op for op in scheduled.module.walk() if isinstance(op, nest.ComputeOp)}
 
 
+def with_winograd(model):
+    """`model` scheduled by default-schedule{winograd="always"}: its convs with a wide strided row
+    window run as Winograd at either width (by default only where a register tile holds two
+    Winograd tiles: AVX-512's, see `winograd_for`), so the kernel runs on every machine."""
+    from nasir.lowering.pipeline import LLVM
+
+    return model.transform(str(LLVM.until("default-schedule").with_options("default-schedule", winograd="always")))
+
+
 def stem_and_pool(c, o, h, k, stride, pad, pk, ps, pp, ceil, threads=1):
     """nasir's and torch's conv -> ReLU -> max pool, and the nests' result types and lanes after
     default-schedule and pack-activations."""
@@ -560,9 +569,9 @@ def test_winograd_conv(c, o, h, w, k, stride, pad, dil, threads):
 
     wt, b, x = rand(o, c, k, k), rand(o), rand(1, c, h, w)
     pads = (dil * (k // 2), pad, dil * (k // 2), pad)
-    model = build([(1, c, h, w)], lambda a, W: [
+    model = with_winograd(build([(1, c, h, w)], lambda a, W: [
         conv := nn.Conv2DOp.new(a[0], W("w", wt), W("b", b), (stride, stride), pads, (dil, 1)).named("conv"),
-        nn.ReluOp.new(conv.results[0]).named("relu")])
+        nn.ReluOp.new(conv.results[0]).named("relu")]))
     assert WINOGRAD.on(scheduled_nests(model)["conv"])
     want = F.conv2d(torch.tensor(x), torch.tensor(wt), torch.tensor(b), stride, (pads[0], pad), (dil, 1)).relu()
     np.testing.assert_allclose(run(model, x, threads=threads), want.numpy(), rtol=1e-4, atol=1e-4)
@@ -571,12 +580,42 @@ def test_winograd_conv(c, o, h, w, k, stride, pad, dil, threads):
 @pytest.mark.parametrize("k,stride,groups,batch", [(3, 1, 1, 1), (5, 2, 1, 1), (7, 2, 3, 1), (7, 2, 1, 2)])
 def test_winograd_is_kept_for_wide_strided_windows(k, stride, groups, batch):
     """A 3x3 stride-1 conv (6 products for 12), a 5x5 stride-2 one (11 for 20), a grouped stem and
-    a batch of 2 run direct."""
+    a batch of 2 run direct, even where Winograd is asked for wherever it applies."""
     from nasir.dialects.attributes import WINOGRAD
 
     model = build([(batch, 6, 32, 32)], lambda a, W: [nn.Conv2DOp.new(
         a[0], W("w", rand(48, 6 // groups, k, k)), strides=(stride,) * 2, pads=(k // 2,) * 4, groups=groups).named("conv")])
-    assert not WINOGRAD.on(scheduled_nests(model)["conv"])
+    assert not WINOGRAD.on(scheduled_nests(with_winograd(model))["conv"])
+
+
+@pytest.mark.parametrize("mode", ["auto", "always", "never"])
+def test_winograd_runs_where_a_broadcast_feeds_two_tiles(mode):
+    """ResNet's stem (7x7 stride 2, 3 -> 64 channels) by default runs as Winograd only where a
+    register tile holds two Winograd tiles (13 x 2 accumulators: AVX-512's 32 registers), not with
+    AVX2's 16, where each broadcast would feed one FMA; `winograd` "always" and "never" override.
+    Either way torch's numbers."""
+    from nasir.dialects.attributes import WINOGRAD
+    from nasir.lowering.pipeline import LLVM
+
+    wt, x = rand(64, 3, 7, 7), rand(1, 3, 40, 40)
+    model = build([(1, 3, 40, 40)], lambda a, W: [
+        nn.Conv2DOp.new(a[0], W("w", wt), strides=(2, 2), pads=(3,) * 4).named("stem")])
+    scheduled = model.transform(str(LLVM.until("default-schedule").with_options("default-schedule", winograd=mode)))
+    want = {"auto": lanes() == 16, "always": True, "never": False}[mode]
+    assert WINOGRAD.on(scheduled_nests(scheduled)["stem"]) == want
+    np.testing.assert_allclose(run(scheduled, x), F.conv2d(torch.tensor(x), torch.tensor(wt), None, 2, 3).numpy(),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_winograd_option_names_its_modes():
+    """A mode default-schedule does not know is refused by name."""
+    from nasir.errors import PassError
+    from nasir.lowering.pipeline import LLVM
+
+    model = build([(1, 3, 16, 16)], lambda a, W: [
+        nn.Conv2DOp.new(a[0], W("w", rand(16, 3, 7, 7)), strides=(2, 2), pads=(3,) * 4).named("stem")])
+    with pytest.raises(PassError, match="winograd='sometimes'; expected one of auto, always, never"):
+        model.transform(str(LLVM.until("default-schedule").with_options("default-schedule", winograd="sometimes")))
 
 
 def test_winograd_scratch_outlives_the_fused_pool():
@@ -592,7 +631,7 @@ def test_winograd_scratch_outlives_the_fused_pool():
         pool = nn.MaxPoolOp.new(stem.results[0], (3, 3), strides=(2, 2), pads=(1,) * 4).named("pool")
         return [stem, side, pool, nn.AddOp.new(pool.results[0], side.results[0]).named("add")]
 
-    model = build([(1, 3, 64, 64)], body)
+    model = with_winograd(build([(1, 3, 64, 64)], body))
     nests = scheduled_nests(model)
     assert WINOGRAD.on(nests["stem"]) and FUSE_ROWS.on(nests["pool"])
     xt = torch.tensor(x)

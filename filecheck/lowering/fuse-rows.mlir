@@ -1,12 +1,15 @@
 // RUN: nasir-opt %s --cpu=x86-64-v4 -p default-schedule | filecheck %s
 // RUN: nasir-opt %s --cpu=x86-64-v3 -p default-schedule | filecheck %s --check-prefix=AVX2
+// RUN: nasir-opt %s --cpu=x86-64-v3 -p 'default-schedule{winograd="always"}' | filecheck %s --check-prefix=AVX2-WINOGRAD
 
 // ResNet's stem read only by its max pool. The stem runs as 1-D Winograd (`nasir.winograd`, with
 // the scratch nest-bufferize is to reserve for it) in blocks of one channel vector inside its rows;
 // default-schedule gives the pool lanes over channels with the same four blocks as its outer
 // channel loop (`c.o`) and marks it `nasir.fuse_rows`: convert-nest-to-loops then computes the
-// stem's rows inside the pool's kernel as it needs them. With AVX2 (8 lanes) the blocks are eight
-// and the stem's register tile one Winograd tile (4 points).
+// stem's rows inside the pool's kernel as it needs them. With AVX2 (8 lanes, 16 registers) the stem
+// runs direct (a Winograd tile's 13 accumulators leave no room for a second one), its register
+// tile 4 points by 2 channel vectors, and the pool's blocks are its four blocks of two vectors;
+// asked for, Winograd there runs in eight blocks of one vector, one Winograd tile (4 points).
 
 builtin.module {
   func.func @main(%x: tensor<1x3x224x224xf32>) -> tensor<1x64x56x56xf32> {
@@ -23,9 +26,16 @@ builtin.module {
 // CHECK-SAME: splits = [["c", 16 : i64], ["ow", 14 : i64]]
 // CHECK-SAME: order = ["n", "c.o", "oh", "ow.o", "kh", "kw", "ow.i", "c.i"]
 
-// AVX2: nest.compute %x, %w {nasir.winograd = 4 : i64, nasir.scratch_bytes = 1213056 : i64, name = "stem"
-// AVX2-SAME: splits = [["co", 8 : i64], ["ow", 4 : i64]]
-// AVX2-SAME: order = ["n", "oh", "co.o", "ow.o"
+// AVX2: nest.compute %x, %w {name = "stem"
+// AVX2-SAME: splits = [["co", 8 : i64], ["ow", 4 : i64], ["co.o", 2 : i64]]
+// AVX2-SAME: order = ["n", "oh", "co.o.o", "ow.o"
 // AVX2: nest.compute %s {nasir.fuse_rows, name = "pool"
-// AVX2-SAME: splits = [["c", 8 : i64], ["ow", 8 : i64]]
-// AVX2-SAME: order = ["n", "c.o", "oh", "ow.o", "kh", "kw", "ow.i", "c.i"]
+// AVX2-SAME: splits = [["c", 8 : i64], ["ow", 4 : i64], ["c.o", 2 : i64]]
+// AVX2-SAME: order = ["n", "c.o.o", "oh", "ow.o", "kh", "kw", "ow.i", "c.o.i", "c.i"]
+
+// AVX2-WINOGRAD: nest.compute %x, %w {nasir.winograd = 4 : i64, nasir.scratch_bytes = 1213056 : i64, name = "stem"
+// AVX2-WINOGRAD-SAME: splits = [["co", 8 : i64], ["ow", 4 : i64]]
+// AVX2-WINOGRAD-SAME: order = ["n", "oh", "co.o", "ow.o"
+// AVX2-WINOGRAD: nest.compute %s {nasir.fuse_rows, name = "pool"
+// AVX2-WINOGRAD-SAME: splits = [["c", 8 : i64], ["ow", 8 : i64]]
+// AVX2-WINOGRAD-SAME: order = ["n", "c.o", "oh", "ow.o", "kh", "kw", "ow.i", "c.i"]

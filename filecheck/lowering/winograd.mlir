@@ -1,8 +1,9 @@
 // RUN: nasir-opt %s --cpu=x86-64-v4 -p default-schedule | filecheck %s
 // RUN: nasir-opt %s --cpu=x86-64-v4 -p default-schedule,pack-activations,pack-weights,nest-bufferize | filecheck %s --check-prefix=BUF
 // RUN: nasir-opt %s --cpu=x86-64-v4 -p default-schedule,pack-activations,pack-weights,nest-bufferize,convert-nest-to-loops | filecheck %s --check-prefix=LOOPS
-// RUN: nasir-opt %s --cpu=x86-64-v3 -p default-schedule | filecheck %s --check-prefix=AVX2
-// RUN: nasir-opt %s --cpu=x86-64-v3 -p default-schedule,pack-activations,pack-weights,nest-bufferize,convert-nest-to-loops | filecheck %s --check-prefix=AVX2-LOOPS
+// RUN: nasir-opt %s --cpu=x86-64-v3 -p 'default-schedule{winograd="always"}' | filecheck %s --check-prefix=AVX2
+// RUN: nasir-opt %s --cpu=x86-64-v3 -p 'default-schedule{winograd="always"},pack-activations,pack-weights,nest-bufferize,convert-nest-to-loops' | filecheck %s --check-prefix=AVX2-LOOPS
+// RUN: nasir-opt %s --cpu=x86-64-v3 -p default-schedule | filecheck %s --check-prefix=AVX2-AUTO
 
 // A 7x7 stride-2 stem runs as 1-D Winograd along its rows: F(4, 4) for the even taps, F(4, 3)
 // for the odd ones, E = 7 + 6 = 13 products per 4 outputs instead of 28. default-schedule marks
@@ -10,10 +11,12 @@
 // input V[ci][row][tile][e], 3 x 21 rows (2 * 7 + 6 + 1) x 16 tiles (2, padded to a vector) x 13
 // floats, and the transformed weights U[ci][kh][e][co], 3 x 7 x 13 x 16 floats: 4 x 17472 bytes.
 // Its register tile is a row's 8 points (two Winograd tiles) by one channel vector. The 3x3 conv after it
-// (6 products for 12) runs direct. With AVX2 (8 lanes, 16 registers) the tile is one Winograd tile
-// (13 accumulators), V has 8 tiles a row: 4 x (3 x 21 x 8 x 13 + 3 x 7 x 13 x 16) = 43680 bytes, and
-// each vector of tiles' 13 products are transposed in two blocks of 8. nest-bufferize places the scratch in the arena beside the
+// (6 products for 12) runs direct. nest-bufferize places the scratch in the arena beside the
 // stem's output; convert-nest-to-loops passes it to the stem's kernel as a view.
+// With AVX2 (8 lanes, 16 registers) a register tile holds one Winograd tile (13 accumulators), each
+// broadcast feeding one FMA, so by default the stem runs direct there (AVX2-AUTO); asked for
+// (`winograd="always"`), V has 8 tiles a row: 4 x (3 x 21 x 8 x 13 + 3 x 7 x 13 x 16) = 43680 bytes,
+// and each vector of tiles' 13 products are transposed in two blocks of 8.
 
 builtin.module {
   func.func @main(%x: tensor<1x3x16x16xf32>) -> tensor<1x16x8x8xf32> {
@@ -49,6 +52,10 @@ builtin.module {
 // AVX2-SAME: splits = [["co", 8 : i64], ["ow", 4 : i64]]
 // AVX2-SAME: vector = "co.i", unroll = {ow.i = 4 : i64
 // AVX2:      nest.compute %s, %v {name = "conv"
+
+// AVX2-AUTO:      nest.compute %x, %w {name = "stem"
+// AVX2-AUTO-SAME: vector = "co.i"
+// AVX2-AUTO-NOT:  nasir.winograd
 
 // AVX2-LOOPS:      func.func private @stem(
 // AVX2-LOOPS-SAME: memref<43680xi8>

@@ -402,14 +402,19 @@ def channel_vector_schedule(n: NestView, plan: ChannelPlan, target: CPUTarget,
 
 def winograd_schedule(n: NestView, plan: WinogradPlan, target: CPUTarget) -> Schedule:
     """A conv that runs as 1-D Winograd (`WINOGRAD`): lanes over output channels, a register
-    tile of one channel vector by two Winograd tiles along ow where their E x 2 accumulators fit
-    the registers beside a weight vector and a broadcast (the stem's 26 of AVX-512's 32), else one
-    (AVX2's 16), so that the transformed weights of a channel block (the stem's 17.5 KiB) stay in
-    L1 while the block runs along a row; the channel blocks go inside the rows when the input does
+    tile of one channel vector by `winograd_tiles` Winograd tiles along ow, so that the
+    transformed weights of a channel block (the stem's 17.5 KiB) stay in L1 while the block runs
+    along a row; the channel blocks go inside the rows when the input does
     not stay in L2 (the stem's), as other channel-vector schedules do."""
-    tiles = 2 if 2 * plan.points + 2 <= target.registers else 1
     return channel_vector_schedule(n, ChannelPlan("co", plan.extents["co"], 1, "ow", plan.extents["ow"],
-                                                  tiles * plan.m, 1.0), target)
+                                                  winograd_tiles(plan, target) * plan.m, 1.0), target)
+
+
+def winograd_tiles(plan: WinogradPlan, target: CPUTarget) -> int:
+    """Winograd tiles along ow in a register tile of one channel vector: two where their E x 2
+    accumulators fit the registers beside a weight vector and a broadcast (the stem's 26 of
+    AVX-512's 32), so each broadcast of the transformed input feeds two FMAs; else one (AVX2's 16)."""
+    return 2 if 2 * plan.points + 2 <= target.registers else 1
 
 
 def channel_pool_schedule(n: NestView, target: CPUTarget, blocks: int = 0) -> Schedule | None:
