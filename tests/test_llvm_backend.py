@@ -826,6 +826,30 @@ def test_lane_stride_through_channel_blocks():
     assert lane_stride(AffineMap.from_callable(lambda n, c, h, w: (h,)), (5,), 1, 16) == 0
 
 
+@pytest.mark.parametrize("c,o", [(256, 512), (512, 256)])
+def test_1x1_conv_on_rows_shorter_than_a_line_takes_lanes_over_channels(c, o):
+    """ResNeXt's 1x1 convs on 8 x 8 images: rows of 8 floats, half a cache line. At either width
+    the cost model gives them lanes over output channels (`SHORT_ROW_TIE`: with AVX2's 8 lanes the
+    spatial schedule scores a little higher, by the channel plan's epilogue), broadcasting from
+    their input stored channel-blocked; torch's numbers."""
+    h = 8
+    w3, b3 = rand(c, c, 3, 3) / (9 * c) ** 0.5, rand(c)
+    w1, b1 = rand(o, c, 1, 1) / c ** 0.5, rand(o)
+    x = rand(1, c, h, h)
+
+    def body(a, W):
+        conv = nn.Conv2DOp.new(a[0], W("w3", w3), W("b3", b3), pads=(1,) * 4).named("conv3")
+        relu = nn.ReluOp.new(conv.results[0]).named("relu")
+        return [conv, relu, nn.Conv2DOp.new(relu.results[0], W("w1", w1), W("b1", b1)).named("conv1")]
+
+    model = build([(1, c, h, h)], body)
+    reader = scheduled_nests(model)["conv1"].get_schedule()
+    assert reader.vector == "co.i" and ("ci", lanes()) in reader.splits, reader
+    y = F.conv2d(torch.tensor(x), torch.tensor(w3), torch.tensor(b3), padding=1).relu()
+    want = F.conv2d(y, torch.tensor(w1), torch.tensor(b1))
+    np.testing.assert_allclose(run(model, x), want.numpy(), rtol=1e-4, atol=1e-4)
+
+
 BROADCAST_READERS = [  # (groups of the 3x3 conv, 1x1 conv's out channels, its stride, its groups, residual)
     (2, 256, 1, 1, False),  # ResNeXt's grouped 3x3 -> 1x1 128 -> 256
     (2, 128, 1, 1, True),  # the 1x1 conv adds the 3x3 conv's input (a residual read across its lanes)
