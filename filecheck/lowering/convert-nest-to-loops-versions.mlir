@@ -2,10 +2,11 @@
 
 // A padded 3x3 conv over 10 rows of 40 (5 vector tiles of 8): its tile comes in nested versions,
 // rows first (8 of 10 inner rows), then tiles (3 of 5 inner tiles). Inner rows and tiles read
-// without masks. The edge tiles (2 of 5) and the edge rows (2 of 10) are at least an eighth of
-// their loops, so each gets a version with the loop a constant: the first and last tile of an
-// inner row mask their kw = 0 / kw = 2 reads with constant lane masks (no compares); the top and
-// bottom rows skip the kh = 0 / kh = 2 reads (padding) and mask their columns at run time.
+// without masks. The edge tiles (2 of 5) and the edge rows (2 of 10), one a side, each get a
+// version with the loop a constant: the first and last tile of an inner row mask their kw = 0 /
+// kw = 2 reads with constant lane masks (no compares); the top and bottom rows, at least an eighth
+// of the rows (EDGE_SHARE), skip the kh = 0 / kh = 2 reads (padding) and mask their columns at
+// run time (under an eighth they version their tiles: convert-nest-to-loops-versions-nested.mlir).
 
 builtin.module {
   func.func @main(%x: tensor<1x2x10x40xf32>) -> tensor<1x1x10x40xf32> {

@@ -137,7 +137,11 @@ class LoopStructure:
               if ow.o in tiles 1..5: tile (no checks)
               else if ow.o == 0: tile (ow.o = 0: reads left of the row are padding, skipped)
               else: tile (ow.o = 6)
-            else: tile (all checks)
+            else if oh == 0:              (2 of 56 rows, under EDGE_SHARE: ow.o versioned inside)
+              if ow.o in tiles 1..5: tile (oh = 0: reads of the row above are padding, skipped)
+              else if ow.o == 0: tile (oh = 0, ow.o = 0)
+              else: tile (oh = 0, ow.o = 6)
+            else: ... (oh = 55)
         """
         self._versions(self.box)
 
