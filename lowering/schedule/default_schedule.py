@@ -111,7 +111,7 @@ def transferred(tuned: TuningDatabase, target: CPUTarget, op: nest.ComputeOp, sh
 
 
 WINOGRAD_MODES = ("auto", "always", "never")
-"""default-schedule's `winograd` option, see `winograd_for`."""
+"""default-schedule's `winograd` option (another is refused), see `winograd_for`."""
 
 
 def winograd_for(shape: NestView, target: CPUTarget, mode: str = "auto") -> WinogradPlan | None:
@@ -126,8 +126,6 @@ def winograd_for(shape: NestView, target: CPUTarget, mode: str = "auto") -> Wino
         7x7 stride-2 stem, 3 -> 64 channels    AVX-512: F(4, 4) + F(4, 3), 13 x 2 accumulators
                                                AVX2:    None (direct, lanes over co)
     """
-    if mode not in WINOGRAD_MODES:
-        raise PassError(f"default-schedule: winograd={mode!r}; expected one of {', '.join(WINOGRAD_MODES)}")
     if mode == "never" or 1 not in shape.weight_layouts:
         return None
     plan = winograd_plan(shape, target.lanes)
@@ -171,6 +169,8 @@ class DefaultSchedulePass(ModulePass):
     winograd: str = "auto"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.winograd not in WINOGRAD_MODES:
+            raise PassError(f"default-schedule: winograd={self.winograd!r}; expected one of {', '.join(WINOGRAD_MODES)}")
         target = target_of(op)
         tuned = tuning_database(self.tuning)
         # nests that run lanes over channels only if their input is stored channel-blocked (a max
