@@ -476,13 +476,13 @@ def scheduled_nests(model) -> dict[str, nest.ComputeOp]:
     return {op.layer_name: op for op in scheduled.module.walk() if isinstance(op, nest.ComputeOp)}
 
 
-def with_winograd(model):
-    """`model` scheduled by default-schedule{winograd="always"}: its convs with a wide strided row
-    window run as Winograd at either width (by default only where a register tile holds two
+def with_winograd(model, mode: str = "always"):
+    """`model` scheduled by default-schedule{winograd=mode}; "always": its convs with a wide strided
+    row window run as Winograd at either width (by default only where a register tile holds two
     Winograd tiles: AVX-512's, see `winograd_for`), so the kernel runs on every machine."""
     from nasir.lowering.pipeline import LLVM
 
-    return model.transform(str(LLVM.until("default-schedule").with_options("default-schedule", winograd="always")))
+    return model.transform(str(LLVM.until("default-schedule").with_options("default-schedule", winograd=mode)))
 
 
 def stem_and_pool(c, o, h, k, stride, pad, pk, ps, pp, ceil, threads=1):
@@ -595,12 +595,10 @@ def test_winograd_runs_where_a_broadcast_feeds_two_tiles(mode):
     AVX2's 16, where each broadcast would feed one FMA; `winograd` "always" and "never" override.
     Either way torch's numbers."""
     from nasir.dialects.attributes import WINOGRAD
-    from nasir.lowering.pipeline import LLVM
 
     wt, x = rand(64, 3, 7, 7), rand(1, 3, 40, 40)
-    model = build([(1, 3, 40, 40)], lambda a, W: [
-        nn.Conv2DOp.new(a[0], W("w", wt), strides=(2, 2), pads=(3,) * 4).named("stem")])
-    scheduled = model.transform(str(LLVM.until("default-schedule").with_options("default-schedule", winograd=mode)))
+    scheduled = with_winograd(build([(1, 3, 40, 40)], lambda a, W: [
+        nn.Conv2DOp.new(a[0], W("w", wt), strides=(2, 2), pads=(3,) * 4).named("stem")]), mode)
     want = {"auto": lanes() == 16, "always": True, "never": False}[mode]
     assert WINOGRAD.on(scheduled_nests(scheduled)["stem"]) == want
     np.testing.assert_allclose(run(scheduled, x), F.conv2d(torch.tensor(x), torch.tensor(wt), None, 2, 3).numpy(),
@@ -610,12 +608,11 @@ def test_winograd_runs_where_a_broadcast_feeds_two_tiles(mode):
 def test_winograd_option_names_its_modes():
     """A mode default-schedule does not know is refused by name."""
     from nasir.errors import PassError
-    from nasir.lowering.pipeline import LLVM
 
     model = build([(1, 3, 16, 16)], lambda a, W: [
         nn.Conv2DOp.new(a[0], W("w", rand(16, 3, 7, 7)), strides=(2, 2), pads=(3,) * 4).named("stem")])
     with pytest.raises(PassError, match="winograd='sometimes'; expected one of auto, always, never"):
-        model.transform(str(LLVM.until("default-schedule").with_options("default-schedule", winograd="sometimes")))
+        with_winograd(model, "sometimes")
 
 
 def test_winograd_scratch_outlives_the_fused_pool():
