@@ -6,9 +6,11 @@ with ONNX Runtime at rtol = atol = 1e-4. It reads the lowering choices the compi
 (`nasir.fuzz.choices`), so a caller counts what the case exercised. A typed refusal
 (`FrontendError`, `LoweringError`: an op or a shape nasir does not support) is an outcome of its
 own, not a mismatch; a `BoundsError` is a mismatch (generated code read or wrote outside a buffer).
+Code for a CPU wider than this machine's (AVX-512 on an AVX2 CPU) is compiled, not run: "compiled",
+its executable in `outcome.foreign` (the torch backend is still compared).
 
     outcome = check_case(case, "case.onnx")
-    outcome.status        # "agree", "mismatch" or "refused"
+    outcome.status        # "agree", "mismatch", "refused" or "compiled"
     outcome.detail        # "llvm x86-64-v4 2 threads: max abs diff 0.14 at output 'y'"
     outcome.choices       # LoweringChoices (None when refused)
 """
@@ -22,7 +24,7 @@ import numpy as np
 import onnx
 
 import nasir
-from nasir.errors import BoundsError, FrontendError, LoweringError
+from nasir.errors import BoundsError, ForeignCPUError, FrontendError, LoweringError
 from nasir.fuzz.choices import LoweringChoices, lowering_choices
 from nasir.fuzz.graphs import Case
 from nasir.reference import ATOL, RTOL, onnxruntime_outputs
@@ -33,6 +35,8 @@ class Outcome:
     status: str
     detail: str = ""
     choices: LoweringChoices | None = None
+    foreign: object = None
+    """status "compiled": the executable this machine cannot run (ForeignCPUError's)."""
 
 
 def differences(got, want: list[np.ndarray], names: list[str]) -> str:
@@ -57,16 +61,20 @@ def check_case(case: Case, path: str | Path) -> Outcome:
     except (FrontendError, LoweringError) as e:
         return Outcome("refused", f"{type(e).__name__}: {e}")
     names = model.output_names
+    foreign = None
     try:
-        got = llvm(case.input)
+        wrong = differences(llvm(case.input), want, names)
     except BoundsError as e:
         return Outcome("mismatch", f"llvm {case.cpu} {case.threads} threads: {e}", choices)
-    wrong = differences(got, want, names)
+    except ForeignCPUError as e:
+        wrong, foreign = "", e.executable
     if wrong:
         return Outcome("mismatch", f"llvm {case.cpu} {case.threads} threads: {wrong}", choices)
     wrong = differences(nasir.compile(model, target="torch")(case.input), want, names)
     if wrong:
         return Outcome("mismatch", f"torch: {wrong}", choices)
+    if foreign is not None:
+        return Outcome("compiled", f"llvm {case.cpu}: compiled, not run (this CPU lacks its vectors)", choices, foreign)
     return Outcome("agree", "", choices)
 
 

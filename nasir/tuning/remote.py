@@ -85,6 +85,7 @@ def _candidates(func: tvm.tirx.PrimFunc, op, target: tvm.target.Target, trials: 
                  for variant in schedule.GPU.of(target).variants(max_threads)]
         found += [("shared", staged_schedule(main, op, tile, max_shared_bytes))
                   for tile in Staged.variants(max_threads)]
+    import_tensor_intrinsics()  # TuneContext imports them: 40 s or more without
     context = ms.TuneContext(mod=workload(func), target=target, space_generator="post-order-apply",
                              search_strategy="replay-trace", task_name="main", num_threads=1, rand_state=seed)
     spaces = context.generate_design_space()
@@ -141,7 +142,6 @@ def _nests(model_path: str) -> dict:
     """`tunable_nests` of the model saved at `model_path` (once per worker process)."""
     from nasir.api import load
 
-    import_tensor_intrinsics()
     return tunable_nests(lower_to_nest(load(model_path).module))
 
 
