@@ -847,6 +847,23 @@ def test_1x1_conv_on_rows_shorter_than_a_line_takes_lanes_over_channels(c, o):
     np.testing.assert_allclose(run(model, x), want.numpy(), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("c,o,h,groups,inside", [
+    (64, 64, 112, 1, True),  # input 3.1 MiB, weights 144 KiB: they stay in L2 while each row is read once
+    (512, 512, 32, 2, False),  # 1 MiB of input a group, 2.25 MiB of weights a group for each of 32 rows
+])
+def test_channel_blocks_go_inside_the_rows_when_re_reading_the_weights_moves_fewer_bytes(c, o, h, groups, inside):
+    """A 3x3 conv whose input does not stay in L2 takes its channel blocks inside the image rows
+    (each row's inputs stay in L2, the weights re-read for each row) unless the weights do not stay
+    in L2 either and re-reading them for every row moves more bytes than re-reading the input for
+    every block (`rows_hold_blocks`). The sizes hold for any L2 of 256 KiB to 2 MiB."""
+    def body(a, W):
+        return [nn.Conv2DOp.new(a[0], W("w", rand(o, c // groups, 3, 3)), pads=(1,) * 4, groups=groups).named("conv")]
+
+    sched = scheduled_nests(build([(1, c, h, h)], body))["conv"].get_schedule()
+    blocks = next(loop for loop in sched.order if loop.startswith("co.o"))
+    assert sched.vector == "co.i" and (sched.order.index(blocks) > sched.order.index("oh")) == inside, sched
+
+
 BROADCAST_READERS = [  # (groups of the 3x3 conv, 1x1 conv's out channels, its stride, its groups, residual)
     (2, 256, 1, 1, False),  # ResNeXt's grouped 3x3 -> 1x1 128 -> 256
     (2, 128, 1, 1, True),  # the 1x1 conv adds the 3x3 conv's input (a residual read across its lanes)

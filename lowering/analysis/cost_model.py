@@ -223,6 +223,37 @@ def l2_input_bytes(target: CPUTarget) -> int:
     return target.l2_bytes // 2
 
 
+WEIGHT_REREAD_TIE = 2.0
+"""How many times the bytes of re-reading the input for every channel block re-reading the weights
+for every image row may move before the channel blocks go inside the rows (`rows_hold_blocks`):
+DenseNet-161's 1x1 convs on 14 x 14 (weights 0.55-0.74 MiB, 1.1x the input's bytes) ran 0.93x
+the time with the blocks inside the rows, its 1x1 convs on 7 x 7 (2.2x) and ResNeXt-29's grouped
+3x3 conv on 16 x 16 (weights 0.56 MiB a group, 2.3x) 0.95x and 0.84x with the blocks outside."""
+
+
+def rows_hold_blocks(n: NestView, col: str, row: str, blocks: int, target: CPUTarget) -> bool:
+    """Whether a channel plan's blocks of output channels (`blocks` of them over `col`; lanes along
+    `row`) go inside the image rows: when one group's input does not stay in L2 (`l2_input_bytes`),
+    re-reading it for each block moves bytes from L3; with the blocks inside the rows each row's
+    inputs stay in L2 and the group's weights are re-read for each row instead, from L2 when they
+    fit there, else from L3 (then the order that moves fewer bytes, `WEIGHT_REREAD_TIE`):
+
+        ResNet-34 imagenet, 64 -> 64 3x3 on 56 x 56: input 784 KiB, weights 144 KiB -> inside
+        ResNet-34 imagenet, 128 -> 128 3x3 on 28 x 28: input 392 KiB, weights 576 KiB x 28 rows -> outside
+        ResNeXt-29 grouped 3x3 on 32 x 32 (2 groups): 256 KiB of input a group -> outside
+    """
+    dims = dict(n.dims[: n.npar])
+    groups = dims.get("g", 1)
+    input_bytes = input_bytes_read(n) / groups
+    if input_bytes <= l2_input_bytes(target):
+        return False
+    weight_bytes = 4 * math.prod(n.in_shapes[1]) / groups
+    if weight_bytes <= target.l2_bytes:
+        return True
+    rows = math.prod(e for name, e in dims.items() if name not in (col, row, "g"))
+    return weight_bytes * rows <= WEIGHT_REREAD_TIE * input_bytes * blocks
+
+
 def input_stream_bound(n: NestView, col_vectors: int, r_col: int, target: CPUTarget) -> float:
     """Fraction of the FMA rate left by re-reading input 0 once per block of r_col channel vectors
     when the bytes it reads (`read_fraction`) do not stay in L2: a strided 1x1 conv does few FMAs

@@ -36,11 +36,10 @@ from nasir.lowering.analysis.cost_model import (
     channel_tile_score,
     depthwise_points,
     epilogue_cost,
-    input_bytes_read,
     input_stream_bound,
-    l2_input_bytes,
     max_accumulators,
     row_window,
+    rows_hold_blocks,
     spatial_score,
     tile_input1_bytes,
 )
@@ -390,9 +389,10 @@ def channel_vector_schedule(n: NestView, plan: ChannelPlan, target: CPUTarget,
                             blocks_in_rows: bool | None = None) -> Schedule:
     """Lanes over output channels read from weights packed `OIHW16o` (one contiguous vector per
     weight element), each input element broadcast to `r_col` vectors of `r_row` tile points.
-    Channel blocks come first unless the input does not stay in L2 (`l2_input_bytes`): then they
-    go inside the image rows (`oh`), each row's inputs re-read from L2 by every block
-    (`blocks_in_rows`: the one or the other order, for tuning to time both):
+    Channel blocks come first unless the input does not stay in L2 and the weights re-read for
+    every row move fewer bytes (cost_model's `rows_hold_blocks`): then they go inside the image rows
+    (`oh`), each row's inputs re-read from L2 by every block (`blocks_in_rows`: the one or the
+    other order, for tuning to time both):
 
         domain = #nest.domain<[n = 1, co = 512, oh = 7, ow = 7], [ci = 512, kh = 3, kw = 3]>
         -> schedule = {splits = [["co", 16], ["co.o", 2]], vector = "co.i", pack = {"1" = "OIHW16o"},
@@ -409,7 +409,7 @@ def channel_vector_schedule(n: NestView, plan: ChannelPlan, target: CPUTarget,
     _unroll_inner_reductions(sched, n)
     blocks = next((l for l in loops if l.startswith(Loop.outer(plan.col))), None)
     if blocks_in_rows is None:
-        blocks_in_rows = input_bytes_read(n) > l2_input_bytes(target)
+        blocks_in_rows = rows_hold_blocks(n, plan.col, plan.row, plan.col_extent // (width * plan.r_col), target)
     if blocks is not None and blocks_in_rows:
         # the input does not stay in L2: the channel blocks take turns on each row of the image,
         # whose inputs stay there (DenseNet-161 0.95x the time, ResNet-34 0.99x)
