@@ -162,10 +162,11 @@ def train(model: Model, data: str | Path | Dataset, *, epochs: int = 200, batch:
                        "seconds": time.perf_counter() - began}
                 history.append(row)
                 if folder is not None:
-                    checkpoint.save(folder, {"program": program.state_dict(), "optimizer": optimizer.state_dict(),
-                                             "history": history, "fingerprint": fingerprint})
-                    write_metrics(folder, history)
-                    plot_curves(folder, history, title)
+                    with checkpoint.interrupts_deferred():
+                        checkpoint.save(folder, {"program": program.state_dict(), "optimizer": optimizer.state_dict(),
+                                                 "history": history, "fingerprint": fingerprint})
+                        write_metrics(folder, history)
+                        plot_curves(folder, history, title)
                 bar.epoch(row)
                 if on_epoch is not None:
                     on_epoch(row)
