@@ -110,13 +110,18 @@ def check_foreign_code(executable) -> None:
                                              f"kernel @{kernel} computes with {sorted(widths)}")
 
 
+def compiled_only(executable, record) -> None:
+    """`check_foreign_code`, then the test counted "compiled only" (`record`: its record_property)."""
+    check_foreign_code(executable)
+    record(COMPILED_ONLY, executable.meta["lanes"])
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_pyfunc_call(pyfuncitem):
     try:
         return (yield)
     except ForeignCPUError as e:
-        check_foreign_code(e.executable)
-        pyfuncitem.user_properties.append((COMPILED_ONLY, e.executable.meta["lanes"]))
+        compiled_only(e.executable, lambda key, value: pyfuncitem.user_properties.append((key, value)))
         return True
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import onnx
 import onnxruntime as ort
-from conftest import CASES, COMPILED_ONLY, WIDTHS, check_foreign_code
+from conftest import CASES, WIDTHS, compiled_only
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
@@ -48,7 +48,7 @@ def onnx_file(tmp_path, node, x_shape, inits: dict, opset: int = 13):
 def agrees_with_onnxruntime(record, path, x: np.ndarray, cpu: str, threads: int) -> None:
     """nasir's checked llvm code for `cpu` and ONNX Runtime on the file; `record` is the test's
     record_property, which counts the case. Code this machine cannot run is checked as conftest's
-    `check_foreign_code` does, inside the case: a ForeignCPUError reaching hypothesis would end the
+    `compiled_only` does, inside the case: a ForeignCPUError reaching hypothesis would end the
     test at the first such draw (hypothesis takes it for a failure, and conftest's hook for a pass)."""
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     expected = session.run(None, {"x": x})[0]
@@ -56,8 +56,7 @@ def agrees_with_onnxruntime(record, path, x: np.ndarray, cpu: str, threads: int)
     try:
         got = exe(x)
     except ForeignCPUError as e:
-        check_foreign_code(e.executable)
-        record(COMPILED_ONLY, e.executable.meta["lanes"])
+        compiled_only(e.executable, record)
         return
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
     record(CASES, path.stem.split("_")[0])

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import onnx
 import pytest
-from conftest import CASES, CHOICE, COMPILED_ONLY, TRANSITION, WIDTHS, check_foreign_code
+from conftest import CASES, CHOICE, TRANSITION, WIDTHS, compiled_only
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -115,8 +115,7 @@ def test_whole_graphs(tmp_path, record_property):
             choices.update(outcome.choices.labels())
             transitions.update(outcome.choices.transitions)
         if outcome.status == "compiled":  # this CPU lacks the case's vectors: its code checked, not run
-            check_foreign_code(outcome.foreign)
-            record_property(COMPILED_ONLY, outcome.foreign.meta["lanes"])
+            compiled_only(outcome.foreign, record_property)
         else:
             record_property(CASES, "graph")
 
@@ -139,13 +138,13 @@ def test_whole_graphs(tmp_path, record_property):
 
 @pytest.mark.parametrize("path", sorted(REGRESSIONS.glob("*.onnx")), ids=lambda p: p.stem)
 @pytest.mark.parametrize("cpu", CPUS)
-def test_regression(tmp_path, path, cpu):
+def test_regression(tmp_path, record_property, path, cpu):
     """A graph a failure of `test_whole_graphs` or of the fuzzer was shrunk to (and issue 38's VGG
     block, exported by torch), on 2 threads, checked, and on the torch backend."""
     outcome = check_case(Case.of_file(path, cpu, 2), tmp_path / path.name)
     assert outcome.status in ("agree", "compiled"), outcome.detail
     if outcome.status == "compiled":
-        check_foreign_code(outcome.foreign)
+        compiled_only(outcome.foreign, record_property)
 
 
 def test_saved_regressions_are_valid_graphs():
