@@ -88,10 +88,24 @@ def cases(draw) -> Case:
     return random_case(HypothesisDraw(draw), CPUS, MAX_LAYERS)
 
 
+def covering_cases() -> list[Case]:
+    """The 6-layer cases of `COVERING_SEEDS`."""
+    return [random_case(SeededDraw(seed), CPUS, 6) for seed in COVERING_SEEDS]
+
+
 def covering_examples(test):
-    for seed in reversed(COVERING_SEEDS):
-        test = example(case=random_case(SeededDraw(seed), CPUS, 6))(test)
+    for case in reversed(covering_cases()):
+        test = example(case=case)(test)
     return test
+
+
+def assert_covered(choices, transitions, by: str) -> None:
+    """Every required lowering choice and transition is among `choices` and `transitions`; else
+    the message names what `by` (no case, no covering seed) exercised."""
+    missing = REQUIRED_CHOICES - set(choices)
+    assert not missing, f"lowering choices {by} exercised: {missing}"
+    missing = REQUIRED_TRANSITIONS - set(transitions)
+    assert not missing, f"transitions {by} exercised: {sorted(transition_name(t) for t in missing)}"
 
 
 def saved_regression(case: Case) -> Path:
@@ -105,15 +119,12 @@ def saved_regression(case: Case) -> Path:
 
 def test_the_covering_seeds_alone_exercise_every_required_choice_and_transition(tmp_path):
     choices, transitions = set(), set()
-    for seed in COVERING_SEEDS:
-        case = random_case(SeededDraw(seed), CPUS, 6)
+    for case in covering_cases():
         onnx.save(case.model, tmp_path / "case.onnx")
         made = lowering_choices(nasir.load(tmp_path / "case.onnx").module, case.cpu)
         choices |= made.labels()
         transitions |= made.transitions
-    assert not REQUIRED_CHOICES - choices, f"choices no covering seed exercises: {REQUIRED_CHOICES - choices}"
-    missing = REQUIRED_TRANSITIONS - transitions
-    assert not missing, f"transitions no covering seed exercises: {sorted(transition_name(t) for t in missing)}"
+    assert_covered(choices, transitions, "no covering seed")
 
 
 def test_whole_graphs(tmp_path, record_property):
@@ -148,9 +159,7 @@ def test_whole_graphs(tmp_path, record_property):
     for t, n in transitions.items():
         for _ in range(n):
             record_property(TRANSITION, transition_name(t))
-    assert not REQUIRED_CHOICES - set(choices), f"lowering choices no case exercised: {REQUIRED_CHOICES - set(choices)}"
-    missing = REQUIRED_TRANSITIONS - set(transitions)
-    assert not missing, f"transitions no case exercised: {sorted(transition_name(t) for t in missing)}"
+    assert_covered(choices, transitions, "no case")
 
 
 @pytest.mark.parametrize("path", sorted(REGRESSIONS.glob("*.onnx")), ids=lambda p: p.stem)
