@@ -847,6 +847,28 @@ def test_1x1_conv_on_rows_shorter_than_a_line_takes_lanes_over_channels(c, o):
     np.testing.assert_allclose(run(model, x), want.numpy(), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("c,o,h,stride,avx2_tile", [
+    (64, 64, 56, 1, (2, 5)),  # ResNet-34 imagenet layer1: 0.96x the time of 1 x 8
+    (128, 128, 28, 1, (2, 5)),  # layer2: 0.93-0.95x of 2 x 4
+    (128, 256, 28, 2, (2, 5)),  # layer3.0.conv1 (14 x 14 out, a stride-2 window): 0.83x of 1 x 7
+    (512, 512, 7, 1, (1, 7)),  # layer4: 2 x 5 1.2-1.4x, 2 x 4 (a tail of 3, the same score) 1.06x
+    (128, 128, 16, 1, (1, 8)),  # ResNet-34 cifar10 layer2: 2 x 5 (a tail of 1) 1.04-1.05x
+])
+def test_avx2_3x3_conv_tiles_hold_a_window_of_broadcasts_not_one_a_point(c, o, h, stride, avx2_tile):
+    """A 3x3 conv's channel tile at AVX2's 16 registers: 2 x 5 where it divides the row with a
+    short tail (LLVM keeps a window's worth of broadcasts live, not one a point:
+    `channel_tile_rows`), the tile that divides the row where 2 x 5's tail is a third of it or its
+    score ties (`PLAN_TIE`); times measured standalone on Zen 3 and Zen 4. Torch's numbers."""
+    w, b, x = rand(o, c, 3, 3) / (9 * c) ** 0.5, rand(o), rand(1, c, h, h)
+    model = build([(1, c, h, h)], lambda a, W: [
+        nn.Conv2DOp.new(a[0], W("w", w), W("b", b), strides=(stride, stride), pads=(1,) * 4).named("conv")])
+    reader = scheduled_nests(model)["conv"].get_schedule()
+    if lanes() == 8:
+        assert (reader.unroll.get("co.o.i", 1), reader.unroll.get("ow.i", reader.unroll.get("ow"))) == avx2_tile, reader
+    want = F.conv2d(torch.tensor(x), torch.tensor(w), torch.tensor(b), stride=stride, padding=1)
+    np.testing.assert_allclose(run(model, x), want.numpy(), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("c,o,h,groups,inside", [
     (64, 64, 112, 1, True),  # input 3.1 MiB, weights 144 KiB: they stay in L2 while each row is read once
     (512, 512, 32, 2, False),  # 1 MiB of input a group, 2.25 MiB of weights a group for each of 32 rows

@@ -193,18 +193,28 @@ def channel_tile_rows(r_col: int, window: Window | None, target: CPUTarget) -> i
     (`window.taps`) without AVX-512's embedded broadcasts (`CPUTarget.embedded_broadcast`, which
     fold it into the FMA): 1 x 8 to 1 x 10 tiles, 11 to 14 registers counted so, ran fastest on
     ResNet-18's, WRN-40-2's and ResNet-34's 3x3 convs on Zen 3 (counting a broadcast per point,
-    at most 1 x 6 fitted)."""
+    at most 1 x 6 fitted). Where a broadcast feeds several weight vectors, LLVM still keeps only a
+    window's worth live, and one more loading, beside the accumulators and weight vectors: 2 x 5 of
+    a 3x3 conv (10 + 2 + 3 + 1 of AVX2's 16 registers; its inner loop: 90 FMAs, 20 weight loads,
+    21 broadcasts, no spills), where counting a broadcast per point allows 2 x 4 (the larger count
+    of the two is the bound; 2 x 6 spilled: 38-82 stack accesses per 108 FMAs). On ResNet-34
+    imagenet's 3x3 convs 2 x 5 ran 0.93-0.96x the time of 1 x 8 and 2 x 4 on 56- and 28-wide rows,
+    0.83-0.87x of 1 x 7 on the stride-2 conv on 14 (Zen 3 and Zen 4)."""
     registers = channel_tile_registers(target) - r_col
     if window is None:
         return registers // r_col
-    if r_col == 1 and not target.embedded_broadcast:
+    if target.embedded_broadcast:
+        return registers // (r_col + 1)
+    if r_col == 1:
         return registers - window.taps
-    return registers // (r_col + 1)
+    return max(registers // (r_col + 1), (target.registers - r_col - window.taps - 1) // r_col)
 
 
 PLAN_TIE = 0.01
 """Channel plans whose scores are within this fraction of the best count as equal; of those with
-no more channel vectors than the best, the one with the most accumulators wins: more independent
+no more channel vectors than the best, one whose tiles divide the row wins (AVX2's 7 x 7 3x3
+convs: the 2 x 4 tile, a tail of 3, ties with 1 x 7 by score and ran 1.03-1.06x its time on a
+Zen 4), then the one with the most accumulators: more independent
 FMAs per reduction step hide the loads that come from L2 (DenseNet's 1x1 convs with 96-336 input
 channels on 56x56: 2 x 14 ran 0.76-0.81x the time of 2 x 8; its 192 -> 48 3x3 conv on 56x56:
 1 x 14 0.81x of 1 x 8). More channel vectors did not: a 128-channel 3x3 conv on 28x28 ran 1.10x
@@ -316,10 +326,11 @@ def channel_tile_score(r_col: int, r_row: int, used: float, red: int, target: CP
     its loads per FMA beyond the target's `loads_per_fma` slow it, its epilogue adds
     `epilogue_cost` to `red` FMAs per accumulator, too few accumulators leave the FMA latency
     exposed (`latency_bound`), and a tail tile (its points need guards) is discounted by its
-    used share to the fourth. Its packed weights stream from L2 when they do not fit L1 beside its inputs."""
+    used share cubed: 2 x 5 on 56-wide rows (a tail of 1, used 0.93) ran 0.96x the time of 1 x 8,
+    on 28 (a tail of 3) 0.93-0.95x of 2 x 4; on 16 (a tail of 1, used 0.8) 1.04x of 2 x 4. Its packed weights stream from L2 when they do not fit L1 beside its inputs."""
     width = target.lanes
     loads = load_bound(channel_loads_per_fma(r_col, r_row, window), target)
-    score = used ** 4 * loads * latency_bound(r_col * r_row, target) * red / (red + epilogue_cost(r_row, width))
+    score = used ** 3 * loads * latency_bound(r_col * r_row, target) * red / (red + epilogue_cost(r_row, width))
     if r_col * width * red * 4 > target.l1_bytes:  # weight vectors stream from L2
         score *= min(1.0, L2_WEIGHT_VECTORS_PER_FMA * r_row)
     return score

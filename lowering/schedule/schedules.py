@@ -307,7 +307,7 @@ def channel_vector_plans(n: NestView, target: CPUTarget) -> list[ChannelPlan]:
     best = max(plans, key=lambda plan: plan[0])
     # near-ties: see PLAN_TIE
     chosen = max((p for p in plans if p[0] >= best[0] * (1 - PLAN_TIE) and p[1] <= best[1]),
-                 key=lambda plan: (plan[1] * plan[2], plan[0], -plan[1]))
+                 key=lambda plan: (plan[3] == 1, plan[1] * plan[2], plan[0], -plan[1]))
     ranked = [chosen] + sorted((p for p in plans if p is not chosen), key=lambda plan: -plan[0])
     # a lane-strided output: the tile is transposed in registers, then stored as rows of r_row lanes
     return [ChannelPlan(col[0], col[1], r_col, row[0], row[1], r_row, used * red / (red + epilogue_cost(r_row, width)),
