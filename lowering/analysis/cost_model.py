@@ -214,12 +214,12 @@ PLAN_TIE = 0.01
 """Channel plans whose scores are within this fraction of the best count as equal; of those with
 no more channel vectors than the best, one whose tiles divide the row wins (AVX2's 7 x 7 3x3
 convs: the 2 x 4 tile, a tail of 3, ties with 1 x 7 by score and ran 1.03-1.06x its time on a
-Zen 4), then the one with the most accumulators: more independent
-FMAs per reduction step hide the loads that come from L2 (DenseNet's 1x1 convs with 96-336 input
-channels on 56x56: 2 x 14 ran 0.76-0.81x the time of 2 x 8; its 192 -> 48 3x3 conv on 56x56:
-1 x 14 0.81x of 1 x 8). More channel vectors did not: a 128-channel 3x3 conv on 28x28 ran 1.10x
-the time in 4 x 4 as in 1 x 14. Then the best score, then the fewest channel vectors (each
-weight vector serves more points)."""
+Zen 4), then the one with the most accumulators: more independent FMAs per reduction step hide
+the loads that come from L2 (DenseNet's 1x1 convs with 96-336 input channels on 56x56: 2 x 14
+ran 0.76-0.81x the time of 2 x 8; its 192 -> 48 3x3 conv on 56x56: 1 x 14 0.81x of 1 x 8). More
+channel vectors did not: a 128-channel 3x3 conv on 28x28 ran 1.10x the time in 4 x 4 as in
+1 x 14. Then the best score, then the fewest channel vectors (each weight vector serves more
+points)."""
 
 
 EPILOGUE_WEIGHT = 3.0
@@ -327,7 +327,8 @@ def channel_tile_score(r_col: int, r_row: int, used: float, red: int, target: CP
     `epilogue_cost` to `red` FMAs per accumulator, too few accumulators leave the FMA latency
     exposed (`latency_bound`), and a tail tile (its points need guards) is discounted by its
     used share cubed: 2 x 5 on 56-wide rows (a tail of 1, used 0.93) ran 0.96x the time of 1 x 8,
-    on 28 (a tail of 3) 0.93-0.95x of 2 x 4; on 16 (a tail of 1, used 0.8) 1.04x of 2 x 4. Its packed weights stream from L2 when they do not fit L1 beside its inputs."""
+    on 28 (a tail of 3) 0.93-0.95x of 2 x 4; on 16 (a tail of 1, used 0.8) 1.04x of 2 x 4. Its
+    packed weights stream from L2 when they do not fit L1 beside its inputs."""
     width = target.lanes
     loads = load_bound(channel_loads_per_fma(r_col, r_row, window), target)
     score = used ** 3 * loads * latency_bound(r_col * r_row, target) * red / (red + epilogue_cost(r_row, width))
