@@ -75,7 +75,9 @@ class Schedule:
     - `splits`: (loop, factor) in application order; loop `co` becomes `co.o` (outer, extent
       ceil(E / factor)) and `co.i` (inner, extent factor). A factor need not divide the extent:
       lowering guards the tail.
-    - `fusions`: (outer, inner) adjacent loops merged into one loop named `outer*inner`.
+    - `fusions`: (outer, inner) adjacent loops merged into one loop named `outer*inner`. The
+      splits of fused loops apply after the fusions, the others before: `splits = [["oh*ow", 6]],
+      fusions = [["oh", "ow"]]` makes `oh*ow.o` and `oh*ow.i` (a 1x1 conv's 8 x 8 points, 6 a tile).
     - `order`: the loop names outermost first (default: creation order).
     - `vector`: the loop executed with vector instructions (innermost), `unroll`: loop -> factor,
       `parallel`: the loop spread over threads, `pack`: input index -> packed layout
@@ -93,13 +95,19 @@ class Schedule:
     parallel: str | None = None
     pack: dict[int, str] = field(default_factory=dict)
 
+    def splits_of_fused(self, fused: bool) -> list[tuple[str, int]]:
+        """The splits of fused loops (`oh*ow`: they apply after the fusions) or of the others
+        (before them), in order."""
+        return [(name, factor) for name, factor in self.splits if ("*" in name) == fused]
+
     def derive(self, domain: DomainAttr) -> LoopDerivation:
         """The loops the splits and fusions make of `domain`, in execution order."""
         loops = dict(domain.dims)
         created = list(loops)
         splits: dict[str, tuple[int, int]] = {}
         fusions: dict[str, tuple[str, str, int]] = {}
-        for name, factor in self.splits:
+
+        def split(name: str, factor: int) -> None:
             if name not in loops:
                 raise VerifyException(f"schedule: cannot split unknown loop '{name}'")
             if factor < 1:
@@ -109,6 +117,9 @@ class Schedule:
             pos = created.index(name)
             created[pos: pos + 1] = [Loop.outer(name), Loop.inner(name)]
             loops[Loop.outer(name)], loops[Loop.inner(name)] = -(-extent // factor), factor
+
+        for name, factor in self.splits_of_fused(False):
+            split(name, factor)
         for outer, inner in self.fusions:
             if outer not in loops or inner not in loops:
                 raise VerifyException(f"schedule: cannot fuse unknown loops '{outer}', '{inner}'")
@@ -117,6 +128,8 @@ class Schedule:
             loops[fused] = loops.pop(outer) * loops.pop(inner)
             created.remove(inner)
             created[created.index(outer)] = fused
+        for name, factor in self.splits_of_fused(True):
+            split(name, factor)
         order = self.order or created
         if sorted(order) != sorted(created):
             raise VerifyException(f"schedule: order {order} is not a permutation of the loops {created}")

@@ -161,10 +161,30 @@ def row_window(n: NestView, row: int) -> Window | None:
     return None
 
 
+def flat_row(n: NestView, row: int, target: CPUTarget) -> int | None:
+    """The parallel dim before row dim `row` when the two make one row of points (a 1x1 conv's
+    oh and ow: 8 x 8 points, a row of 64): input 0 and the output hold them as a plane, a step
+    of the outer one moving as far as the whole row (`oh * W + ow`), and no window slides along
+    either. A channel tile then runs along the fused row across image rows, where no tile of
+    enough accumulators divides an image row (`channel_vector_plans`). None otherwise."""
+    outer = row - 1
+    if outer < 0 or n.dims[outer][1] == 1 or row_window(n, row) or row_window(n, outer):
+        return None
+    if input_bytes_read(n) > l2_input_bytes(target):
+        return None  # the channel blocks go inside the image rows (`rows_hold_blocks`), not a fused row's tiles
+    extent = n.dims[row][1]
+    for amap, shape in ((n.maps[0], n.in_shapes[0]), (n.out_map, n.out_shape)):
+        step = stride_of(amap, shape, row)
+        if not step or stride_of(amap, shape, outer) != extent * step:
+            return None
+    return outer
+
+
 @dataclass
 class ChannelPlan:
     """A channel-vector schedule: lanes over `col` (conv's co, extent a multiple of the width),
-    register tile of `r_col` vectors x `r_row` points of `row` (conv's ow)."""
+    register tile of `r_col` vectors x `r_row` points of `row` (conv's ow, or a fusion of two
+    loops `oh*ow`: see `flat_row`)."""
 
     col: str
     col_extent: int

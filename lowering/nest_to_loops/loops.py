@@ -10,6 +10,7 @@ from contextlib import contextmanager
 
 from xdsl.dialects import arith
 
+from nasir.dialects.affine import stride_of
 from nasir.dialects.schedule import Loop
 from nasir.errors import LoweringError
 from nasir.lowering.nest_to_loops.builder import Lin, LoopBuilder
@@ -48,12 +49,32 @@ class LoopStructure:
         if name in self.fused_into:
             fused, inner_extent, outer = self.fused_into[name]
             f = self.value(fused)
-            if f.c:
+            if f.c and not self.flat_fusion(fused):
                 raise LoweringError(f"nest '{self.spec.name}': fused loop '{fused}' cannot be vectorised")
             kind = arith.FloorDivSIOp if name == outer else arith.RemSIOp
-            return Lin(b.add(kind(b.scalar(f), b.idx(inner_extent))))
+            part = b.add(kind(b.scalar(Lin(f.s, f.k, 0, f.align)), b.idx(inner_extent)))
+            # lanes of a flat fusion run on along its inner dim, into the next rows (see `flat_fusion`)
+            return Lin(part, 0, 0 if name == outer else f.c)
         _, factor = self.split_extents[name]
         return b.lin_add(b.lin_scale(self.value(Loop.outer(name)), factor), self.value(Loop.inner(name)))
+
+    def flat_fusion(self, fused: str) -> bool:
+        """Whether the lanes of fused loop `fused` (`oh*ow`) may be stored and read as one run of
+        the flat row: the output and every epilogue operand hold its two dims as a plane (a step
+        of the outer one moves as far as the inner one's extent of steps), so lane j of a point
+        on the row is at the point's position + j, across the end of an image row. A transposed
+        tile (`transposed_row`) then stores r points of a channel as one vector."""
+        outer, inner = self.fusion_parts[fused]
+        names = [n for n, _ in self.spec.dims]
+        if outer not in names or inner not in names:
+            return False
+        o, i = names.index(outer), names.index(inner)
+        operands = {k for _, refs, _ in self.spec.steps for k in refs}
+        accesses = [(self.spec.out_map, self.spec.out_shape)] + [(self.spec.maps[k], self.spec.in_shapes[k])
+                                                                 for k in sorted(operands)]
+        row = self.spec.dims[i][1]
+        return all(stride_of(amap, shape, o) == row * stride_of(amap, shape, i)
+                   for amap, shape in accesses) and stride_of(self.spec.out_map, self.spec.out_shape, i) == 1
 
     def guards(self) -> list[tuple[str, int]]:
         return [(n, e) for n, (e, f) in self.split_extents.items() if e % f]

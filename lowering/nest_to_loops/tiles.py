@@ -50,6 +50,8 @@ class Tiles:
         if name not in names or not self.spec.maps:
             return None
         for loop in self.tile:
+            if "*" in loop:  # a fused loop (`oh*ow.i`) is no image row
+                continue
             window = row_window(self.spec, names.index(Loop(loop).dim))
             if window is not None and names[window.dim] == name and abs(window.stride) > 1:
                 stride = abs(window.stride)
@@ -87,7 +89,13 @@ class Tiles:
         shape = spec.in_shapes[0]
         strides = [math.prod(shape[a + 1:]) for a in range(len(shape))]
         reads: dict[tuple, dict[int, list[Lin]]] = {}
-        with self._restoring([name, *inner]):
+        # the points along a flat fusion's row (`oh*ow.i`) read one run: its lanes (see `flat_fusion`)
+        row = self.transposed_row()
+        fused_row = row if row is not None and Loop(row).parent in self.fusion_parts else None
+        if fused_row is not None:
+            at = self.tile.index(fused_row)
+            points = sorted({p[:at] + (0,) + p[at + 1:] for p in points})
+        with self._restoring([name, *inner, *([fused_row] if fused_row else [])]):
             here = self.ivs[name]
             self.ivs[name] = Lin(here.s, here.k + PREFETCH_DISTANCE, here.c, here.align)
             for taps in itertools.product(*[range(self.extent[n]) for n in inner]):
@@ -95,6 +103,8 @@ class Tiles:
                     self.ivs[n] = Lin(None, v)
                 for p in points:
                     self._set_point(p)
+                    if fused_row is not None:
+                        self.bind(fused_row, Lin(None, 0, 1))
                     idx = [self.eval(e, self._dims()) for e in spec.maps[0].results]
                     for lane in sorted({0, (self.width or 1) - 1} if any(l.c for l in idx) else {0}):
                         at = [Lin(l.s, l.k + l.c * lane) for l in idx]
@@ -222,15 +232,18 @@ class Tiles:
     def transposed_row(self) -> str | None:
         """The register-tile loop to store along when the vector lanes are strided in the output
         (lanes over channels: a conv, gemm or max pool): a tile loop of 2..width points contiguous in
-        the output (conv's ow)."""
+        the output (conv's ow, or a flat fusion's `oh*ow.i`: see `flat_fusion`)."""
         if self.vec is None:
             return None
         names = [n for n, _ in self.spec.dims]
         strides = {n: stride_of(self.spec.out_map, self.spec.out_shape, names.index(n)) for n in names}
         if strides[sorted(self._origins(self.vec))[0]] == 1:
             return None
-        return next((t for t in self.tile if 1 < self.extent[t] <= self.width
-                     and [strides[d] for d in self._origins(t)] == [1]), None)
+
+        def contiguous(t: str) -> bool:
+            fused = Loop(t).parent if Loop(t).parent in self.fusion_parts else None
+            return self.flat_fusion(fused) if fused else [strides[d] for d in self._origins(t)] == [1]
+        return next((t for t in self.tile if 1 < self.extent[t] <= self.width and contiguous(t)), None)
 
     def _finish_transposed(self, row: str, points, accs, guards: list[tuple[str, int]]) -> None:
         """Epilogue and stores of a tile whose lanes are strided in the output: the accumulators
@@ -250,15 +263,16 @@ class Tiles:
         for t, p in enumerate(points):
             groups.setdefault(p[:pos] + p[pos + 1:], []).append(accs[t])
         r = self.extent[row]
-        for p, values in groups.items():
-            rows = b.transpose(values, width)
-            self._set_point(p[:pos] + (0,) + p[pos:])
-            self.bind(row, Lin(None, 0, 1))
-            self.ranges[row] = (0, width - 1)  # lanes past the tile read past it: keep their checks
-            for lane, v in enumerate(rows):
-                self.bind(self.vec, Lin(None, lane))
-                self._finish(v, self._dims(), self._conds(guards) + [(self.ivs[row], r)], lead)
-            self.bind(self.vec, Lin(None, 0, 1))
+        with self._restoring(self.tile):  # versions emitted next see the tile loops unbound
+            for p, values in groups.items():
+                rows = b.transpose(values, width)
+                self._set_point(p[:pos] + (0,) + p[pos:])
+                self.bind(row, Lin(None, 0, 1))
+                self.ranges[row] = (0, width - 1)  # lanes past the tile read past it: keep their checks
+                for lane, v in enumerate(rows):
+                    self.bind(self.vec, Lin(None, lane))
+                    self._finish(v, self._dims(), self._conds(guards) + [(self.ivs[row], r)], lead)
+                self.bind(self.vec, Lin(None, 0, 1))
 
     def lane_steps(self) -> int:
         """How many leading epilogue steps read every operand as one vector or one value per tile

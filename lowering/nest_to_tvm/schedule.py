@@ -253,11 +253,14 @@ def apply(func: tirx.PrimFunc, op: nest.ComputeOp, gpu: GPU | None, schedule: Sc
     extents = dict(schedule.loops(op.domain))
     order = list(extents)
     with _primitive(op, "split"):
-        for name, factor in schedule.splits:
+        for name, factor in schedule.splits_of_fused(False):
             loops[Loop.outer(name)], loops[Loop.inner(name)] = sch.split(loops.pop(name), [None, factor])
     with _primitive(op, "fusion"):
         for outer, inner in schedule.fusions:
             loops[f"{outer}*{inner}"] = sch.fuse(loops.pop(outer), loops.pop(inner))
+    with _primitive(op, "split"):
+        for name, factor in schedule.splits_of_fused(True):
+            loops[Loop.outer(name)], loops[Loop.inner(name)] = sch.split(loops.pop(name), [None, factor])
     with _primitive(op, "loop order"):
         sch.reorder(*[loops[name] for name in order])
     with _primitive(op, "unroll"):

@@ -36,6 +36,7 @@ from nasir.lowering.analysis.cost_model import (
     channel_tile_score,
     depthwise_points,
     epilogue_cost,
+    flat_row,
     input_stream_bound,
     max_accumulators,
     row_window,
@@ -294,24 +295,30 @@ def channel_vector_plans(n: NestView, target: CPUTarget) -> list[ChannelPlan]:
     if col is None or row is None or stride_of(n.out_map, n.out_shape, [d for d, _ in par].index(col[0])) == 1:
         return []
     red = math.prod(e for _, e in n.dims[n.npar:])
-    window = row_window(n, [d for d, _ in par].index(row[0]))
+    pos = [d for d, _ in par].index(row[0])
+    window = row_window(n, pos)
+    rows = [row]
+    if (outer := flat_row(n, pos, target)) is not None:  # the image rows as one row (a 1x1 conv's 8 x 8 points)
+        rows.append((f"{par[outer][0]}*{row[0]}", par[outer][1] * row[1]))
     plans = []
     for r_col in (4, 3, 2, 1):
         if (col[1] // width) % r_col or (r_col > 1 and r_col * width * red * 4 > target.l2_bytes):
             continue
         streaming = input_stream_bound(n, col[1] // width, r_col, target)
-        for r_row in range(1, min(row[1], channel_tile_rows(r_col, window, target)) + 1):
-            used = row[1] / (-(-row[1] // r_row) * r_row)
-            score = channel_tile_score(r_col, r_row, used, red, target, window) * streaming
-            plans.append((score, r_col, r_row, used))
+        for name, extent in rows:
+            for r_row in range(1, min(extent, channel_tile_rows(r_col, window, target)) + 1):
+                used = extent / (-(-extent // r_row) * r_row)
+                score = channel_tile_score(r_col, r_row, used, red, target, window) * streaming
+                plans.append((score, r_col, r_row, used, name, extent))
     best = max(plans, key=lambda plan: plan[0])
-    # near-ties: see PLAN_TIE
+    # near-ties: see PLAN_TIE; of tiles alike, the one along an image row (its stores transpose)
     chosen = max((p for p in plans if p[0] >= best[0] * (1 - PLAN_TIE) and p[1] <= best[1]),
-                 key=lambda plan: (plan[3] == 1, plan[1] * plan[2], plan[0], -plan[1]))
+                 key=lambda plan: (plan[3] == 1, plan[1] * plan[2], plan[0], -plan[1], plan[4] == row[0]))
     ranked = [chosen] + sorted((p for p in plans if p is not chosen), key=lambda plan: -plan[0])
     # a lane-strided output: the tile is transposed in registers, then stored as rows of r_row lanes
-    return [ChannelPlan(col[0], col[1], r_col, row[0], row[1], r_row, used * red / (red + epilogue_cost(r_row, width)),
-                        window) for _, r_col, r_row, used in ranked]
+    return [ChannelPlan(col[0], col[1], r_col, name, extent, r_row,
+                        used * red / (red + epilogue_cost(r_row, width)), window)
+            for _, r_col, r_row, used, name, extent in ranked]
 
 
 def candidate_schedules(n: NestView, target: CPUTarget, limit: int, tiles: bool = False) -> list[Schedule]:
@@ -403,6 +410,12 @@ def channel_vector_schedule(n: NestView, plan: ChannelPlan, target: CPUTarget,
     sched = Schedule(splits=[(plan.col, width)], vector=Loop.inner(plan.col),
                      pack={1: n.weight_layouts[1] + f"{width}o"})
     loops = [Loop.outer(name) if name == plan.col else name for name, _ in n.dims[: n.npar]]
+    if "*" in plan.row:  # a row of fused loops (see `flat_row`)
+        outer, inner = plan.row.split("*")
+        sched.fusions.append((outer, inner))
+        loops[loops.index(outer)] = plan.row
+        loops.remove(inner)
+        blocks_in_rows = False  # inside the fused row, the blocks would re-read their weights each tile
     # tile points row-major over (row, col): each broadcast input feeds r_col FMAs in a row and dies
     tile = _tile_loop(sched, loops, plan.row, plan.row_extent, plan.r_row)
     tile += _tile_loop(sched, loops, Loop.outer(plan.col), plan.col_extent // width, plan.r_col)
