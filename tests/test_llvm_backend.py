@@ -951,9 +951,10 @@ def test_a_1x1_conv_on_a_small_image_tiles_its_points_as_one_row(h):
     as one row (`flat_row`: 2 x 6 tiles over 64 or 49 points, the last one of 4 or 1; an image
     row has 8 or 7, where the tiles of 8 accumulators of 16 registers ran 1.07-1.17x the time),
     stores each channel's points as one vector across the ends of the image rows and adds the
-    residual read the same way (`flat_fusion`); without the residual, no read of the kernel is
-    masked (only the last tile checks its points, also after a transposed store). Torch's numbers,
-    at both widths and 2 threads."""
+    residual read the same way (`flat_fusion`), through the two axes merged into one
+    (`LoopBuilder.merged`: a checked build finds every index inside its axis); without the
+    residual, no read of the kernel is masked (only the last tile checks its points, also after a
+    transposed store). Torch's numbers, at both widths, 2 threads and in a checked build."""
     from nasir.lowering.loops_to_llvm.llvm_ir import to_llvm_ir
     from nasir.lowering.pipeline import LLVM
 
@@ -974,3 +975,4 @@ def test_a_1x1_conv_on_a_small_image_tiles_its_points_as_one_row(h):
     want = torch.relu(F.conv2d(torch.tensor(x), torch.tensor(w), torch.tensor(b)) + torch.tensor(x)).numpy()
     np.testing.assert_allclose(run(model, x), want, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(run(model, x, threads=2), want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(compile_llvm(model.module, checked=True)(x), want, rtol=1e-4, atol=1e-4)

@@ -86,6 +86,8 @@ def _outside(f: FuncLowering, ref: SSAValue, indices: Sequence[SSAValue], vector
 
 def _describe(function: str, op: Operation, ref: SSAValue) -> DictionaryAttr:
     """The checked access of `ref` by `op` in `function` (a kernel or its outlined parallel body)."""
+    if isinstance(ref.owner, memref.CollapseShapeOp):  # the same memory, its axes merged
+        ref = ref.owner.src
     if isinstance(ref, BlockArgument):
         operand = f"argument {ref.index}"
     elif isinstance(ref.owner, memref.ViewOp) and isinstance(ref.owner.source, BlockArgument):

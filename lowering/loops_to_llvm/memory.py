@@ -5,6 +5,7 @@
             %v = llvm.load %a -> f32
     %w = memref.view %ws[%off][] : memref<1024xi8> to memref<4x8xf32>
         ->  %w = llvm.getelementptr %ws[%off] : i8   (a byte offset)
+    %c = memref.collapse_shape %m [[0, 1]] : memref<8x8xf32> into memref<64xf32>  ->  %m
 """
 
 from __future__ import annotations
@@ -40,6 +41,12 @@ def view(f: FuncLowering, op: memref.ViewOp) -> None:
     f.replace(op, f.add(llvm.GEPOp(f.v(op.source), [llvm.GEP_USE_SSA_VAL], i8, ssa_indices=[f.v(op.byte_shift)])))
 
 
+def collapse_shape(f: FuncLowering, op: memref.CollapseShapeOp) -> None:
+    """`memref.collapse_shape %m [[0], [1, 2]] : memref<4x8x8xf32> into memref<4x64xf32>` -> `%m`
+    (a row-major buffer's merged axes index the same elements)."""
+    f.replace(op, f.v(op.src))
+
+
 def alloca(f: FuncLowering, op: memref.AllocaOp) -> None:
     """`memref.alloca() : memref<4x8xf32>` -> `llvm.alloca 32 x f32 {alignment = 64}`, hoisted to
     the entry block."""
@@ -62,6 +69,7 @@ LOWERINGS: dict[type[Operation], Lowering] = {
     memref.StoreOp: store,
     PrefetchOp: prefetch,
     memref.ViewOp: view,
+    memref.CollapseShapeOp: collapse_shape,
     memref.AllocaOp: alloca,
     memref.CopyOp: copy,
 }

@@ -36,6 +36,9 @@ class Accesses:
     spec: Spec
     b: LoopBuilder
     target: CPUTarget
+    flat_lanes: bool = False
+    """Whether the lanes being read and written run along a flat fusion's row (`flat_fusion`),
+    across the ends of image rows: set by a transposed store of such a row."""
 
     def eval(self, expr: AffineExpr, dims: list[Lin]) -> Lin:
         b = self.b
@@ -128,9 +131,10 @@ class Accesses:
             if w is not None:
                 v = b.pure(("splat", v, w), lambda: b.splat(v, w))
             return v, m
-        at = [b.scalar(l) for l in idx]
         if lane_stride == 1:
+            ref, at, _ = self.lanes_at(ref, idx, shape)
             return b.shared_vload(ref, at, w, m, identity), m
+        at = [b.scalar(l) for l in idx]
         if 1 < lane_stride <= 4 and idx[-1].c == lane_stride:
             whole = self.whole_window_read(k, idx, bounds[-1]) if m is None else None
             if whole is not None:
@@ -149,6 +153,19 @@ class Accesses:
         b.for_lanes(w, lambda j: b.store(b.load(ref, [b.clamp(b.lane(l, j), s) for l, s in zip(idx, shape)]),
                                          buf, [j]))
         return b.vload(buf, [b.idx(0)], w, m, identity), m
+
+    def lanes_at(self, ref: SSAValue, idx: list[Lin], shape: Shape) -> tuple[SSAValue, list[SSAValue], int]:
+        """The memref, indices and lane axis of a vector whose lanes run one element apart along
+        the last axis they move (`idx`: per axis of `ref`, of `shape`): where they run across its
+        rows (a flat fusion's row, `flat_lanes`), that axis and the one before as one
+        (`LoopBuilder.merged`), so each index stays inside its axis."""
+        b = self.b
+        axis = max(a for a, l in enumerate(idx) if l.c)
+        if not self.flat_lanes or axis == 0:
+            return ref, [b.scalar(l) for l in idx], axis
+        plane = b.lin_add(b.lin_scale(idx[axis - 1], shape[axis]), idx[axis])
+        at = idx[:axis - 1] + [plane] + idx[axis + 1:]
+        return b.merged(ref, axis), [b.scalar(l) for l in at], axis - 1
 
     def whole_window_read(self, k: int, idx: list[Lin], last_bounds: tuple[int, int, int]) -> SSAValue | None:
         """Lanes `stride` apart along the last axis of input `k` (a stride-2 pool or conv), read as
@@ -178,8 +195,8 @@ class Accesses:
         if self.width is None:
             b.store(value, self.out, [b.scalar(l) for l in idx])
         elif lane_stride == 1:  # the lanes move the last axis with a lane coefficient, those after it have extent 1
-            axis = max(a for a, l in enumerate(idx) if l.c)
-            b.vstore(value, self.out, [b.scalar(l) for l in idx], self.mask(conds), axis)
+            ref, at, axis = self.lanes_at(self.out, idx, shape)
+            b.vstore(value, ref, at, self.mask(conds), axis)
         else:
             buf = b.lanes_buffer(self.width)
             b.vstore(value, buf, [b.idx(0)], None)

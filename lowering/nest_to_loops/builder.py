@@ -14,11 +14,13 @@ from math import gcd
 
 from xdsl.dialects import arith, llvm, math, memref, scf, vector
 from xdsl.dialects.builtin import (
+    ArrayAttr,
     DenseArrayBase,
     DenseIntOrFPElementsAttr,
     FloatAttr,
     IndexType,
     IntegerAttr,
+    MemRefType,
     VectorType,
     f32,
     i1,
@@ -305,6 +307,19 @@ class LoopBuilder:
         if mask is None:
             return self.add(vector.LoadOp(ref, indices, vty))
         return self.add(vector.MaskedLoadOp(ref, indices, mask, self.const(passthru, vty), vty))
+
+    def merged(self, ref: SSAValue, axis: int) -> SSAValue:
+        """`ref` with axes `axis - 1` and `axis` as one, the same memory (a flat plane whose rows a
+        vector runs across: see `NestEmitter.flat_fusion`):
+
+            memref.collapse_shape %out [[0], [1], [2, 3]] : memref<1x64x8x8xf32> into memref<1x64x64xf32>
+        """
+        shape = ref.type.get_shape()
+        groups = [[a] for a in range(axis - 1)] + [[axis - 1, axis]] + [[a] for a in range(axis + 1, len(shape))]
+        merged = MemRefType(ref.type.element_type, [*shape[:axis - 1], shape[axis - 1] * shape[axis], *shape[axis + 1:]])
+        reassociation = ArrayAttr([ArrayAttr([IntegerAttr(a, i64) for a in g]) for g in groups])
+        return self.pure(("merged", ref, axis), lambda: self.add(memref.CollapseShapeOp(
+            operands=[ref], result_types=[merged], properties={"reassociation": reassociation})))
 
     def shared_vload(self, ref: SSAValue, indices: list[SSAValue], width: int, mask: SSAValue | None,
                      passthru: float) -> SSAValue:

@@ -263,6 +263,7 @@ class Tiles:
         for t, p in enumerate(points):
             groups.setdefault(p[:pos] + p[pos + 1:], []).append(accs[t])
         r = self.extent[row]
+        self.flat_lanes = Loop(row).parent in self.fusion_parts
         with self._restoring(self.tile):  # versions emitted next see the tile loops unbound
             for p, values in groups.items():
                 rows = b.transpose(values, width)
@@ -273,6 +274,7 @@ class Tiles:
                     self.bind(self.vec, Lin(None, lane))
                     self._finish(v, self._dims(), self._conds(guards) + [(self.ivs[row], r)], lead)
                 self.bind(self.vec, Lin(None, 0, 1))
+        self.flat_lanes = False
 
     def lane_steps(self) -> int:
         """How many leading epilogue steps read every operand as one vector or one value per tile
