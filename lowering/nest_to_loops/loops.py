@@ -58,6 +58,11 @@ class LoopStructure:
         _, factor = self.split_extents[name]
         return b.lin_add(b.lin_scale(self.value(Loop.outer(name)), factor), self.value(Loop.inner(name)))
 
+    def fusion_of(self, loop: str) -> str | None:
+        """The fused loop that `loop` is a split part of (`oh*ow` of `oh*ow.i`), or None."""
+        parent = Loop(loop).parent
+        return parent if parent in self.fusion_parts else None
+
     def flat_fusion(self, fused: str) -> bool:
         """Whether the lanes of fused loop `fused` (`oh*ow`) may be stored and read as one run of
         the flat row: the output and every epilogue operand hold its two dims as a plane (a step

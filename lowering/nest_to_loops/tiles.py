@@ -91,7 +91,7 @@ class Tiles:
         reads: dict[tuple, dict[int, list[Lin]]] = {}
         # the points along a flat fusion's row (`oh*ow.i`) read one run: its lanes (see `flat_fusion`)
         row = self.transposed_row()
-        fused_row = row if row is not None and Loop(row).parent in self.fusion_parts else None
+        fused_row = row if row is not None and self.fusion_of(row) else None
         if fused_row is not None:
             at = self.tile.index(fused_row)
             points = sorted({p[:at] + (0,) + p[at + 1:] for p in points})
@@ -241,7 +241,7 @@ class Tiles:
             return None
 
         def contiguous(t: str) -> bool:
-            fused = Loop(t).parent if Loop(t).parent in self.fusion_parts else None
+            fused = self.fusion_of(t)
             return self.flat_fusion(fused) if fused else [strides[d] for d in self._origins(t)] == [1]
         return next((t for t in self.tile if 1 < self.extent[t] <= self.width and contiguous(t)), None)
 
@@ -263,7 +263,7 @@ class Tiles:
         for t, p in enumerate(points):
             groups.setdefault(p[:pos] + p[pos + 1:], []).append(accs[t])
         r = self.extent[row]
-        self.flat_lanes = Loop(row).parent in self.fusion_parts
+        self.flat_lanes = self.fusion_of(row) is not None
         with self._restoring(self.tile):  # versions emitted next see the tile loops unbound
             for p, values in groups.items():
                 rows = b.transpose(values, width)

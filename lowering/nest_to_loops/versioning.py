@@ -172,23 +172,36 @@ class Versioning:
         if tail is None:
             return self._guarded_tile_of_width()
         loop = Loop.outer(self._vector_dim())
+        last = self.extent[loop] - 1
+
+        def emit(first: int) -> None:
+            saved, self.width = self.width, tail if first == last else self.width
+            try:
+                self._guarded_tile_of_width()
+            finally:
+                self.width = saved
+
+        self._last_apart(loop, emit)
+
+    def _last_apart(self, loop: str, emit: Callable[[int], None]) -> None:
+        """`emit(first)` for outer loop `loop`'s last iteration and for the iterations before it
+        that this version runs (`first` the lowest), each in a version of its own with `loop`
+        bound to them; only the last one where no other runs here:
+
+            if ow.o == 3: emit(3)  else: emit(lo)     (ow.o in lo..3)
+        """
         last, lo = self.extent[loop] - 1, self.dim_range(loop)[0]
 
-        def version(first: int, final: int, width: int) -> Callable[[], None]:
-            def emit():
-                saved, self.width = self.width, width
-                try:
-                    with self._within(loop, first, final):
-                        self._guarded_tile_of_width()
-                finally:
-                    self.width = saved
-            return emit
+        def version(first: int, final: int) -> Callable[[], None]:
+            def run():
+                with self._within(loop, first, final):
+                    emit(first)
+            return run
 
         if lo == last:
-            return version(last, last, tail)()
-        b = self.b
-        at_last = b.add(arith.CmpiOp(b.scalar(self.value(loop)), b.idx(last), "eq"))
-        b.if_(at_last, version(last, last, tail), version(lo, last - 1, self.width))
+            return version(last, last)()
+        at_last = self.b.add(arith.CmpiOp(self.b.scalar(self.value(loop)), self.b.idx(last), "eq"))
+        self.b.if_(at_last, version(last, last), version(lo, last - 1))
 
     def tail_width(self) -> int | None:
         """Lanes of the vectors of the last tile of a vector loop split with a tail of at most half
@@ -235,14 +248,7 @@ class Versioning:
             with self._within(split, lo, last - 1):
                 if self.dim_range(name)[1] >= e:
                     continue
-
-            def within(first: int, final: int) -> Callable[[], None]:
-                def emit():
-                    with self._within(split, first, final):
-                        self._guarded_tile_of_width()
-                return emit
-            at_last = b.add(arith.CmpiOp(b.scalar(self.value(split)), b.idx(last), "eq"))
-            return b.if_(at_last, within(last, last), within(lo, last - 1))
+            return self._last_apart(split, lambda _: self._guarded_tile_of_width())
         if outer_guards:
             cond = b.all_of([b.below(self.value(n), e, None) for n, e in outer_guards])
             b.if_(cond, lambda: self.emit_tile(inner_guards))
