@@ -34,6 +34,10 @@ A nest whose epilogue reads an arena value at its own output index (a residual a
 value's last reader writes its result over it (`in_place_operand`; the nest gets
 `nasir.in_place = <operand>`, and convert-nest-to-loops drops `noalias` on the pair): one buffer
 less for the caches to hold (ResNet-34 group16: the second convs of the blocks 0.955x the time).
+A channel concat's inputs are computed where the concat holds them (`place_concat_inputs`): each
+is a view into the concat's bytes, a concat whose inputs all sit so is a view in turn, and the
+concat copies only what could not be placed (a DenseNet block: its layers write their channels
+into one buffer of the block, and no concat copies anything; DenseNet-121 0.97-0.98x the time).
 convert-nest-to-loops turns each wrapped op into loops over the memrefs.
 """
 
@@ -169,7 +173,8 @@ def plan(body: list[Operation], returned: list[SSAValue]
     writes over an operand only if no other op of its kernel reads that operand.
 
     A reshape of an arena value (not returned) is a view: it shares its source's bytes, and the
-    bytes live until the last use of any value in the group.
+    bytes live until the last use of any value in the group. So are a concat's inputs computed in
+    its bytes (`place_concat_inputs`): the group's bytes live from its first value's op on.
     """
     views: set[SSAValue] = set()
     root: dict[SSAValue, SSAValue] = {}
@@ -182,13 +187,20 @@ def plan(body: list[Operation], returned: list[SSAValue]
                 continue
         if isinstance(op, COMPUTE_OPS) and op.results[0] not in returned:
             root[op.results[0]] = op.results[0]
+    viewed = {root[v] for v in views}
+    shift = place_concat_inputs(body, root, viewed)
+    viewed |= {root[v] for v in shift}
     step = kernel_steps(body)
+    first: dict[SSAValue, SSAValue] = {}  # each group's value computed first
     last: dict[SSAValue, int] = {}
     for op in body:
         for v in op.operands:
             if v in root:
                 last[root[v]] = max(last.get(root[v], 0), step[op])
-    viewed = {root[v] for v in views}
+        for r in op.results:
+            if r in root:
+                first.setdefault(root[r], r)
+                last[root[r]] = max(last.get(root[r], 0), step[op])
     arena, offsets, in_place, scratch = Arena(), {}, {}, {}
     dying: dict[int, list[tuple[int, int]]] = {}  # kernel -> (offset, bytes) it is the last to use
 
@@ -204,24 +216,65 @@ def plan(body: list[Operation], returned: list[SSAValue]
                 in_place[op], over = k, op.operands[k]
                 dying[step[op]].remove((offsets[over], nbytes(shape_of(over))))  # the result's bytes now
         for r in op.results:
-            if root.get(r) is r:
-                offsets[r] = offsets[over] if over is not None else arena.alloc(nbytes(shape_of(r)))
-                dying.setdefault(last.get(r, step[op]), []).append((offsets[r], nbytes(shape_of(r))))
+            if r in root and first[root[r]] is r:
+                group = root[r]
+                offsets[group] = offsets[over] if over is not None else arena.alloc(nbytes(shape_of(group)))
+                dying.setdefault(last[group], []).append((offsets[group], nbytes(shape_of(group))))
         if SCRATCH_BYTES.on(op):
             scratch[op] = arena.alloc(SCRATCH_BYTES.get(op))
             dying.setdefault(step[op], []).append((scratch[op], SCRATCH_BYTES.get(op)))
         for at, size in dying.pop(i, []):
             arena.release(at, size)
-    for v in views:
-        offsets[v] = offsets[root[v]]
+    for v, group in root.items():
+        if group is not v:
+            offsets[v] = offsets[group] + shift.get(v, 0)
     return offsets, arena.peak, views, in_place, scratch
+
+
+def place_concat_inputs(body: list[Operation], root: dict[SSAValue, SSAValue],
+                        viewed: set[SSAValue]) -> dict[SSAValue, int]:
+    """Compute a concat's inputs where the concat holds them (`nn.ConcatOp.blocks`), so that it
+    copies nothing: each input an op computes into the arena (its own bytes so far: `root`, no
+    reshape of it in `viewed`, no padding rows) is re-rooted into the concat's bytes at its block's
+    byte offset, which is returned. Concats are visited last first, so a DenseNet block, whose
+    layer k reads concat(x0, ..., x(k-1)), puts every x in the block's last concat, and each
+    earlier concat, its inputs all in place in one group at the offsets it would give them, becomes
+    a view of that group's first bytes:
+
+        %c1 = nn.concat %x0, %x1 : 1x64x8x8, 1x32x8x8   ->  view of %c2 at 0
+        %c2 = nn.concat %x0, %x1, %x2                    ->  %x0 at byte 0, %x1 at 16384, %x2 at 24576
+
+    An input whose block does not start on an `ALIGN` boundary, or that sits elsewhere already (a
+    value two concats read at different offsets), is copied as before (`concat_copies`)."""
+    shift: dict[SSAValue, int] = {}
+    groups: set[SSAValue] = set()
+
+    def free(v: SSAValue) -> bool:
+        return root.get(v) is v and v not in viewed and v not in groups and not nest.pad_rows(v)
+
+    for op in reversed(body):
+        if not isinstance(op, nn.ConcatOp) or op.results[0] not in root or (blocks := op.blocks()) is None:
+            continue
+        c = op.results[0]
+        at = {(root[v], shift[v] - 4 * b) for v, b in zip(op.operands, blocks) if v in shift}
+        if free(c) and len(at) == 1 and all(v in shift for v in op.operands):
+            root[c], shift[c] = at.pop()  # every input already where c would put it
+            continue
+        if nest.pad_rows(c):
+            continue
+        group, base = root[c], shift.get(c, 0)
+        for v, b in zip(op.operands, blocks):
+            if free(v) and (base + 4 * b) % ALIGN == 0:
+                root[v], shift[v] = group, base + 4 * b
+                groups.add(group)
+    return shift
 
 
 class NestBufferizePass(ModulePass):
     """Rewrite @main over memrefs: (inputs, outputs, weights, workspace) with a static memory plan
     whose lifetimes follow the kernels (a nest whose rows its pool's kernel computes, `nasir.fuse_rows`,
     runs there); an op that asks for scratch (`nasir.scratch_bytes`) gets arena bytes at
-    `nasir.scratch_offset`."""
+    `nasir.scratch_offset`; a channel concat's inputs are computed in its bytes."""
 
     name = "nest-bufferize"
 

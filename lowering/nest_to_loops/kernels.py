@@ -226,9 +226,11 @@ def _overlap(a: tuple[SSAValue, int, int] | None, b: tuple[SSAValue, int, int] |
 
 
 def concat_copies(op: Operation, refs: list[SSAValue]) -> list[Operation] | None:
-    """A concat into a slice of the workspace arena along an axis with only unit dims before it
-    (NCHW channels, batch 1) needs no kernel: each input is one contiguous block of the output,
-    copied (`memref.copy`, a memcpy) into a `memref.view` at its byte offset. None otherwise.
+    """A concat into a slice of the workspace arena whose inputs are contiguous blocks of it
+    (`nn.ConcatOp.blocks`: NCHW channels, batch 1) needs no kernel: each input is copied
+    (`memref.copy`, a memcpy) into a `memref.view` at its byte offset, unless nest-bufferize
+    computed it there already (a DenseNet block's layers write their channels into the block's
+    concat: no copy at all). None otherwise.
 
         %s1 = arith.addi %shift, %c1024 : index   // %dest = memref.view %ws[%shift]
         %d1 = memref.view %ws[%s1][] : memref<4096xi8> to memref<1x4x8x8xf32>
@@ -237,18 +239,19 @@ def concat_copies(op: Operation, refs: list[SSAValue]) -> list[Operation] | None
     view = refs[-1].owner
     if not isinstance(op, nn.ConcatOp) or not isinstance(view, memref.ViewOp):
         return None
-    out = shape_of(op.results[0])
-    axis = op.axis.value.data % len(out)
-    if any(d != 1 for d in out[:axis]) or any(r.type.element_type != f32 for r in refs):
+    blocks = op.blocks()
+    if blocks is None or any(r.type.element_type != f32 for r in refs):
         return None
+    dest = _workspace_span(refs[-1])
     ops: list[Operation] = []
-    offset = 0
-    for src in refs[:-1]:
-        shift = arith.ConstantOp(IntegerAttr(4 * offset, IndexType()))
+    for src, start in zip(refs[:-1], blocks):
+        span = _workspace_span(src)
+        if dest is not None and span is not None and span[:2] == (dest[0], dest[1] + 4 * start):
+            continue  # computed in place
+        shift = arith.ConstantOp(IntegerAttr(4 * start, IndexType()))
         at = arith.AddiOp(view.byte_shift, shift)
         part = memref.ViewOp(view.source, at, [], src.type)
         ops += [shift, at, part, memref.CopyOp(src, part)]
-        offset += math.prod(src.type.get_shape())
     return ops
 
 
