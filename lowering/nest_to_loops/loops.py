@@ -65,21 +65,27 @@ class LoopStructure:
 
     def flat_fusion(self, fused: str) -> bool:
         """Whether the lanes of fused loop `fused` (`oh*ow`) may be stored and read as one run of
-        the flat row: the output and every epilogue operand hold its two dims as a plane (a step
-        of the outer one moves as far as the inner one's extent of steps), so lane j of a point
-        on the row is at the point's position + j, across the end of an image row. A transposed
-        tile (`transposed_row`) then stores r points of a channel as one vector."""
+        the flat row: the output and every epilogue operand hold its two dims as a plane
+        (`holds_plane`) and the inner one is contiguous in the output, so lane j of a point on the
+        row is at the point's position + j, across the end of an image row. A transposed tile
+        (`transposed_row`) then stores r points of a channel as one vector."""
+        operands = {k for _, refs, _ in self.spec.steps for k in refs}
+        accesses = [(self.spec.out_map, self.spec.out_shape)] + [(self.spec.maps[k], self.spec.in_shapes[k])
+                                                                 for k in sorted(operands)]
+        inner = [n for n, _ in self.spec.dims].index(self.fusion_parts[fused][1]) if self.holds_plane(fused, accesses) else None
+        return inner is not None and stride_of(self.spec.out_map, self.spec.out_shape, inner) == 1
+
+    def holds_plane(self, fused: str, accesses: list[tuple]) -> bool:
+        """Whether each (map, shape) of `accesses` holds fused loop `fused`'s two dims (`oh*ow`) as a
+        plane: a step of the outer one moves as far as the inner one's extent of steps (input 0 of a
+        1x1 conv, `W * ow_stride` apart from one row to the next; not a stride-2 conv's)."""
         outer, inner = self.fusion_parts[fused]
         names = [n for n, _ in self.spec.dims]
         if outer not in names or inner not in names:
             return False
         o, i = names.index(outer), names.index(inner)
-        operands = {k for _, refs, _ in self.spec.steps for k in refs}
-        accesses = [(self.spec.out_map, self.spec.out_shape)] + [(self.spec.maps[k], self.spec.in_shapes[k])
-                                                                 for k in sorted(operands)]
         row = self.spec.dims[i][1]
-        return all(stride_of(amap, shape, o) == row * stride_of(amap, shape, i)
-                   for amap, shape in accesses) and stride_of(self.spec.out_map, self.spec.out_shape, i) == 1
+        return all(stride_of(amap, shape, o) == row * stride_of(amap, shape, i) for amap, shape in accesses)
 
     def guards(self) -> list[tuple[str, int]]:
         return [(n, e) for n, (e, f) in self.split_extents.items() if e % f]

@@ -14,7 +14,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import SSAValue
 
-from nasir.dialects import nest
+from nasir.dialects import affine, nest
 from nasir.dialects.affine import expr_range, linear_coefficient, stride_of
 from nasir.dialects.schedule import Loop
 from nasir.lowering.analysis.cost_model import row_window
@@ -89,13 +89,22 @@ class Tiles:
         shape = spec.in_shapes[0]
         strides = [math.prod(shape[a + 1:]) for a in range(len(shape))]
         reads: dict[tuple, dict[int, list[Lin]]] = {}
-        # the points along a flat fusion's row (`oh*ow.i`) read one run: its lanes (see `flat_fusion`)
-        row = self.transposed_row()
-        fused_row = row if row is not None and self.fusion_of(row) else None
-        if fused_row is not None:
-            at = self.tile.index(fused_row)
-            points = sorted({p[:at] + (0,) + p[at + 1:] for p in points})
-        with self._restoring([name, *inner, *([fused_row] if fused_row else [])]):
+        line = self.target.cache_line // 4
+        # the points along a fused row (`oh*ow.i`) that input 0 holds as a plane read one run across
+        # image rows: its first point, one a cache line on, and its last (each its own div and mod)
+        dims = [d for d, _ in spec.dims]
+        read = {dims[d] for d in affine.map_dims(spec.maps[0])}
+        # points apart only along tile loops input 0 does not read (a conv's channel vectors) read alike
+        points = sorted({tuple(v if self._origins(t) & read else 0 for t, v in zip(self.tile, p)) for p in points})
+        for row in self.tile:
+            fused = self.fusion_of(row)
+            if fused is None or not self.holds_plane(fused, [(spec.maps[0], shape)]):
+                continue
+            pos, r = self.tile.index(row), self.extent[row]
+            step = max(1, line // (abs(stride_of(spec.maps[0], shape, dims.index(self.fusion_parts[fused][1]))) or 1))
+            ends = {*range(0, r, step), r - 1}
+            points = sorted({p[:pos] + (q,) + p[pos + 1:] for p in points for q in ends})
+        with self._restoring([name, *inner]):
             here = self.ivs[name]
             self.ivs[name] = Lin(here.s, here.k + PREFETCH_DISTANCE, here.c, here.align)
             for taps in itertools.product(*[range(self.extent[n]) for n in inner]):
@@ -103,14 +112,11 @@ class Tiles:
                     self.ivs[n] = Lin(None, v)
                 for p in points:
                     self._set_point(p)
-                    if fused_row is not None:
-                        self.bind(fused_row, Lin(None, 0, 1))
                     idx = [self.eval(e, self._dims()) for e in spec.maps[0].results]
                     for lane in sorted({0, (self.width or 1) - 1} if any(l.c for l in idx) else {0}):
                         at = [Lin(l.s, l.k + l.c * lane) for l in idx]
                         flat = sum(l.k * st for l, st in zip(at, strides))
                         reads.setdefault(tuple(id(l.s) for l in at), {})[flat] = at
-        line = self.target.cache_line // 4
         for run in reads.values():
             last = None
             offsets = sorted(run)
