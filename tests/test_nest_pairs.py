@@ -208,3 +208,37 @@ def test_pool_whose_input_a_fused_pool_makes_is_not_fused_in_turn():
     FUSE_ROWS.set(second, True)
     with pytest.raises(LoweringError, match="no kernel computes the rows of 'conv7'"):
         run_pipeline(model.module, "convert-nest-to-loops")
+
+
+def test_of_three_max_pools_in_a_row_the_first_computes_its_producers_rows(monkeypatch):
+    """conv -> sigmoid -> max pool -> max pool -> max pool (the fuzzer's seed 1796074389): default-
+    schedule marked the pools to compute their producer's rows in the order of a set, so a later
+    pool could be marked before the one it reads, and both were fused ("no kernel computes the
+    rows of 'conv'"). In program order, whatever order the nests on lanes over channels come in
+    (here last first), the first pool fuses its conv, the second reads its input whole (the third
+    may compute the second's rows). Torch's numbers."""
+    from nasir.lowering.schedule import default_schedule
+
+    settle = default_schedule._settle
+
+    def last_first(module, blocked):
+        left = settle(module, blocked)
+        return [n for n in reversed(list(blocked)) if n in left]
+
+    monkeypatch.setattr(default_schedule, "_settle", last_first)
+    x, w, b = rand(1, 192, 12, 12), rand(64, 192, 3, 3) / 40, rand(64)
+
+    def body(a, W):
+        conv = nn.Conv2DOp.new(a[0], W("w", w), W("b", b), strides=(2, 2), pads=(1,) * 4).named("conv")
+        ops = [conv, nn.SigmoidOp.new(conv.result)]
+        for k, (kernel, ceil) in enumerate((((2, 2), True), ((1, 1), False), ((1, 1), False))):
+            ops.append(nn.MaxPoolOp.new(ops[-1].results[0], kernel, strides=(2, 2), ceil_mode=ceil).named(f"pool{k}"))
+        return ops
+
+    model = build([x.shape], body)
+    nests = scheduled_nests(model)
+    fused = [FUSE_ROWS.on(nests[f"pool{k}"]) for k in range(3)]
+    assert fused[:2] == [True, False] and not (fused[1] and fused[2]), fused  # pool2 may compute pool1's rows
+    y = torch.sigmoid(F.conv2d(torch.tensor(x), torch.tensor(w), torch.tensor(b), stride=2, padding=1))
+    y = F.max_pool2d(F.max_pool2d(F.max_pool2d(y, 2, 2, ceil_mode=True), 1, 2), 1, 2)
+    np.testing.assert_allclose(run(model, x), y.numpy(), rtol=1e-4, atol=1e-4)

@@ -216,8 +216,9 @@ class DefaultSchedulePass(ModulePass):
                     writer.properties["schedule"] = spatial.to_attr()
             lanes_over_channels = _settle(op, blocked_input)
         # a channel-lane max pool whose producer it alone reads computes that producer's rows in
-        # its own kernel, block by block of the producer's channels, as it needs them
-        for pool in lanes_over_channels:
+        # its own kernel, block by block of the producer's channels, as it needs them; in program
+        # order, so that of two pools in a row the first fuses and the second sees it has
+        for pool in (p for p in blocked_input if p in lanes_over_channels):
             blocks = fused_row_blocks(pool) if pool.kind == "max" else 0
             fused = channel_pool_schedule(nest_shape(pool), target, blocks) if blocks > 1 else None
             if fused is not None:
