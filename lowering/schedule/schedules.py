@@ -360,7 +360,9 @@ pack-activations stores channel-blocked (a line holds 16 of them). The cost mode
 loads per FMA in both, and the channel plan's epilogue. On Zen 3, ResNeXt-29's 512 -> 1024 and
 1024 -> 512 1x1 convs on 8 x 8 ran 0.80x and 0.95x the time with their channel plans (2 x 4
 tiles), the network 0.972x (interleaved per-layer profile, 7 rounds); DenseNet-121, MobileNetV2
-and WRN-40-2 within +-1.3%."""
+and WRN-40-2 within +-1.3%. Those convs now run their tiles along the fused row of all 64 points
+(`flat_row`: 2 x 6), which is no short row, and win on score alone; the tie is left for a plan
+along an image row (an input that leaves L2, a stride)."""
 
 
 def channel_tie(plan: ChannelPlan, target: CPUTarget) -> float:
