@@ -72,8 +72,10 @@ class LoopStructure:
         operands = {k for _, refs, _ in self.spec.steps for k in refs}
         accesses = [(self.spec.out_map, self.spec.out_shape)] + [(self.spec.maps[k], self.spec.in_shapes[k])
                                                                  for k in sorted(operands)]
-        inner = [n for n, _ in self.spec.dims].index(self.fusion_parts[fused][1]) if self.holds_plane(fused, accesses) else None
-        return inner is not None and stride_of(self.spec.out_map, self.spec.out_shape, inner) == 1
+        if not self.holds_plane(fused, accesses):
+            return False
+        inner = [n for n, _ in self.spec.dims].index(self.fusion_parts[fused][1])
+        return stride_of(self.spec.out_map, self.spec.out_shape, inner) == 1
 
     def holds_plane(self, fused: str, accesses: list[tuple]) -> bool:
         """Whether each (map, shape) of `accesses` holds fused loop `fused`'s two dims (`oh*ow`) as a

@@ -90,19 +90,19 @@ class Tiles:
         strides = [math.prod(shape[a + 1:]) for a in range(len(shape))]
         reads: dict[tuple, dict[int, list[Lin]]] = {}
         line = self.target.cache_line // 4
-        # the points along a fused row (`oh*ow.i`) that input 0 holds as a plane read one run across
-        # image rows: its first point, one a cache line on, and its last (each its own div and mod)
         dims = [d for d, _ in spec.dims]
         read = {dims[d] for d in affine.map_dims(spec.maps[0])}
         # points apart only along tile loops input 0 does not read (a conv's channel vectors) read alike
         points = sorted({tuple(v if self._origins(t) & read else 0 for t, v in zip(self.tile, p)) for p in points})
-        for row in self.tile:
+        # the points along a fused row (`oh*ow.i`) that input 0 holds as a plane read one run across
+        # image rows: its first point, one a cache line on, and its last (each its own div and mod)
+        for pos, row in enumerate(self.tile):
             fused = self.fusion_of(row)
             if fused is None or not self.holds_plane(fused, [(spec.maps[0], shape)]):
                 continue
-            pos, r = self.tile.index(row), self.extent[row]
-            step = max(1, line // (abs(stride_of(spec.maps[0], shape, dims.index(self.fusion_parts[fused][1]))) or 1))
-            ends = {*range(0, r, step), r - 1}
+            inner_stride = abs(stride_of(spec.maps[0], shape, dims.index(self.fusion_parts[fused][1]))) or 1
+            r = self.extent[row]
+            ends = {*range(0, r, max(1, line // inner_stride)), r - 1}
             points = sorted({p[:pos] + (q,) + p[pos + 1:] for p in points for q in ends})
         with self._restoring([name, *inner]):
             here = self.ivs[name]
