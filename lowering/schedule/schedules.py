@@ -298,7 +298,7 @@ def channel_vector_plans(n: NestView, target: CPUTarget) -> list[ChannelPlan]:
     pos = [d for d, _ in par].index(row[0])
     window = row_window(n, pos)
     rows = [row]
-    if (outer := flat_row(n, pos, target)) is not None:  # the image rows as one row (a 1x1 conv's 8 x 8 points)
+    if (outer := flat_row(n, pos)) is not None:  # the image rows as one row (a 1x1 conv's 8 x 8 points)
         rows.append((f"{par[outer][0]}*{row[0]}", par[outer][1] * row[1]))
     plans = []
     for r_col in (4, 3, 2, 1):
