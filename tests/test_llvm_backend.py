@@ -917,12 +917,14 @@ def test_1x1_conv_on_rows_shorter_than_a_line_takes_lanes_over_channels(c, o):
     (512, 512, 7, 1, (1, 7)),  # layer4: 2 x 5 1.2-1.7x, 2 x 4 (a tail of 3) 1.06x
     (256, 512, 14, 2, (1, 7)),  # layer4.0.conv1: 2 x 4 ties with 1 x 7 by score (PLAN_TIE), ran 1.03x
     (128, 128, 16, 1, (1, 8)),  # ResNet-34 cifar10 layer2: 2 x 5 (a tail of 1) 1.04-1.05x
+    (64, 128, 32, 2, (2, 6)),  # ResNet-18 cifar10 layer2.0.conv1 (16 x 16 out, a stride-2 window): 0.95x of 2 x 4
 ])
 def test_avx2_3x3_conv_tiles_hold_a_window_of_broadcasts_not_one_a_point(c, o, h, stride, avx2_tile):
     """A 3x3 conv's channel tile at AVX2's 16 registers: 2 x 5 where it divides the row with a
     short tail (LLVM keeps a window's worth of broadcasts live, not one a point:
     `channel_tile_rows`), the tile that divides the row where 2 x 5's tail is a third of it or its
-    score ties (`PLAN_TIE`); times measured standalone on Zen 3 and Zen 4. Torch's numbers."""
+    score ties (`PLAN_TIE`), 2 x 6 on a strided window along a row of 16, whose spills cost less
+    than the accumulators it gains; times measured standalone on Zen 3 and Zen 4. Torch's numbers."""
     w, b, x = rand(o, c, 3, 3) / (9 * c) ** 0.5, rand(o), rand(1, c, h, h)
     model = build([(1, c, h, h)], lambda a, W: [
         nn.Conv2DOp.new(a[0], W("w", w), W("b", b), strides=(stride, stride), pads=(1,) * 4).named("conv")])

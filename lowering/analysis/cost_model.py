@@ -222,9 +222,14 @@ def channel_tile_rows(r_col: int, window: Window | None, target: CPUTarget) -> i
     21 broadcasts, no spills), where counting a broadcast per point allows 2 x 4 (the larger count
     of the two is the bound; 2 x 6 spilled: 38-82 stack accesses per 108 FMAs). On ResNet-34
     imagenet's 3x3 convs 2 x 5 ran 0.93-0.96x the time of 1 x 8 and 2 x 4 on 56- and 28-wide rows,
-    0.83-0.87x of 1 x 7 on the stride-2 conv on 14 (Zen 3 and Zen 4)."""
+    0.83-0.87x of 1 x 7 on the stride-2 conv on 14 (Zen 3 and Zen 4). A strided window (stride 2)
+    may take as many points as a 1x1 conv: its neighbouring points share fewer inputs, so its tile
+    loads more per FMA, and 2 x 6 (12 accumulators) ran 0.95-0.98x the time of 2 x 4 and 2 x 5 though
+    LLVM spills in it (31 stack accesses beside 57 loads per 108 FMAs, within the load ports): the
+    stride-2 3x3 convs onto 16 x 16 of ResNet-18, WRN-40-2 and ResNeXt-29 (grouped) and onto 28 x 28
+    of ResNet-34 imagenet, and its 7x7 stem (znver3 code on Zen 4)."""
     registers = channel_tile_registers(target) - r_col
-    if window is None:
+    if window is None or (window.stride > 1 and r_col > 1 and not target.embedded_broadcast):
         return registers // r_col
     if target.embedded_broadcast:
         return registers // (r_col + 1)
