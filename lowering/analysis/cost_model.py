@@ -229,12 +229,14 @@ def channel_tile_rows(r_col: int, window: Window | None, target: CPUTarget) -> i
     stride-2 3x3 convs onto 16 x 16 of ResNet-18, WRN-40-2 and ResNeXt-29 (grouped) and onto 28 x 28
     of ResNet-34 imagenet, and its 7x7 stem (znver3 code on Zen 4)."""
     registers = channel_tile_registers(target) - r_col
-    if window is None or (window.stride > 1 and r_col > 1 and not target.embedded_broadcast):
+    if window is None:
         return registers // r_col
     if target.embedded_broadcast:
         return registers // (r_col + 1)
     if r_col == 1:
         return registers - window.taps
+    if window.stride > 1:
+        return registers // r_col
     return max(registers // (r_col + 1), (target.registers - r_col - window.taps - 1) // r_col)
 
 

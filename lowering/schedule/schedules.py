@@ -362,7 +362,7 @@ loads per FMA in both, and the channel plan's epilogue. On Zen 3, ResNeXt-29's 5
 tiles), the network 0.972x (interleaved per-layer profile, 7 rounds); DenseNet-121, MobileNetV2
 and WRN-40-2 within +-1.3%. Those convs now run their tiles along the fused row of all 64 points
 (`flat_row`: 2 x 6), which is no short row, and win on score alone; the tie is left for a plan
-along an image row (an input that leaves L2, a stride)."""
+along an image row (a stride)."""
 
 
 def channel_tie(plan: ChannelPlan, target: CPUTarget) -> float:
