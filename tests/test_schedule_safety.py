@@ -92,9 +92,11 @@ def candidate_schedules(shape, target):
     if plan is None:
         return
     blocks = plan.col_extent // width
-    # row tiles: 1, odd, the whole row, width/2 + 1 points (a full transpose, with a tail) and
-    # the one the plan picked
-    rows = sorted(r for r in {1, 3, 5, width // 2 + 1, plan.row_extent, plan.r_row} if r <= plan.row_extent)
+    # row tiles: 1, odd, an image row (the whole row, or on a fused row `oh*ow` a tile that divides
+    # it: a 961-point tile takes minutes to compile), width/2 + 1 points (a full transpose, with a
+    # tail) and the one the plan picked
+    image_row = dict(shape.dims)["ow"]
+    rows = sorted(r for r in {1, 3, 5, width // 2 + 1, image_row, plan.r_row} if r <= plan.row_extent)
     for r_col, r_row in itertools.product([r for r in (1, 2, 3, 4) if blocks % r == 0], rows):
         tile = ChannelPlan(plan.col, plan.col_extent, r_col, plan.row, plan.row_extent, r_row, plan.efficiency)
         yield f"channel {r_col}x{r_row}", channel_vector_schedule(shape, tile, target)
