@@ -63,14 +63,15 @@ def compile(model: Model, target: str = "llvm", threads: int = 1, tune: bool = F
 
 
 def tune(model: Model, cpu: str | None = None, threads: int = 1, database: str | Path | None = None,
-         progress: bool = False):
+         trials: int | None = None, progress: bool = False):
     """Time the schedules the cost model ranks highest for each distinct conv of `model` that the
-    tuning database lacks for `cpu` and store the fastest, which every later compile for that CPU
-    then uses (see nasir/tuning/host.py). `database`: a file (default: the user's cache,
-    `$NASIR_CACHE_DIR/tuning.db` or `~/.cache/nasir/tuning.db`). Returns a `TuningReport`."""
+    tuning database lacks for `cpu` (at most `trials` a conv, best first; default all of them) and
+    store the fastest, which every later compile for that CPU then uses (see nasir/tuning/host.py).
+    `database`: a file (default: the user's cache, `$NASIR_CACHE_DIR/tuning.db` or
+    `~/.cache/nasir/tuning.db`). Returns a `TuningReport`."""
     from nasir.tuning.host import tune as tune_model
 
-    return tune_model(model, cpu=cpu, threads=threads, database=database, progress=progress)
+    return tune_model(model, cpu=cpu, threads=threads, database=database, trials=trials, progress=progress)
 
 
 def transform(model: Model, pipeline: str, capacity_check=None) -> Model:

@@ -220,6 +220,18 @@ def test_tuning_times_kernel_calls_not_whole_calls(tmp_path, cpu, monkeypatch):
     assert len(report.nests) == 2 and all(n.ms > 0 for n in report.nests)
 
 
+def test_tune_times_at_most_trials_schedules_a_conv_the_cost_models_first(tmp_path, cpu):
+    if foreign(cpu):
+        return  # nothing is timed (test_tune_keeps_the_fastest_timed_schedule_and_a_second_run_times_nothing)
+    model, kernels = two_convs(), tmp_path / "kernels.db"
+    level, groups = tunable_nests(model, cpu)
+    target = resolve_target(cpu)
+    assert all(len(candidate_schedules(tunable(ops[0], target), target, 4, tiles=True)) > 2 for ops in groups.values())
+    report = tune(model, database=tmp_path / "tuning.db", kernel_cache=kernels, trials=2)
+    assert [len(n.timed) for n in report.nests] == [2, 2] and all(n.default_ms == n.timed[0] for n in report.nests)
+    assert sqlite3.connect(kernels).execute("select count(*) from kernels").fetchone()[0] == 4
+
+
 def test_tune_is_an_llvm_option():
     with pytest.raises(NasirError, match="target 'torch' takes no option 'tune'"):
         nasir.compile(two_convs(), target="torch", tune=True)
@@ -229,7 +241,7 @@ def test_the_cli_tunes_a_model_and_names_its_database(tmp_path, cpu):
     """NASIR_CPU (the `cpu` fixture) names the CPU; one that this machine cannot run is a one-line error."""
     path = two_convs().save(tmp_path / "m.mlir")
     db = tmp_path / "t.db"
-    done = subprocess.run([sys.executable, "-m", "nasir.cli.main", "tune", str(path), "--db", str(db)],
+    done = subprocess.run([sys.executable, "-m", "nasir.cli.main", "tune", str(path), "--db", str(db), "--trials", "3"],
                           capture_output=True, text=True, timeout=600)
     if foreign(cpu):
         assert done.returncode == 1 and done.stderr.strip().splitlines() == [
@@ -238,4 +250,6 @@ def test_the_cli_tunes_a_model_and_names_its_database(tmp_path, cpu):
         return
     assert done.returncode == 0, done.stderr
     assert "2 distinct convs (2 timed, 0 from the database)" in " ".join(done.stdout.split())
+    timed = [line.split("│")[2].strip() for line in done.stdout.splitlines() if line.startswith("│ conv")]
+    assert timed == ["3", "3"], "--trials 3: three schedules timed a conv"
     assert str(db) in done.stdout.replace("\n", "")

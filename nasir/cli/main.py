@@ -46,6 +46,8 @@ from nasir.tuning.host import timeable_target
 
 out = ToolConsole(highlight=False)
 progress = ToolConsole(stderr=True, highlight=False)
+EXPORT_TRIALS = 32
+"""`nasir tune --export`'s candidates per distinct nest unless --trials says."""
 
 
 def model_file(source: str, dataset: str, tmpdir: str, image_size: int | None = None) -> Path:
@@ -261,10 +263,11 @@ def cmd_tune(args) -> int:
     if args.export:
         from nasir.tuning.remote import export_candidates
 
-        export_candidates(model, args.export, args.target, args.arch, args.trials, workers=args.workers,
+        export_candidates(model, args.export, args.target, args.arch, args.trials or EXPORT_TRIALS, workers=args.workers,
                           progress=progress.print)
         return 0
-    report = nasir.tune(model, cpu=args.cpu, threads=args.threads, database=args.db, progress=True)
+    report = nasir.tune(model, cpu=args.cpu, threads=args.threads, database=args.db, trials=args.trials,
+                        progress=True)
     out.print(tuning_table(report))
     timed = sum(1 for n in report.nests if n.timed)
     out.print(f"{len(report.nests)} distinct convs ({timed} timed, {len(report.nests) - timed} from the database) "
@@ -475,7 +478,9 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--arch", help="cuda: the GPU architecture, sm_XY (default: this machine's GPU, else sm_90)")
     c.add_argument("--export", metavar="DIR", help="tvm/cuda: write candidate schedules, compiled, and a timer to "
                                                    "DIR (then: python3 DIR/time_candidates.py on the target's machine)")
-    c.add_argument("--trials", type=int, default=32, help="--export: candidates per distinct nest (default 32)")
+    c.add_argument("--trials", type=int, metavar="N",
+                   help=f"schedules per distinct conv: llvm times at most N, best first (default: all its "
+                        f"candidates); --export writes N candidates (default {EXPORT_TRIALS})")
     c.add_argument("--workers", type=int, help="--export: nests built at a time, in processes (default: the CPUs)")
     c.add_argument("--import", dest="import_dir", metavar="DIR",
                    help="read DIR/times.json (the timer's) into the target's tuning records")

@@ -26,6 +26,7 @@ Writes `OUT/bench.json` (every number) and `OUT/bench.png`, and prints rich tabl
     python -m nasir.measure.benchmark --quick                      # cifar10 zoo + ResNet-34 imagenet
     python -m nasir.measure.benchmark --models resnet34 --datasets imagenet --threads 1 2 --repeat 20
     python -m nasir.measure.benchmark --tune --variants         # untuned vs tuned (`nasir tune`) vs ORT
+    python -m nasir.measure.benchmark --tune --tune-trials 4    # the same, 4 schedules timed a conv
     python -m nasir.measure.benchmark --target cuda --tune-trials 2000   # on a GPU: TVM vs PyTorch CUDA
                                                                   # (nasir/measure/gpu_benchmark.py)
 """
@@ -89,12 +90,12 @@ def nasir_executable(model, target: str = "llvm", threads: int = 1, tuning: str 
 
 def bench_model(name: str, dataset: str, threads: list[int], repeat: int, peak: float,
                 target: str = "llvm", tune: bool = False, cpu: str | None = None,
-                ort_peak: float | None = None) -> list[dict]:
+                ort_peak: float | None = None, tune_trials: int | None = None) -> list[dict]:
     """One row per thread count: latencies of nasir (`target`, for `cpu`), ORT, PyTorch on `name` at
     `dataset`, batch 1; nasir's % of `peak` (its code's width) and ORT's of `ort_peak` (the
     host's; default `peak`). With `tune` (llvm), nasir is the cost model's code (no tuning database)
-    and "nasir tuned" the code after `nasir.tune` (one thread, the user's database; its seconds in
-    `tune_s`)."""
+    and "nasir tuned" the code after `nasir.tune` (one thread, the user's database, at most
+    `tune_trials` schedules a conv; its seconds in `tune_s`)."""
     import torch
 
     import nasir
@@ -118,7 +119,7 @@ def bench_model(name: str, dataset: str, threads: list[int], repeat: int, peak: 
         exe = nasir_executable(model, target, tuning="none" if tune else None, cpu=cpu)
         runs = {"nasir": exe}
         if tune:
-            report = nasir.tune(model, cpu=cpu)
+            report = nasir.tune(model, cpu=cpu, trials=tune_trials)
             runs["nasir tuned"] = nasir_executable(model, target, cpu=cpu)
         for t in threads:
             for e in runs.values() if target == "llvm" else ():
@@ -266,9 +267,9 @@ def plot(result: dict, path: Path) -> Path:
 
 def run(jobs: list[tuple[str, str]], threads: list[int], repeat: int, variant_model: str,
         variant_datasets: list[str], variants: list[str], out: Path, make_plot: bool = True, console=None,
-        target: str = "llvm", tune: bool = False, cpu: str | None = None) -> dict:
+        target: str = "llvm", tune: bool = False, cpu: str | None = None, tune_trials: int | None = None) -> dict:
     """Measure the (model, dataset) `jobs` and the variants with nasir's `target` (llvm or tvm;
-    `tune`: llvm tuned too, see `bench_model`; `cpu`: llvm's code for that CPU, which must run
+    `tune`: llvm tuned too, at most `tune_trials` schedules a conv, see `bench_model`; `cpu`: llvm's code for that CPU, which must run
     here, its % of peak against the peak of its own width), write OUT/bench.json (+ bench.png)."""
     import platform
 
@@ -282,7 +283,7 @@ def run(jobs: list[tuple[str, str]], threads: list[int], repeat: int, variant_mo
     result = {"config": {"jobs": jobs, "threads": threads, "repeat": repeat,
                          "variant_model": variant_model, "variant_datasets": variant_datasets,
                          "variants": variants, "machine": platform.processor() or platform.machine(),
-                         "target": target, "tune": tune, "cpu": cpu},
+                         "target": target, "tune": tune, "tune_trials": tune_trials, "cpu": cpu},
               "peak": measure_peak_gflops(cpu=cpu), "host_peak": measure_peak_gflops(), "models": [], "variants": []}
     peak, ort_peak = result["peak"]["peak_gflops"], result["host_peak"]["peak_gflops"]
     for name, p in (("nasir's code", result["peak"]), ("this machine, ORT's", result["host_peak"])):
@@ -293,7 +294,7 @@ def run(jobs: list[tuple[str, str]], threads: list[int], repeat: int, variant_mo
         task = progress.add_task("benchmarking", total=steps)
         for m, d in jobs:
             progress.update(task, description=f"{m} {d}")
-            for row in bench_model(m, d, threads, repeat, peak, target, tune, cpu, ort_peak):
+            for row in bench_model(m, d, threads, repeat, peak, target, tune, cpu, ort_peak, tune_trials):
                 result["models"].append(row)
                 progress.console.log(f"{m} {d} threads={row['threads']}: nasir {row['nasir_ms']:.2f} ms, "
                                      f"ORT {row['ort_ms']:.2f} ms, torch {row['torch_ms']:.2f} ms")
@@ -348,7 +349,8 @@ def main(argv: list[str] | None = None) -> dict:
                         help="nasir's backend (default llvm; tvm: TVM's CPU code; cuda: the GPU table, nasir via "
                              "TVM vs PyTorch CUDA on the variant model and variants, see nasir/measure/gpu_benchmark.py)")
     parser.add_argument("--tune-trials", type=int, default=0,
-                        help="--target cuda: also tune with TVM's meta_schedule for this many schedules per model")
+                        help="--target cuda: also tune with TVM's meta_schedule for this many schedules per model; "
+                             "with --tune (llvm): time at most this many schedules per distinct conv (default all)")
     parser.add_argument("--cpu", default=None,
                         help="llvm: compile nasir's code for this CPU (one whose code runs here: znver3 or "
                              "x86-64-v3 gives AVX2 code on an AVX-512 machine); %% of peak against that width's peak")
@@ -361,8 +363,8 @@ def main(argv: list[str] | None = None) -> dict:
     if args.tune and args.target != "llvm":
         parser.error(f"--tune tunes the llvm backend's schedules; it does not apply to --target {args.target} "
                      "(--target cuda: --tune-trials)")
-    if args.tune_trials and args.target != "cuda":
-        parser.error("--tune-trials is the GPU benchmark's (--target cuda)")
+    if args.tune_trials and args.target != "cuda" and not args.tune:
+        parser.error("--tune-trials tunes: with --tune (llvm) or --target cuda")
     if args.target == "cuda":
         return _gpu_main(parser, args)
     models = args.models if args.models is not None else zoo.names()
@@ -373,7 +375,7 @@ def main(argv: list[str] | None = None) -> dict:
     return run(jobs, args.threads, args.repeat or (3 if args.quick else 10), args.variant_model,
                args.variant_datasets or (["imagenet"] if args.quick else ["cifar10", "imagenet"]),
                args.variants, args.out, make_plot=not args.no_plot, console=Console(width=max(Console().width, 150)),
-               target=args.target, tune=args.tune, cpu=args.cpu)
+               target=args.target, tune=args.tune, cpu=args.cpu, tune_trials=args.tune_trials or None)
 
 
 def _gpu_main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict:

@@ -97,10 +97,13 @@ def timeable_target(cpu: str | None) -> CPUTarget:
 
 
 def tune(model: Model, cpu: str | None = None, threads: int = 1, database: str | Path | None = None,
-         kernel_cache: str | Path | None = None, top: int = TOP, progress: bool = False) -> TuningReport:
+         kernel_cache: str | Path | None = None, top: int = TOP, trials: int | None = None,
+         progress: bool = False) -> TuningReport:
     """Tune every distinct nest of `model` that the database lacks for `cpu` (default: NASIR_CPU,
-    else the host), timed with `threads`; the database is `database` (default: the user's). A CPU
-    with wider vectors than this machine's cannot be timed here: NasirError."""
+    else the host), timed with `threads`; the database is `database` (default: the user's). At
+    most `trials` schedules a nest, best first (default: all its candidates, about 12 to 16 on
+    ResNet-18's convs). A CPU with wider vectors than this machine's cannot be timed here:
+    NasirError."""
     start = time.perf_counter()
     target = timeable_target(cpu)
     db = TuningDatabase(database or default_tuning_db())
@@ -116,7 +119,7 @@ def tune(model: Model, cpu: str | None = None, threads: int = 1, database: str |
             if row is not None:
                 nests.append(TunedNest(layers, signature, row[1], row[2]))
             else:
-                schedules = candidate_schedules(tunable(ops[0], target), target, top, tiles=True)
+                schedules = candidate_schedules(tunable(ops[0], target), target, top, tiles=True)[:trials]
                 timed = [kernels.kernel_ms(with_schedule(level, ops[0], s), calls_only=True) for s in schedules]
                 best = min(range(len(timed)), key=timed.__getitem__)
                 best = best if timed[best] < timed[0] * (1 - MARGIN) else 0
