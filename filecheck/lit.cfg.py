@@ -6,7 +6,9 @@ for RUN lines that generate inputs (e.g. small ONNX files in frontend/). NASIR_C
 empty folder, so the user's tuning database does not change the schedules the tests check.
 """
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 
@@ -22,4 +24,6 @@ venv_bin = os.path.dirname(sys.executable)
 config.environment["PATH"] = os.pathsep.join([venv_bin, os.environ.get("PATH", "")])
 config.substitutions.append(("%python", sys.executable))
 # a cache folder of the run's own: the user's tuning database must not change default-schedule's output
+# (removed when lit exits)
 config.environment["NASIR_CACHE_DIR"] = tempfile.mkdtemp(prefix="nasir-lit-cache-")
+atexit.register(shutil.rmtree, config.environment["NASIR_CACHE_DIR"], ignore_errors=True)
