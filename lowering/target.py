@@ -162,7 +162,7 @@ def host_target() -> CPUTarget:
 def _host_as(name: str | None) -> CPUTarget:
     """The machine's own CPU (`name` None), or the CPU LLVM calls `name` with this machine's caches
     (the code runs here), which must have no wider vectors than this machine."""
-    machine = _machine()
+    machine = machine_target()
     if name is None or name in ("host", machine.cpu):
         return machine
     named = _named(name, machine)
@@ -174,8 +174,8 @@ def _host_as(name: str | None) -> CPUTarget:
 
 
 @cache
-def _machine() -> CPUTarget:
-    """The CPU this process runs on, as LLVM sees it."""
+def machine_target() -> CPUTarget:
+    """The CPU this process runs on, as LLVM sees it, whatever NASIR_HOST_CPU says."""
     import llvmlite.binding as llvm
 
     _initialize_llvm()

@@ -27,7 +27,7 @@ import os
 import pytest
 
 from nasir.errors import ForeignCPUError
-from nasir.lowering.target import CPU_ENV, host_target
+from nasir.lowering.target import CPU_ENV, host_target, machine_target
 
 WIDTHS = {"avx2": ("x86-64-v3", 8), "avx512": ("x86-64-v4", 16)}
 """Test id -> (LLVM CPU name, float32 lanes)."""
@@ -88,6 +88,22 @@ def cpu(request, monkeypatch) -> str:
 
 def lanes_of(cpu_name: str) -> int:
     return next(lanes for name, lanes in WIDTHS.values() if name == cpu_name)
+
+
+def drawn_cpus() -> list[str]:
+    """The CPUs a generator test draws from: WIDTHS', and in `make pytest-avx2`'s pass (NASIR_HOST_CPU
+    naming a CPU with narrower vectors than this machine's) only those whose code cannot run there:
+    the draws of the others would repeat `make pytest`'s, which ran them on this machine."""
+    every = [cpu for cpu, _ in WIDTHS.values()]
+    if host_target().lanes == machine_target().lanes:
+        return every
+    return [cpu for cpu in every if foreign(cpu)]
+
+
+def draws(n: int) -> int:
+    """Examples for a generator test that draws `n` over all of WIDTHS' CPUs: its share of them
+    when it draws from fewer (`drawn_cpus`), so that each CPU keeps the draws it had."""
+    return max(1, n * len(drawn_cpus()) // len(WIDTHS))
 
 
 def foreign(cpu_name: str) -> bool:

@@ -3,7 +3,8 @@
 Single ops the developers did not pick: convs (stride 1-3, dilation 1-3, pads 0-3 on each side,
 groups, kernels 1-7, images 1-40 wide including one-pixel outputs), max and average pools (ceil
 mode, padding) and gemms, and small chains (conv, batch norm, relu, a residual add, a pool, a
-concat), each at both vector widths (conftest's WIDTHS) and with 1 or 2 threads,
+concat), each at both vector widths (conftest's WIDTHS; in `make pytest-avx2`'s pass the AVX-512
+ones alone, compiled only: `conftest.drawn_cpus`) and with 1 or 2 threads,
 compiled as checked builds (a load or store outside its buffer raises `BoundsError`).
 The draws are derandomized (the same cases every run, so CI is reproducible); the run's summary
 prints how many cases of each kind ran (conftest.py). A failure hypothesis finds is shrunk to a small case; add it as an
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 import onnx
 import onnxruntime as ort
-from conftest import CASES, WIDTHS, compiled_only
+from conftest import CASES, compiled_only, draws, drawn_cpus
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
@@ -24,13 +25,14 @@ from onnx import TensorProto, helper, numpy_helper
 import nasir
 from nasir.errors import ForeignCPUError
 
-CPUS = [cpu for cpu, _ in WIDTHS.values()]
+CPUS = drawn_cpus()
 pytestmark = pytest.mark.widths  # draws its CPU from both widths (conftest.py)
 
 
 def cases(n: int):
-    """hypothesis settings for `n` derandomized examples (compiles take seconds: no deadline)."""
-    return settings(max_examples=n, deadline=None, derandomize=True, database=None,
+    """hypothesis settings for `n` derandomized examples over both widths (`conftest.draws`: fewer
+    where the test draws only the CPUs this machine cannot run); compiles take seconds: no deadline."""
+    return settings(max_examples=draws(n), deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 

@@ -140,7 +140,7 @@ def as_avx2(monkeypatch):
 def test_the_host_can_be_treated_as_an_avx2_cpu(as_avx2):
     """NASIR_HOST_CPU=x86-64-v3: "host" is an 8-lane, 16-register CPU with this machine's caches;
     default compiles make 8-lane code that runs, 16-lane code refuses to, as on an AVX2 machine."""
-    machine = target._machine()
+    machine = target.machine_target()
     assert (as_avx2.cpu, as_avx2.lanes, as_avx2.registers) == ("x86-64-v3", 8, 16)
     assert cpu_target("host") is as_avx2 and resolve_target(None) is as_avx2
     assert (as_avx2.l1_bytes, as_avx2.l2_bytes, as_avx2.l3_bytes) == (machine.l1_bytes, machine.l2_bytes,
@@ -181,7 +181,7 @@ def test_a_host_cpu_this_machine_cannot_run_is_a_clear_error(monkeypatch):
     """NASIR_HOST_CPU may only narrow the vectors (an AVX-512 name on an AVX2 machine is refused);
     an unknown name is the unknown-CPU error."""
     avx2 = cpu_target("x86-64-v3")
-    monkeypatch.setattr(target, "_machine", lambda: avx2)
+    monkeypatch.setattr(target, "machine_target", lambda: avx2)
     target._host_as.cache_clear()
     monkeypatch.setenv(HOST_ENV, "x86-64-v4")
     try:
