@@ -32,9 +32,9 @@ def store(f: FuncLowering, op: memref.StoreOp) -> None:
 
 
 def prefetch(f: FuncLowering, op: PrefetchOp) -> None:
-    """`llvm.prefetch` for a read, with high locality, into the data cache."""
-    f.add(llvm.CallIntrinsicOp("llvm.prefetch.p0", [f.address(op.ref, op.indices), f.i32c(0), f.i32c(3), f.i32c(1)],
-                               []))
+    """`llvm.prefetch` for a read into the data cache, locality 3 (L1) or 2 (L2, `level = 2`)."""
+    f.add(llvm.CallIntrinsicOp("llvm.prefetch.p0", [f.address(op.ref, op.indices), f.i32c(0),
+                                                    f.i32c(op.locality), f.i32c(1)], []))
 
 
 def view(f: FuncLowering, op: memref.ViewOp) -> None:

@@ -295,8 +295,8 @@ class LoopBuilder:
     def load(self, ref: SSAValue, indices: list[SSAValue]) -> SSAValue:
         return self.add(memref.LoadOp.get(ref, indices))
 
-    def prefetch(self, ref: SSAValue, indices: list[SSAValue]) -> None:
-        self.add(PrefetchOp(ref, indices))
+    def prefetch(self, ref: SSAValue, indices: list[SSAValue], level: int = 1) -> None:
+        self.add(PrefetchOp(ref, indices, level))
 
     def store(self, value: SSAValue, ref: SSAValue, indices: list[SSAValue]) -> None:
         self.add(memref.StoreOp.get(value, ref, indices))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import math
 
+from xdsl.dialects import arith
 from xdsl.dialects.builtin import (
     VectorType,
     f32,
@@ -125,6 +126,60 @@ class Tiles:
                     b.prefetch(self.ins[0], [b.scalar(l) for l in run[flat]])
                     last = flat
 
+    def next_block_prefetch(self) -> tuple[str, list[str], list[str], int] | None:
+        """(block loop, row loops, step loops, floats a block) when a `mac` tile prefetches the
+        weights of its next channel block into L2 while it runs the rows of this one (see
+        `prefetch_next_block`): lanes over output channels from a packed weight (input 1) that
+        does not fit in L2, an outer loop over channel blocks, and outer loops inside it that
+        each stream the block's weights again (a 3x3 conv's image rows). None otherwise."""
+        spec = self.spec
+        if spec.combiner != "mac" or self.vec is None or len(spec.maps) < 2 or len(spec.in_shapes[1]) < 2:
+            return None
+        weight = spec.in_shapes[1]
+        if 4 * math.prod(weight) <= self.target.l2_bytes:
+            return None
+        names = [d for d, _ in spec.dims]
+        first = affine.used_dims(spec.maps[1].results[0])
+        if len(first) != 1 or self._origins(self.vec) != {names[next(iter(first))]}:
+            return None
+        channel = names[next(iter(first))]
+        block = next((l for l in self.outer if self._origins(l) == {channel} and self.extent[l] > 1), None)
+        if block is None:
+            return None
+        rows = [l for l in self.outer[self.outer.index(block) + 1:] if self.extent[l] > 1]
+        rolled = [n for n in self.red if spec.schedule.unroll.get(n, 1) < self.extent[n]]
+        if not rows or not rolled:
+            return None
+        lanes = weight[-1]
+        per_block = math.prod(self.extent[l] for l in self.order if self._origins(l) == {channel}
+                              and self.order.index(l) > self.order.index(block))
+        steps = self.red[: self.red.index(rolled[-1]) + 1]
+        return block, rows, steps, per_block // lanes * math.prod(weight[1:])
+
+    def prefetch_next_block(self, plan: tuple[str, list[str], list[str], int]) -> None:
+        """One L2 prefetch (`level = 2`) a step of the tile's reduction: of the next channel
+        block's packed weights, a cache line further at each step of the block's rows, so the
+        block's lines arrive spread over the rows of this one (ResNet-34's layer4 on 7 x 7: a
+        block of 147 KB, its 7 rows x 512 channel steps prefetch one line each, 2304 of them
+        and then the last again). Without it the first row of each block waits for its weights
+        from memory, where the layers between two calls evicted them:
+
+            for co.o: for oh: for ci: prefetch w[co.o + 1, min(oh * 512 + ci, 2303) * 16]; ...
+        """
+        b = self.b
+        block, rows, steps, floats = plan
+        line = self.target.cache_line // 4
+        t = None
+        for loop in rows + steps:
+            v = b.scalar(self.value(loop))
+            t = v if t is None else b.addi(b.muli(t, b.idx(self.extent[loop])), v)
+        offset = b.add(arith.MinSIOp(b.muli(t, b.idx(line)), b.idx(max(floats - line, 0))))
+        weight = self.spec.in_shapes[1]
+        blocks = floats // math.prod(weight[1:])
+        at = b.addi(b.scalar(self.value(block)), b.idx(1))
+        at = at if blocks == 1 else b.muli(at, b.idx(blocks))
+        b.prefetch(self.ins[1], [at] + [b.idx(0)] * (len(weight) - 2) + [offset], level=2)
+
     def emit_tile(self, guards: list[tuple[str, int]]) -> None:
         """The register tile at the loop values bound so far: one accumulator per tile point,
         carried through the reduction loops, then the epilogue and the stores (`_store_tile`).
@@ -197,7 +252,7 @@ class Tiles:
     def _reduce(self, points, init: list[SSAValue], update) -> list[SSAValue]:
         """The reduction loops around `update` (values carried in, values out), outermost first,
         prefetching ahead in the loop `prefetch_loop` picks."""
-        b, ahead = self.b, self.prefetch_loop()
+        b, ahead, next_block = self.b, self.prefetch_loop(), self.next_block_prefetch()
 
         def red(i, carried):
             if i == len(self.red):
@@ -208,6 +263,8 @@ class Tiles:
                 self.bind(name, b.lin(iv))
                 if name == ahead:
                     self.prefetch_ahead(name, points)
+                if next_block is not None and name == next_block[2][-1]:
+                    self.prefetch_next_block(next_block)
                 return red(i + 1, c)
 
             return b.loop(self.extent[name], self.spec.schedule.unroll.get(name, 1), carried, body,
