@@ -1,20 +1,20 @@
 // RUN: nasir-opt %s --cpu=x86-64-v3 -p convert-nn-to-nest,default-schedule,pack-weights,nest-bufferize,convert-nest-to-loops | filecheck %s
 // RUN: nasir-opt %s --cpu=x86-64-v3 -p convert-nn-to-nest,default-schedule,pack-weights,nest-bufferize,convert-nest-to-loops,convert-loops-to-llvm | filecheck %s --check-prefix=LLVM
 
-// A 3x3 conv whose packed weights (256 -> 256 channels, 2.4 MB) do not fit in L2, at AVX2: its
+// A 3x3 conv whose packed weights (256 -> 256 channels, 2.4 MB) do not fit in L1, at AVX2: its
 // 1 x 7 tiles run 32 blocks of 8 output channels, each block's 7 rows re-reading the block's 73 KB
 // of weights (256 channel steps of 9 vectors). Each channel step prefetches into L2 (level 2) one
 // line of the next block's weights, the (oh * 256 + ci)-th, at most the block's last (18416 =
-// 8 * 256 * 9 - 16 floats), so the 1152 lines arrive spread over this block's rows. The 3x3 conv
-// after it (32 output channels: 295 KB of weights) prefetches none. AVX2's 8 lanes: pinned.
+// 8 * 256 * 9 - 16 floats), so the 1152 lines arrive spread over this block's rows. The 1x1 conv
+// after it (16 output channels: 16 KB of weights, in L1) prefetches none. AVX2's 8 lanes: pinned.
 
 builtin.module {
-  func.func @main(%x: tensor<1x256x7x7xf32>) -> tensor<1x32x7x7xf32> {
+  func.func @main(%x: tensor<1x256x7x7xf32>) -> tensor<1x16x7x7xf32> {
     %w = nn.weight {name = "big.weight"} : tensor<256x256x3x3xf32>
     %y = nn.conv2d %x, %w {dilations = array<i64: 1, 1>, groups = 1 : i64, pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>, name = "big"} : (tensor<1x256x7x7xf32>, tensor<256x256x3x3xf32>) -> tensor<1x256x7x7xf32>
-    %w2 = nn.weight {name = "small.weight"} : tensor<32x256x3x3xf32>
-    %z = nn.conv2d %y, %w2 {dilations = array<i64: 1, 1>, groups = 1 : i64, pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>, name = "small"} : (tensor<1x256x7x7xf32>, tensor<32x256x3x3xf32>) -> tensor<1x32x7x7xf32>
-    func.return %z : tensor<1x32x7x7xf32>
+    %w2 = nn.weight {name = "small.weight"} : tensor<16x256x1x1xf32>
+    %z = nn.conv2d %y, %w2 {dilations = array<i64: 1, 1>, groups = 1 : i64, pads = array<i64: 0, 0, 0, 0>, strides = array<i64: 1, 1>, name = "small"} : (tensor<1x256x7x7xf32>, tensor<16x256x1x1xf32>) -> tensor<1x16x7x7xf32>
+    func.return %z : tensor<1x16x7x7xf32>
   }
 }
 
