@@ -127,7 +127,8 @@ class Tiles:
                     last = flat
 
     def next_block_prefetch(self) -> tuple[str, list[str], list[str], int] | None:
-        """(block loop, row loops, step loops, floats a block) when a `mac` tile prefetches the
+        """(block loop, row loops, step loops, packed blocks of weights an iteration of the block
+        loop reads) when a `mac` tile prefetches the
         weights of its next channel block into L2 while it runs the rows of this one (see
         `prefetch_next_block`): lanes over output channels from a packed weight (input 1) that
         does not fit in L1, an outer loop over channel blocks, and outer loops inside it that
@@ -154,11 +155,10 @@ class Tiles:
         rolled = [n for n in self.red if spec.schedule.unroll.get(n, 1) < self.extent[n]]
         if not rows or not rolled:
             return None
-        lanes = weight[-1]
-        per_block = math.prod(self.extent[l] for l in self.order if self._origins(l) == {channel}
-                              and self.order.index(l) > self.order.index(block))
+        channels = math.prod(self.extent[l] for l in self.order if self._origins(l) == {channel}
+                             and self.order.index(l) > self.order.index(block))
         steps = self.red[: self.red.index(rolled[-1]) + 1]
-        return block, rows, steps, per_block // lanes * math.prod(weight[1:])
+        return block, rows, steps, channels // weight[-1]
 
     def prefetch_next_block(self, plan: tuple[str, list[str], list[str], int]) -> None:
         """One L2 prefetch (`level = 2`) a step of the tile's reduction: of the next channel
@@ -172,15 +172,15 @@ class Tiles:
             for co.o: for oh: for ci: prefetch w[co.o + 1, min(oh * 512 + ci, 2303) * 16]; ...
         """
         b = self.b
-        block, rows, steps, floats = plan
+        block, rows, steps, blocks = plan
+        weight = self.spec.in_shapes[1]
+        floats = blocks * math.prod(weight[1:])
         line = self.target.cache_line // 4
         t = None
         for loop in rows + steps:
             v = b.scalar(self.value(loop))
             t = v if t is None else b.addi(b.muli(t, b.idx(self.extent[loop])), v)
         offset = b.add(arith.MinSIOp(b.muli(t, b.idx(line)), b.idx(max(floats - line, 0))))
-        weight = self.spec.in_shapes[1]
-        blocks = floats // math.prod(weight[1:])
         at = b.addi(b.scalar(self.value(block)), b.idx(1))
         at = at if blocks == 1 else b.muli(at, b.idx(blocks))
         b.prefetch(self.ins[1], [at] + [b.idx(0)] * (len(weight) - 2) + [offset], level=2)
@@ -256,7 +256,8 @@ class Tiles:
 
     def _reduce(self, points, init: list[SSAValue], update) -> list[SSAValue]:
         """The reduction loops around `update` (values carried in, values out), outermost first,
-        prefetching ahead in the loop `prefetch_loop` picks."""
+        prefetching input 0 ahead in the loop `prefetch_loop` picks and the next channel block's
+        weights in the innermost rolled one (`next_block_prefetch`)."""
         b, ahead, next_block = self.b, self.prefetch_loop(), self.next_block_prefetch()
 
         def red(i, carried):

@@ -263,8 +263,8 @@ def cmd_tune(args) -> int:
     if args.export:
         from nasir.tuning.remote import export_candidates
 
-        export_candidates(model, args.export, args.target, args.arch, args.trials or EXPORT_TRIALS, workers=args.workers,
-                          progress=progress.print)
+        export_candidates(model, args.export, args.target, args.arch, args.trials or EXPORT_TRIALS,
+                          workers=args.workers, progress=progress.print)
         return 0
     report = nasir.tune(model, cpu=args.cpu, threads=args.threads, database=args.db, trials=args.trials,
                         progress=True)

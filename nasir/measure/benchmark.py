@@ -269,8 +269,9 @@ def run(jobs: list[tuple[str, str]], threads: list[int], repeat: int, variant_mo
         variant_datasets: list[str], variants: list[str], out: Path, make_plot: bool = True, console=None,
         target: str = "llvm", tune: bool = False, cpu: str | None = None, tune_trials: int | None = None) -> dict:
     """Measure the (model, dataset) `jobs` and the variants with nasir's `target` (llvm or tvm;
-    `tune`: llvm tuned too, at most `tune_trials` schedules a conv, see `bench_model`; `cpu`: llvm's code for that CPU, which must run
-    here, its % of peak against the peak of its own width), write OUT/bench.json (+ bench.png)."""
+    `tune`: llvm tuned too, at most `tune_trials` schedules a conv, see `bench_model`; `cpu`: llvm's
+    code for that CPU, which must run here, its % of peak against the peak of its own width), write
+    OUT/bench.json (+ bench.png)."""
     import platform
 
     from rich.console import Console
@@ -349,8 +350,9 @@ def main(argv: list[str] | None = None) -> dict:
                         help="nasir's backend (default llvm; tvm: TVM's CPU code; cuda: the GPU table, nasir via "
                              "TVM vs PyTorch CUDA on the variant model and variants, see nasir/measure/gpu_benchmark.py)")
     parser.add_argument("--tune-trials", type=int, default=0,
-                        help="--target cuda: also tune with TVM's meta_schedule for this many schedules per model; "
-                             "with --tune (llvm): time at most this many schedules per distinct conv (default all)")
+                        help="--target cuda: also tune with TVM's meta_schedule for this many schedules per "
+                             "model; with --tune (llvm): time at most this many schedules per distinct conv "
+                             "(default all)")
     parser.add_argument("--cpu", default=None,
                         help="llvm: compile nasir's code for this CPU (one whose code runs here: znver3 or "
                              "x86-64-v3 gives AVX2 code on an AVX-512 machine); %% of peak against that width's peak")
