@@ -8,8 +8,8 @@
 // channel loop (`c.o`) and marks it `nasir.fuse_rows`: convert-nest-to-loops then computes the
 // stem's rows inside the pool's kernel as it needs them. With AVX2 (8 lanes, 16 registers) the stem
 // runs direct (a Winograd tile's 13 accumulators leave no room for a second one), its register
-// tile 6 points by 2 channel vectors (a strided window), and the pool's blocks are its four blocks
-// of two vectors;
+// tile 4 points by 2 channel vectors (not 6 as a strided 3x3 window's: `STRIDED_TAPS`), and the
+// pool's blocks are its four blocks of two vectors;
 // asked for, Winograd there runs in eight blocks of one vector, one Winograd tile (4 points).
 
 builtin.module {
@@ -28,7 +28,7 @@ builtin.module {
 // CHECK-SAME: order = ["n", "c.o", "oh", "ow.o", "kh", "kw", "ow.i", "c.i"]
 
 // AVX2: nest.compute %x, %w {name = "stem"
-// AVX2-SAME: splits = [["co", 8 : i64], ["ow", 6 : i64], ["co.o", 2 : i64]]
+// AVX2-SAME: splits = [["co", 8 : i64], ["ow", 4 : i64], ["co.o", 2 : i64]]
 // AVX2-SAME: order = ["n", "oh", "co.o.o", "ow.o"
 // AVX2: nest.compute %s {nasir.fuse_rows, name = "pool"
 // AVX2-SAME: splits = [["c", 8 : i64], ["ow", 4 : i64], ["c.o", 2 : i64]]

@@ -207,6 +207,11 @@ def channel_tile_registers(target: CPUTarget) -> int:
     return target.registers - 2
 
 
+STRIDED_TAPS = 3
+"""Most taps of a strided window whose channel tile may take as many points as a 1x1 conv's
+(`channel_tile_rows`): a 3x3 conv's, not a 7x7 stem's."""
+
+
 def channel_tile_rows(r_col: int, window: Window | None, target: CPUTarget) -> int:
     """Most points a channel tile of `r_col` weight vectors holds in `channel_tile_registers`: each
     point's accumulators, beside the weight vectors and the points' broadcast inputs. Without a
@@ -227,7 +232,10 @@ def channel_tile_rows(r_col: int, window: Window | None, target: CPUTarget) -> i
     loads more per FMA, and 2 x 6 (12 accumulators) ran 0.95-0.98x the time of 2 x 4 and 2 x 5 though
     LLVM spills in it (31 stack accesses beside 57 loads per 108 FMAs, within the load ports): the
     stride-2 3x3 convs onto 16 x 16 of ResNet-18, WRN-40-2 and ResNeXt-29 (grouped) and onto 28 x 28
-    of ResNet-34 imagenet, and its 7x7 stem (znver3 code on Zen 4)."""
+    of ResNet-34 imagenet (znver3 code on Zen 4). Not a wider window (`STRIDED_TAPS`): the 7x7
+    stem's 2 x 6 left LLVM no register to spare, and where the stem runs inside its max pool's kernel
+    (`nasir.fuse_rows`) the JIT's code spilled an accumulator, carried through the stack at every tap:
+    2.2x the time of 2 x 4 in ResNet-34 and DenseNet-121 imagenet (2.4 -> 5.0 ms; standalone 0.98x)."""
     registers = channel_tile_registers(target) - r_col
     if window is None:
         return registers // r_col
@@ -235,7 +243,7 @@ def channel_tile_rows(r_col: int, window: Window | None, target: CPUTarget) -> i
         return registers // (r_col + 1)
     if r_col == 1:
         return registers - window.taps
-    if window.stride > 1:
+    if window.stride > 1 and window.taps <= STRIDED_TAPS:
         return registers // r_col
     return max(registers // (r_col + 1), (target.registers - r_col - window.taps - 1) // r_col)
 
