@@ -166,10 +166,10 @@ class Tiles:
         block's lines arrive spread over the rows of this one; as many lines a step as the
         block's lines need (ResNet-34's layer4 on 7 x 7: a block of 147 KB, its 7 rows x 512
         channel steps prefetch one line each, 2304 of them and then the last again; on 4 x 4,
-        4 rows x 512 steps of a 295 KB block prefetch three each). Without it the first row of each block waits for
-        its weights from memory, where the layers between two calls evicted them (those convs ran
-        at 81% of the 8-lane peak in the network, 93% with it; on 4 x 4, one line a step left
-        half the block to the first row: 75%, against 103% at three):
+        4 rows x 512 steps of a 295 KB block prefetch three each). Without it the first row of
+        each block waits for its weights from memory, where the layers between two calls
+        evicted them (those convs ran at 81% of the 8-lane peak in the network, 93% with it; on
+        4 x 4, one line a step left half the block to the first row: 75%, against 103% at three):
 
             for co.o: for oh: for ci: prefetch w[co.o + 1, min(oh * 512 + ci, 2303) * 16]; ...
         """
