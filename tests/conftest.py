@@ -90,14 +90,18 @@ def lanes_of(cpu_name: str) -> int:
     return next(lanes for name, lanes in WIDTHS.values() if name == cpu_name)
 
 
+def narrowed() -> bool:
+    """`make pytest-avx2`'s pass: NASIR_HOST_CPU names a CPU with narrower vectors than this
+    machine's, whose code `make pytest` already compiled and ran here."""
+    return host_target().lanes != machine_target().lanes
+
+
 def drawn_cpus() -> list[str]:
-    """The CPUs a generator test draws from: WIDTHS', and in `make pytest-avx2`'s pass (NASIR_HOST_CPU
-    naming a CPU with narrower vectors than this machine's) only those whose code cannot run there:
-    the draws of the others would repeat `make pytest`'s, which ran them on this machine."""
+    """The CPUs a generator test draws from: WIDTHS', and in the `narrowed` pass only those whose
+    code cannot run there: the draws of the others would repeat `make pytest`'s, which ran them on
+    this machine."""
     every = [cpu for cpu, _ in WIDTHS.values()]
-    if host_target().lanes == machine_target().lanes:
-        return every
-    return [cpu for cpu in every if foreign(cpu)]
+    return [cpu for cpu in every if foreign(cpu)] if narrowed() else every
 
 
 def draws(n: int) -> int:
