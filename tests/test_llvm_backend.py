@@ -935,6 +935,42 @@ def test_avx2_3x3_conv_tiles_hold_a_window_of_broadcasts_not_one_a_point(c, o, h
     np.testing.assert_allclose(run(model, x), want.numpy(), rtol=1e-4, atol=1e-4)
 
 
+def hottest_loop(asm: str) -> list[str]:
+    """The innermost loop (one block that branches back to itself) with the most FMAs in `asm`."""
+    lines, loops, start = asm.splitlines(), [], {}
+    for i, line in enumerate(lines):
+        if line.startswith(".LBB"):
+            start[line.rstrip(":")] = i
+        elif line.strip().startswith("j") and line.split()[-1] in start:
+            body = lines[start[line.split()[-1]]: i + 1]
+            if not any(x.startswith(".LBB") for x in body[1:]):
+                loops.append(body)
+    return max(loops, key=lambda body: sum("vfmadd" in x for x in body))
+
+
+def test_stem_inside_its_max_pool_keeps_its_accumulators_in_registers():
+    """ResNet's 7x7 stride-2 stem (3 -> 64) computed inside its max pool's kernel, in the JIT's
+    code (what nasir runs): its hottest FMA loop stores no vector to the stack. At AVX2 with 2 x 6
+    tiles (f679c98) LLVM spilled an accumulator there and stored it at every tap, a store-forwarding
+    chain: 2.2x the time of 2 x 4 in ResNet-34 imagenet (`cost_model.STRIDED_TAPS`); AVX-512 runs
+    the stem as Winograd."""
+    from nasir.lowering.loops_to_llvm.llvm_ir import optimize, to_llvm_ir
+    from nasir.lowering.target import resolve_target
+    from nasir.runtime.llvm_executable import lower_to_llvm_dialect
+
+    model = build([(1, 3, 64, 64)], lambda a, W: [
+        conv := nn.Conv2DOp.new(a[0], W("w", rand(64, 3, 7, 7)), W("b", rand(64)), strides=(2, 2),
+                                pads=(3,) * 4).named("stem"),
+        relu := nn.ReluOp.new(conv.results[0]).named("relu"),
+        nn.MaxPoolOp.new(relu.results[0], (3, 3), strides=(2, 2), pads=(1,) * 4).named("pool")])
+    target = resolve_target(None)
+    ir = to_llvm_ir(lower_to_llvm_dialect(model.module, cpu=target, tuning="none"))
+    loop = hottest_loop(target.target_machine(jit=True).emit_assembly(optimize(ir, target)))
+    assert sum("vfmadd" in line for line in loop) >= 8
+    spills = [line.strip() for line in loop if "mm" in line and line.rstrip().endswith("(%rsp)")]
+    assert not spills, spills
+
+
 @pytest.mark.parametrize("c,o,h,groups,inside", [
     (64, 64, 112, 1, True),  # input 3.1 MiB, weights 144 KiB: they stay in L2 while each row is read once
     (512, 512, 32, 2, False),  # 1 MiB of input a group, 2.25 MiB of weights a group for each of 32 rows
