@@ -128,11 +128,11 @@ class Tiles:
 
     def next_block_prefetch(self) -> tuple[str, list[str], list[str], int] | None:
         """(block loop, row loops, step loops, packed blocks of weights an iteration of the block
-        loop reads) when a `mac` tile prefetches the
-        weights of its next channel block into L2 while it runs the rows of this one (see
-        `prefetch_next_block`): lanes over output channels from a packed weight (input 1) that
-        does not fit in L1, an outer loop over channel blocks, and outer loops inside it that
-        each stream the block's weights again (a 3x3 conv's image rows). None otherwise.
+        loop reads) when a `mac` tile prefetches the weights of its next channel block into L2
+        while it runs the rows of this one (see `prefetch_next_block`): lanes over output channels
+        from a packed weight (input 1) that does not fit in L1, an outer loop over channel blocks,
+        and outer loops inside it that each stream the block's weights again (a 3x3 conv's image
+        rows). None otherwise.
 
         Weights beyond L1 but in L2 gain too: in a network the other layers evict them (DenseNet-121
         cifar10's 1x1 and 3x3 convs, 32-512 KB each: the network 0.966-0.972x the time at AVX2 with
