@@ -301,6 +301,47 @@ def _dense_block(hw: int, channels: int = 16, growth: int = 8, layers: int = 3):
     return build([x.shape], body), x, reference
 
 
+@pytest.mark.parametrize("h,w,threads", [(7, 7, 1), (7, 7, 2), (14, 20, 1), (5, 11, 2)])
+@pytest.mark.parametrize("also_3x3", [False, True])
+def test_a_batch_norm_before_a_1x1_conv_transposes_its_tile_into_channel_blocks(h, w, threads, also_3x3):
+    """DenseNet's bottleneck: concat -> batch norm -> ReLU -> 1x1 conv -> ReLU -> 3x3 conv. At AVX2
+    the batch norm (not folded: it follows a concat) runs lanes along the row and a tile of 8
+    channels, whose store transposes it into a channel-blocked result the 1x1 conv broadcasts
+    from (`channel_transpose_schedule`; rows of 7, 20 = 8 + 8 + 4 and 11 points, their last
+    vector masked); where a 3x3 conv reads the batch norm's result too, and at AVX-512, it stays
+    NCHW. All match torch (float64), at 1 and 2 threads."""
+    from nasir.lowering.pipeline import LLVM
+
+    a, b = rand(1, 48, h, w), rand(1, 16, h, w)
+    scale, shift, mean = rand(64), rand(64), rand(64)
+    var = np.abs(rand(64)) + 0.5
+    w1, w3, wx = rand(32, 64, 1, 1) * 0.2, rand(8, 32, 3, 3) * 0.2, rand(8, 64, 3, 3) * 0.2
+
+    def body(args, W):
+        cat = nn.ConcatOp.new(args, 1)
+        bn = nn.BatchNormOp.new(cat.result, W("s", scale), W("h", shift), W("m", mean), W("v", var))
+        relu = nn.ReluOp.new(bn.result)
+        c1 = nn.Conv2DOp.new(relu.result, W("w1", w1))
+        r1 = nn.ReluOp.new(c1.result)
+        c3 = nn.Conv2DOp.new(r1.result, W("w3", w3), pads=(1,) * 4)
+        ops = [cat, bn, relu, c1, r1, c3]
+        if also_3x3:
+            cx = nn.Conv2DOp.new(relu.result, W("wx", wx), pads=(1,) * 4)
+            ops += [cx, nn.AddOp.new(c3.result, cx.result)]
+        return ops
+
+    model = build([a.shape, b.shape], body)
+    scheduled = str(model.transform(str(LLVM.until("pad-planes"))).module)
+    assert (f"tensor<1x8x{h}x{w}x8xf32>" in scheduled) == (lanes() == 8 and not also_3x3)
+    t = lambda v: torch.tensor(v, dtype=torch.float64)  # noqa: E731
+    y = torch.relu((torch.cat([t(a), t(b)], 1) - t(mean)[:, None, None]) / torch.sqrt(t(var) + 1e-5)[:, None, None]
+                   * t(scale)[:, None, None] + t(shift)[:, None, None])
+    expected = F.conv2d(torch.relu(F.conv2d(y, t(w1))), t(w3), padding=1)
+    if also_3x3:
+        expected = expected + F.conv2d(y, t(wx), padding=1)
+    np.testing.assert_allclose(run(model, a, b, threads=threads), expected.numpy(), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("hw", [8, 5])
 def test_a_dense_block_computes_its_layers_where_its_concats_hold_them(hw):
     """nest-bufferize puts each input of a channel concat in the concat's bytes: on 8 x 8 (blocks

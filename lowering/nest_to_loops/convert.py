@@ -13,7 +13,9 @@ A kernel follows the nest's schedule (data, see `nasir.dialects.schedule.Schedul
 - the vector loop (innermost) becomes lanes of `vector<W x f32>` values (the module's
   `nasir.vectors` lists each kernel's W, for checks of code that cannot run here); other parallel loops placed
   inside the reductions must be fully unrolled (a register tile): one accumulator per tile point,
-  carried through the reduction loops as `scf.for` iter_args;
+  carried through the reduction loops as `scf.for` iter_args (in a nest without reductions, the
+  loops unrolled whole just outside the vector loop); a tile whose lanes are strided in the
+  output is transposed in registers before its stores (`Tiles.transposed_row`);
 - `unroll` replicates loop bodies; split tails (factor not dividing the extent) are guarded:
   outer ones by `scf.if`, inner ones by lane masks; a spatial vector loop's last tile that holds
   at most half a vector runs on narrower vectors (`NestEmitter.tail_width`); the taps of a

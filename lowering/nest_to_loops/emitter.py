@@ -51,6 +51,12 @@ class NestEmitter(LoopStructure, Accesses, Versioning, Tiles, Epilogue):
                 raise LoweringError(f"{where}: vector loop '{self.vec}' must be an unfused parallel loop")
         self.width = self.extent[self.vec] if self.vec else None
         first_red = next((i for i, n in enumerate(self.order) if self.is_red[n]), len(self.order))
+        if first_red == len(self.order) and self.vec is not None:
+            # no reduction: the loops unrolled whole just outside the vector loop are the register
+            # tile (a copy nest's channels, transposed into a channel-blocked output)
+            first_red -= 1
+            while first_red and sched.unroll.get(self.order[first_red - 1], 1) >= self.extent[self.order[first_red - 1]] > 1:
+                first_red -= 1
         self.outer = [n for n in self.order[:first_red] if n != self.vec]
         self.red = [n for n in self.order if self.is_red[n]]
         self.tile = [n for n in self.order[first_red:] if not self.is_red[n] and n != self.vec]

@@ -204,12 +204,12 @@ class Tiles:
         counting = kind == "avg" and (self._may_read_outside()
                                       or any(self.is_red[self._first_loop(n)] for n, _ in guards))
         ones = b.lanes_buffer(self.width, b.const(1.0, ty)) if counting and self.width else None
-        if kind == "copy":
+        if kind == "copy":  # its tile (if any) transposes into a channel-blocked output: `transposed_row`
+            values = []
             for p in points:
                 self._set_point(p)
-                dims = self._dims()
-                v, _ = self.read(0, dims, self._conds(guards), spec.pad)
-                self._finish(v, dims, self._conds(guards))
+                values.append(self.read(0, self._dims(), self._conds(guards), spec.pad)[0])
+            self._store_tile(points, values, guards)
             return
         zero = b.const(0.0, ty)
         init = [b.const(IDENTITY[kind], ty) for _ in points] + ([b.const(0.0, ty)] * len(points) if counting else [])
@@ -311,13 +311,19 @@ class Tiles:
         if self.vec is None:
             return None
         names = [n for n, _ in self.spec.dims]
-        strides = {n: stride_of(self.spec.out_map, self.spec.out_shape, names.index(n)) for n in names}
-        if strides[sorted(self._origins(self.vec))[0]] == 1:
+        out_map, out_shape = self.spec.out_map, self.spec.out_shape
+        strides = {n: stride_of(out_map, out_shape, names.index(n)) for n in names}
+        if lane_stride(out_map, out_shape, names.index(self._vector_dim()), self.width) == 1:
             return None
 
         def contiguous(t: str) -> bool:
             fused = self.fusion_of(t)
-            return self.flat_fusion(fused) if fused else [strides[d] for d in self._origins(t)] == [1]
+            if fused:
+                return self.flat_fusion(fused)
+            dim = Loop(t).dim
+            if t in (dim, Loop.inner(dim)):  # steps of one along `dim`, within a channel block too
+                return lane_stride(out_map, out_shape, names.index(dim), self.extent[t]) == 1
+            return [strides[d] for d in self._origins(t)] == [1]
         return next((t for t in self.tile if 1 < self.extent[t] <= self.width and contiguous(t)), None)
 
     def _finish_transposed(self, row: str, points, accs, guards: list[tuple[str, int]]) -> None:

@@ -21,6 +21,11 @@ FMA, masked edge vectors, epilogue of transposed tiles):
   producer it alone reads, with outer loops over that producer's channel blocks and rows (a
   stem), tiles a block of channel vectors and is marked FUSE_ROWS: its kernel computes the
   producer's rows as it needs them (one level: a max pool after such a pool reads its result);
+- an elementwise nest (a batch norm that follows a concat) whose result a 1x1 conv with lanes over
+  its output channels reads, at AVX2: lanes along the row and a tile of 8 channels, which its store
+  transposes into a channel-blocked result (`channel_transpose_schedule`), so that the conv
+  broadcasts its input channels from whole lines; its spatial schedule where pack-activations
+  would not block the result (another reader needs it NCHW);
 - spatial (`spatial_vector_schedule`), everything else:
 
 - the vector loop is a parallel dim that is contiguous in the output (stride 1), split by the
@@ -66,6 +71,7 @@ from nasir.lowering.schedule.pack_activations import packed_tensors
 from nasir.lowering.schedule.schedules import (
     candidate_schedules,
     channel_pool_schedule,
+    channel_transpose_schedule,
     channel_writer_schedule,
     depthwise_channel_schedule,
     fused_row_blocks,
@@ -178,6 +184,9 @@ class DefaultSchedulePass(ModulePass):
         # back to; and the nests the cost model alone scheduled
         blocked_input: dict[nest.ComputeOp, tuple[Schedule, Schedule]] = {}
         modelled: dict[nest.ComputeOp, NestView] = {}
+        # elementwise nests that store their result channel-blocked if a reader wants it so (a
+        # batch norm before a 1x1 conv): their spatial schedule, to fall back to where none does
+        transposers: dict[nest.ComputeOp, Schedule] = {}
         for nest_op in op.walk():
             if isinstance(nest_op, nest.ComputeOp) and nest_op.schedule is None:
                 shape = nest_shape(nest_op)
@@ -186,6 +195,11 @@ class DefaultSchedulePass(ModulePass):
                     nest_op.properties["schedule"] = winograd_schedule(shape, winograd, target).to_attr()
                     WINOGRAD.set(nest_op, winograd.m)
                     SCRATCH_BYTES.set(nest_op, winograd.scratch_bytes)
+                    continue
+                transposing = channel_transpose_schedule(shape, target)
+                if transposing is not None:
+                    nest_op.properties["schedule"] = transposing.to_attr()
+                    transposers[nest_op] = schedule_for(shape, target)
                     continue
                 channel = channel_pool_schedule(shape, target) or depthwise_channel_schedule(shape, target)
                 timed = (channel is None and tuned is not None
@@ -215,6 +229,10 @@ class DefaultSchedulePass(ModulePass):
                 if writer.result not in packed:
                     writer.properties["schedule"] = spatial.to_attr()
             lanes_over_channels = _settle(op, blocked_input)
+        packed = packed_tensors(op)
+        for writer, spatial in transposers.items():
+            if writer.result not in packed:
+                writer.properties["schedule"] = spatial.to_attr()
         # a channel-lane max pool whose producer it alone reads computes that producer's rows in
         # its own kernel, block by block of the producer's channels, as it needs them; in program
         # order, so that of two pools in a row the first fuses and the second sees it has

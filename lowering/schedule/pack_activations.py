@@ -44,6 +44,17 @@ MobileNetV2 0.975x:
 A reader with a window (3x3) keeps its input NCHW: split so, its unrolled window and channels ran
 ResNeXt-29's grouped 3x3 convs 2.3x slower.
 
+An elementwise writer with lanes along the row may store blocked too, where its schedule tiles
+`width` channels that its store transposes in registers (`transposed_block`, scheduled by
+`channel_transpose_schedule`): DenseNet's batch norm before its 1x1 conv at AVX2:
+
+    %y = nest.compute %cat, %scale, %shift {out_map = (n, c, h, w) -> (n, c, h, w), combiner = "copy",
+                                            schedule = {splits = [["w", 8], ["c", 8]], vector = "w.i",
+                                                        order = ["n", "c.o", "h", "w.o", "c.i", "w.i"], ...}}
+    ->
+    %y = nest.compute ... {out_map = (n, c, h, w) -> (n, c floordiv 8, h, w, c mod 8), ...}
+         : (...) -> tensor<1x124x7x7x8xf32>
+
 Tensors are blocked together or not at all (`packed_tensors`, a fixed point): a nest whose
 epilogue reads a tensor across its lanes (a residual add) needs that tensor blocked as well, then
 reads one vector per point; a transposed tile (NCHW output) does the same in the epilogue steps
@@ -96,6 +107,30 @@ def channel_lane_block(op: nest.ComputeOp, amap: AffineMap, shape) -> int | None
     if any(c % block and extents[q] > 1 for q, c in form[0].items() if q != d):
         return None
     if any(d in used_dims(e) for a, e in enumerate(amap.results) if a != 1):
+        return None
+    return block
+
+
+def transposed_block(op: nest.ComputeOp) -> int | None:
+    """The channel block an elementwise nest's register tile stores its NCHW output in once
+    transposed (`channel_transpose_schedule`): its channel dim split by the lanes, the inner part
+    unrolled whole just outside a vector loop that splits the image row by as many lanes. None
+    otherwise."""
+    if op.schedule is None or op.kind != "copy" or op.domain.num_parallel.data != len(op.domain.dims):
+        return None
+    sched = op.get_schedule()
+    results = op.output_map.results
+    names = op.domain.dim_names
+    if len(results) != 4 or len(sched.order) < 2:
+        return None
+    forms = [affine.linear_form(results[a]) for a in (1, 3)]
+    if any(f is None or f[1] != 0 or len(f[0]) != 1 or list(f[0].values()) != [1] for f in forms):
+        return None
+    channel, row = (names[next(iter(f[0]))] for f in forms)
+    factors = dict(sched.splits)
+    block = factors.get(row)
+    if (block is None or sched.vector != Loop.inner(row) or sched.order[-2:] != [Loop.inner(channel), sched.vector]
+            or factors.get(channel) != block or sched.unroll.get(Loop.inner(channel)) != block):
         return None
     return block
 
@@ -160,7 +195,7 @@ def _across_lanes(op: nest.ComputeOp, k: int) -> bool:
 def _requirements(value: SSAValue) -> tuple[int, set[SSAValue]] | None:
     """The channel block `value` could be stored in and the tensors that must then be stored
     channel-blocked with it, or None when it must stay NCHW. Its writer runs lanes over its
-    channels; every use is a nest whose lanes walk the same channels in the same blocks, as its
+    channels or transposes its register tile into channel blocks (`transposed_block`); every use is a nest whose lanes walk the same channels in the same blocks, as its
     main input or as an epilogue operand, or a 1x1 conv reading it by broadcasts in blocks of
     its own lanes (`broadcast_channel`); an epilogue that reads an operand across the lanes
     needs that operand blocked too (then it reads one vector per point: the writer's operands,
@@ -169,7 +204,7 @@ def _requirements(value: SSAValue) -> tuple[int, set[SSAValue]] | None:
     if not isinstance(producer, nest.ComputeOp) or not value.uses:
         return None
     shape = shape_of(value)
-    block = channel_lane_block(producer, producer.output_map, shape)
+    block = channel_lane_block(producer, producer.output_map, shape) or transposed_block(producer)
     if block is None:
         return None
     needs: set[SSAValue] = set()
@@ -227,7 +262,8 @@ def blocked(amap: AffineMap, block: int) -> AffineMap:
 
 
 class PackActivationsPass(ModulePass):
-    """Store NCHW16c the tensors whose producer runs its lanes over channels and whose readers do too
+    """Store NCHW16c the tensors whose producer runs its lanes over channels (or transposes its
+    tile of channels into blocks: a batch norm before a 1x1 conv at AVX2) and whose readers do too
     or are 1x1 convs reading them by broadcasts."""
 
     name = "pack-activations"

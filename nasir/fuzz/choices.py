@@ -10,7 +10,8 @@ graph exercised. Per nest:
 - **family**: the schedule default-schedule gave it: `spatial` (lanes along the output row),
   `channel` (lanes over output channels, weights packed OIHW16o), `winograd` (1-D Winograd),
   `channel-pool` (a max pool with lanes over channels), `depthwise-channel`, `fused-rows pool` (a
-  channel-pool whose kernel computes its producer's rows: FUSE_ROWS);
+  channel-pool whose kernel computes its producer's rows: FUSE_ROWS), `channel-transpose` (an
+  elementwise nest whose tile of channels its store transposes into a channel-blocked result);
 - **layouts** of its main input and its output: `NCHWc` where pack-activations blocked the
   tensor, `padded` where pad-planes gave its planes a padding row, else `plain`;
 - **epilogue**: the fused steps (`relu`, `clip`, `sigmoid`, `hard_swish`, `add` of a tensor,
@@ -46,10 +47,12 @@ from nasir.dialects.shapes import shape_of
 from nasir.lowering.passes import run_pipeline
 from nasir.lowering.pipeline import LLVM
 from nasir.lowering.schedule.default_schedule import nest_shape
+from nasir.lowering.schedule.pack_activations import transposed_block
 from nasir.lowering.schedule.schedules import depthwise_channel
 from nasir.lowering.target import CPUTarget, set_target, target_of
 
-FAMILIES = ("spatial", "channel", "winograd", "channel-pool", "depthwise-channel", "fused-rows pool")
+FAMILIES = ("spatial", "channel", "winograd", "channel-pool", "depthwise-channel", "fused-rows pool",
+            "channel-transpose")
 """Every schedule family default-schedule chooses from."""
 LAYOUTS = ("plain", "NCHWc", "padded")
 
@@ -107,6 +110,8 @@ def family(op: nest.ComputeOp) -> str:
         return "winograd"
     if FUSE_ROWS.on(op):
         return "fused-rows pool"
+    if transposed_block(op) is not None:
+        return "channel-transpose"
     sched = op.get_schedule()
     if sched.vector is None:
         return "spatial"
