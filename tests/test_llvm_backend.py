@@ -301,8 +301,8 @@ def _dense_block(hw: int, channels: int = 16, growth: int = 8, layers: int = 3):
     return build([x.shape], body), x, reference
 
 
-@pytest.mark.parametrize("h,w,threads", [(7, 7, 1), (7, 7, 2), (14, 20, 1), (5, 11, 2)])
-@pytest.mark.parametrize("also_3x3", [False, True])
+@pytest.mark.parametrize("h,w,threads,also_3x3", [(7, 7, 1, False), (7, 7, 2, True), (14, 20, 2, False),
+                                                   (5, 11, 1, False)])
 def test_a_batch_norm_before_a_1x1_conv_transposes_its_tile_into_channel_blocks(h, w, threads, also_3x3):
     """DenseNet's bottleneck: concat -> batch norm -> ReLU -> 1x1 conv -> ReLU -> 3x3 conv. At AVX2
     the batch norm (not folded: it follows a concat) runs lanes along the row and a tile of 8

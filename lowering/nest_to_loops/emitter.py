@@ -55,7 +55,7 @@ class NestEmitter(LoopStructure, Accesses, Versioning, Tiles, Epilogue):
             # no reduction: the loops unrolled whole just outside the vector loop are the register
             # tile (a copy nest's channels, transposed into a channel-blocked output)
             first_red -= 1
-            while first_red and sched.unroll.get(self.order[first_red - 1], 1) >= self.extent[self.order[first_red - 1]] > 1:
+            while first_red and sched.unroll.get(loop := self.order[first_red - 1], 1) >= self.extent[loop] > 1:
                 first_red -= 1
         self.outer = [n for n in self.order[:first_red] if n != self.vec]
         self.red = [n for n in self.order if self.is_red[n]]

@@ -195,11 +195,12 @@ def _across_lanes(op: nest.ComputeOp, k: int) -> bool:
 def _requirements(value: SSAValue) -> tuple[int, set[SSAValue]] | None:
     """The channel block `value` could be stored in and the tensors that must then be stored
     channel-blocked with it, or None when it must stay NCHW. Its writer runs lanes over its
-    channels or transposes its register tile into channel blocks (`transposed_block`); every use is a nest whose lanes walk the same channels in the same blocks, as its
-    main input or as an epilogue operand, or a 1x1 conv reading it by broadcasts in blocks of
-    its own lanes (`broadcast_channel`); an epilogue that reads an operand across the lanes
-    needs that operand blocked too (then it reads one vector per point: the writer's operands,
-    and a reader's operands in the steps up to the one reading `value`)."""
+    channels or transposes its register tile into channel blocks (`transposed_block`); every use
+    is a nest whose lanes walk the same channels in the same blocks, as its main input or as an
+    epilogue operand, or a 1x1 conv reading it by broadcasts in blocks of its own lanes
+    (`broadcast_channel`); an epilogue that reads an operand across the lanes needs that operand
+    blocked too (then it reads one vector per point: the writer's operands, and a reader's
+    operands in the steps up to the one reading `value`)."""
     producer = value.owner
     if not isinstance(producer, nest.ComputeOp) or not value.uses:
         return None

@@ -586,15 +586,15 @@ def channel_transpose_schedule(n: NestView, target: CPUTarget) -> Schedule | Non
                        order = ["n", "c.o", "h", "w.o", "c.i", "w.i"], unroll = {c.i = 8}, parallel = "c.o"}
 
     In NCHW its 1x1 conv reader broadcasts each input channel from another plane, a cache line a
-    step from L2 for the 12 FMAs of an AVX2 tile: on Zen 3 code, DenseNet-121 imagenet's block-4
+    step from L2 for the 12 FMAs of an AVX2 tile: with znver3 code, DenseNet-121 imagenet's block-4
     1x1 convs (992 channels on 7 x 7) ran at 72-75% of the 8-lane FMA peak so, 86-89% from a
     channel-blocked input; the network 0.98x the time (its batch norms 1.2-1.6x theirs).
 
     None unless the nest copies an NCHW input of the output's shape, with a multiple of `width`
-    channels and rows of 2 points or more, on 8 lanes (`TRANSPOSE_LANES`) and planes of more than a cache line. At 16 lanes the
-    readers' tiles take 28 FMAs a step and ran 1.1-2.2x slower from the blocked input (Zen 4, 7 x 7
-    to 28 x 28: unexplained, left); on 4 x 4 planes (DenseNet-121 cifar10's block 4: one line a
-    plane) the 1x1 convs ran alike and the batch norms 2.7x the time."""
+    channels and rows of 2 points or more, on 8 lanes (`TRANSPOSE_LANES`) and planes of more than
+    a cache line. At 16 lanes the readers' tiles take 28 FMAs a step and ran 1.1-2.2x slower from
+    the blocked input (Zen 4, 7 x 7 to 28 x 28: unexplained, left); on 4 x 4 planes (DenseNet-121
+    cifar10's block 4: one line a plane) the 1x1 convs ran alike and the batch norms 2.7x the time."""
     width = target.lanes
     names = [name for name, _ in n.dims]
     results = n.out_map.results
