@@ -31,3 +31,26 @@ def test_zoo_model_matches_onnxruntime(name, dataset, cpu, tmp_path):
     np.testing.assert_allclose(one, expected, rtol=1e-4, atol=1e-4)
     exe.threads = 2
     np.testing.assert_array_equal(exe(x), one)
+
+
+def test_mobilenet_v2s_1x1_convs_on_14x14_keep_their_broadcasts_in_registers():
+    """MobileNetV2 imagenet's expand conv of block 8 (64 -> 384 on 14 x 14, after the channel-lane
+    projection of block 7) compiled for Zen 4 (znver4's scheduling model, whose code this compiles
+    on any machine), in the JIT's code: its hottest FMA loop touches no vector on the stack. Its
+    AVX-512 tile is 14 points x 2 channel vectors; reading its input channel-blocked it unrolled 16
+    channels of it, 448 FMAs whose broadcasts LLVM loaded first and spilled (428 stack accesses an
+    iteration, 46% of the 16-lane peak), so it reads NCHW (`broadcast_channel`: MAX_UNROLLED_BODY)."""
+    from test_llvm_backend import hottest_loop
+
+    from nasir.lowering.loops_to_llvm.llvm_ir import optimize, to_llvm_ir
+    from nasir.lowering.target import resolve_target
+    from nasir.runtime.llvm_executable import lower_to_llvm_dialect
+
+    target = resolve_target("znver4")
+    ir = to_llvm_ir(lower_to_llvm_dialect(zoo.load("mobilenet_v2", "imagenet").module, cpu=target, tuning="none"))
+    asm = target.target_machine(jit=True).emit_assembly(optimize(ir, target))
+    kernel = asm[asm.index("features_features.8_conv_conv.0_conv.0.0_Conv.par0:"):]
+    loop = hottest_loop(kernel[: kernel.index(".Lfunc_end")])
+    assert sum("vfmadd" in line for line in loop) >= 12
+    spills = [line.strip() for line in loop if "mm" in line and "(%rsp)" in line]
+    assert not spills, spills[:8]
