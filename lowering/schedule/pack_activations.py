@@ -127,7 +127,7 @@ def transposed_block(op: nest.ComputeOp) -> int | None:
     sched = op.get_schedule()
     results = op.output_map.results
     names = op.domain.dim_names
-    if len(results) != 4 or len(sched.order) < 2:
+    if len(results) != 4:
         return None
     forms = [affine.linear_form(results[a]) for a in (1, 3)]
     if any(f is None or f[1] != 0 or len(f[0]) != 1 or list(f[0].values()) != [1] for f in forms):
