@@ -894,6 +894,30 @@ def test_a_stem_before_depthwise_convs_writes_channel_blocks():
     np.testing.assert_allclose(run(model, x), want, rtol=1e-4, atol=1e-4)
 
 
+def test_a_1x1_conv_before_a_strided_depthwise_conv_writes_channel_blocks():
+    """MobileNetV2's second block (imagenet: 16 -> 96 on 112 x 112; here 56 x 56): the expanding 1x1
+    conv, whose channel plan scores below its spatial schedule while its 16-channel reduction is
+    charged the transposes of an NCHW result, is scored storing its result channel-blocked, as it
+    would for its stride-2 depthwise reader: it takes the plan, and the depthwise conv reads 8 or
+    16 channels a load instead of gathering every other point of its rows. torch's numbers."""
+    w0, wd, wp, x = rand(96, 16, 1, 1) / 4, rand(96, 1, 3, 3) / 3, rand(24, 96, 1, 1) / 10, rand(1, 16, 56, 56)
+
+    def body(a, W):
+        expand = nn.Conv2DOp.new(a[0], W("w0", w0)).named("expand")
+        relu0 = nn.ReluOp.new(expand.results[0])
+        dw = nn.Conv2DOp.new(relu0.results[0], W("wd", wd), strides=(2, 2), pads=(1,) * 4, groups=96).named("dw")
+        relu1 = nn.ReluOp.new(dw.results[0])
+        return [expand, relu0, dw, relu1, nn.Conv2DOp.new(relu1.results[0], W("wp", wp)).named("project")]
+
+    model = build([(1, 16, 56, 56)], body)
+    nests = scheduled_nests(model)
+    assert [nests[n].get_schedule().vector for n in ("expand", "dw")] == ["co.i", "g.i"]
+    assert nests["expand"].result.type.get_shape() == (1, 96 // lanes(), 56, 56, lanes())
+    t = {name: torch.from_numpy(v) for name, v in dict(w0=w0, wd=wd, wp=wp, x=x).items()}
+    y = F.conv2d(F.conv2d(t["x"], t["w0"]).relu(), t["wd"], stride=2, padding=1, groups=96).relu()
+    np.testing.assert_allclose(run(model, x), F.conv2d(y, t["wp"]).numpy(), rtol=1e-4, atol=1e-4)
+
+
 def test_depthwise_conv_on_an_nchw_input_keeps_lanes_along_rows():
     """The function's input is NCHW: a depthwise conv reading it falls back to lanes along the
     output row (over channels it would gather), and so does its consumer, whose input its

@@ -347,9 +347,13 @@ def channel_loads_per_fma(r_col: int, r_row: int, window: Window | None = None) 
     return points / (taps * r_row * r_col) + 1 / r_row
 
 
-def epilogue_cost(r_row: int, width: int) -> float:
+def epilogue_cost(r_row: int, width: int, blocked: bool = False) -> float:
     """FMA slots per accumulator of a channel tile after its reduction: `width` rows of r_row points
-    out of log2(r_row) rounds of shuffles (see `LoopBuilder.transpose`), then their epilogue."""
+    out of log2(r_row) rounds of shuffles (see `LoopBuilder.transpose`), then their epilogue; for
+    a result stored channel-blocked (`blocked`), the epilogue of the accumulator itself, stored
+    whole."""
+    if blocked:
+        return EPILOGUE_WEIGHT
     return EPILOGUE_WEIGHT * (width / r_row + (r_row - 1).bit_length() + 1)
 
 
@@ -359,17 +363,18 @@ L2_WEIGHT_VECTORS_PER_FMA = 0.25
 
 
 def channel_tile_score(r_col: int, r_row: int, used: float, red: int, target: CPUTarget,
-                       window: Window | None = None) -> float:
+                       window: Window | None = None, blocked: bool = False) -> float:
     """Estimated fraction of the FMA rate a channel tile of r_col vectors x r_row points keeps:
     its loads per FMA beyond the target's `loads_per_fma` slow it, its epilogue adds
     `epilogue_cost` to `red` FMAs per accumulator, too few accumulators leave the FMA latency
-    exposed (`latency_bound`), and a tail tile (its points need guards) is discounted by its
+    exposed (`latency_bound`; `blocked`: a result stored channel-blocked, no transpose), and a tail
+    tile (its points need guards) is discounted by its
     used share cubed: 2 x 5 on 56-wide rows (a tail of 1, used 0.93) ran 0.96x the time of 1 x 8,
     on 28 (a tail of 3) 0.93-0.95x of 2 x 4; on 16 (a tail of 1, used 0.8) 1.04x of 2 x 4. Its
     packed weights stream from L2 when they do not fit L1 beside its inputs."""
     width = target.lanes
     loads = load_bound(channel_loads_per_fma(r_col, r_row, window), target)
-    score = used ** 3 * loads * latency_bound(r_col * r_row, target) * red / (red + epilogue_cost(r_row, width))
+    score = used ** 3 * loads * latency_bound(r_col * r_row, target) * red / (red + epilogue_cost(r_row, width, blocked))
     if r_col * width * red * 4 > target.l1_bytes:  # weight vectors stream from L2
         score *= min(1.0, L2_WEIGHT_VECTORS_PER_FMA * r_row)
     return score

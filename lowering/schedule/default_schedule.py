@@ -16,7 +16,8 @@ FMA, masked edge vectors, epilogue of transposed tiles):
   channel-family 1x1 convs). The pass gives them these first and falls back, until no input is
   left NCHW, for those whose input `packed_tensors` does not block; a conv the cost model gave
   the spatial family that writes such an input takes its channel plan where that scores close
-  (`channel_writer_schedule`: a stem before a depthwise conv), and keeps it where its result is
+  (`channel_writer_schedule`: a stem before a depthwise conv; before a strided reader, scored
+  storing its result blocked: MobileNetV2's expanding 1x1 conv), and keeps it where its result is
   then blocked. Such a max pool whose
   producer it alone reads, with outer loops over that producer's channel blocks and rows (a
   stem), tiles a block of channel vectors and is marked FUSE_ROWS: its kernel computes the
@@ -218,7 +219,7 @@ class DefaultSchedulePass(ModulePass):
         for reader in blocked_input.keys() - lanes_over_channels:
             writer = reader.inputs[0].owner
             if writer in modelled and writer not in writers:
-                plan = channel_writer_schedule(modelled[writer], target)
+                plan = channel_writer_schedule(modelled[writer], target, nest_shape(reader))
                 if plan is not None:
                     writers[writer] = writer.get_schedule()
                     writer.properties["schedule"] = plan.to_attr()

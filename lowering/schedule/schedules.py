@@ -270,11 +270,12 @@ def channel_vector_plan(n: NestView, target: CPUTarget) -> ChannelPlan | None:
     return plans[0] if plans else None
 
 
-def channel_vector_plans(n: NestView, target: CPUTarget) -> list[ChannelPlan]:
+def channel_vector_plans(n: NestView, target: CPUTarget, blocked: bool = False) -> list[ChannelPlan]:
     """The channel-vector plans of a contraction whose input 1 is a weight with output channels on
     its first axis (conv, gemm), the cost model's choice first, the others by score; empty when
     the nest has no such shape. A channel block's packed weights stream from L2 (at most its size
-    of them)."""
+    of them). `blocked`: scored as storing its result channel-blocked, each accumulator a whole
+    vector of the result (`epilogue_cost`), not transposed into NCHW rows."""
     width = target.lanes
     if n.combiner != "mac" or len(n.maps) < 2 or not n.dims[n.npar:]:
         return []
@@ -308,7 +309,7 @@ def channel_vector_plans(n: NestView, target: CPUTarget) -> list[ChannelPlan]:
         for name, extent in rows:
             for r_row in range(1, min(extent, channel_tile_rows(r_col, window, target)) + 1):
                 used = extent / (-(-extent // r_row) * r_row)
-                score = channel_tile_score(r_col, r_row, used, red, target, window) * streaming
+                score = channel_tile_score(r_col, r_row, used, red, target, window, blocked) * streaming
                 plans.append((score, r_col, r_row, used, name, extent))
     best = max(plans, key=lambda plan: plan[0])
     # near-ties: see PLAN_TIE; of tiles alike, the one along an image row (its stores transpose)
@@ -317,7 +318,7 @@ def channel_vector_plans(n: NestView, target: CPUTarget) -> list[ChannelPlan]:
     ranked = [chosen] + sorted((p for p in plans if p is not chosen), key=lambda plan: -plan[0])
     # a lane-strided output: the tile is transposed in registers, then stored as rows of r_row lanes
     return [ChannelPlan(col[0], col[1], r_col, name, extent, r_row,
-                        used * red / (red + epilogue_cost(r_row, width)), window)
+                        used * red / (red + epilogue_cost(r_row, width, blocked)), window)
             for _, r_col, r_row, used, name, extent in ranked]
 
 
@@ -378,20 +379,37 @@ where the conv writes the input of a nest that runs lanes over channels only on 
 input (`channel_writer_schedule`)."""
 
 
-def channel_writer_schedule(n: NestView, target: CPUTarget) -> Schedule | None:
+def channel_writer_schedule(n: NestView, target: CPUTarget, reader: NestView) -> Schedule | None:
     """`n`'s channel plan as a schedule when the cost model scores it within `CHANNEL_WRITER_TIE`
-    of the spatial schedule, else None: for a conv whose result a depthwise conv or a max pool
-    would read 8 or 16 channels a load if it were stored channel-blocked, which only a writer with
-    lanes over channels can do (default-schedule). On Zen 3, ResNet-34's stem (3 -> 64 channels,
-    32 x 32; the plan scores 0.93 of the spatial schedule) ran 0.95x the time with its plan, and
-    after `depthwise` the depthwise convs of its first stage 0.88x, the network 0.95x."""
-    plans = channel_vector_plans(n, target)
+    of the spatial schedule, else None: for a conv whose result `reader`, a depthwise conv or a
+    max pool, would read 8 or 16 channels a load if it were stored channel-blocked, which only a
+    writer with lanes over channels can do (default-schedule). On Zen 3, ResNet-34's stem (3 -> 64
+    channels, 32 x 32; the plan scores 0.93 of the spatial schedule) ran 0.95x the time with its
+    plan, and after `depthwise` the depthwise convs of its first stage 0.88x, the network 0.95x.
+
+    Where the reader's window is strided (`window_stride`), the plan is scored as it runs then,
+    its result stored channel-blocked (`channel_vector_plans`' `blocked`: no transposed epilogue):
+    on NCHW such a reader gathers every other point of its input rows with shuffles, which at
+    AVX2 spill. MobileNetV2's 16 -> 96 1x1 conv on 112 x 112 (16 input channels: the transposes
+    halve its NCHW score) then takes its plan, at AVX2 0.93x the time, its stride-2 depthwise
+    conv 0.3-0.5x, 0.29 -> 0.09-0.15 ms (Zen 4, znver3 code). A reader of stride 1 is left to the
+    transposing score: at 16 lanes MobileNetV2's depthwise convs on 56 x 56 and 16 x 16 ran 1.3-1.4x
+    the time with lanes over channels (their NCHW results transposed) as along the row."""
+    plans = channel_vector_plans(n, target, blocked=window_stride(reader) > 1)
     if not plans:
         return None
     spatial = spatial_score(n, spatial_vector_schedule(n, target), target)
     if channel_score(plans[0], target) < spatial * (1 - CHANNEL_WRITER_TIE):
         return None
     return channel_vector_schedule(n, plans[0], target)
+
+
+def window_stride(n: NestView) -> int:
+    """The stride of the window along the output row of a nest of NCHW output (a conv's or pool's
+    ow, `ow * 2 + kw - 1` -> 2), 1 where none slides along it."""
+    row = n.out_map.results[-1]
+    window = row_window(n, row.position) if isinstance(row, AffineDimExpr) and n.maps else None
+    return window.stride if window is not None else 1
 
 
 def channel_vector_schedule(n: NestView, plan: ChannelPlan, target: CPUTarget,
