@@ -139,6 +139,41 @@ class Schedule:
         """The loops (name, extent) in execution order, outermost first."""
         return self.derive(domain).loops
 
+    def tile_start(self, domain: DomainAttr) -> int:
+        """Where the register tile begins in the loop order: at the first loop over a reduction
+        dim, inside which the tile's parallel loops are unrolled whole; in a nest without one, at
+        the loops unrolled whole just outside the vector loop (a copy nest's channels, which its
+        store transposes into a channel-blocked output), else at the vector loop, else the end.
+
+            order = ["n", "co.o", "oh.o", "ci", "kh", "kw", "oh.i", "co.i", "ow.i"] -> 3 (ci)
+            order = ["n", "c.o", "h", "w.o", "c.i", "w.i"], unroll = {c.i = 8}, vector = "w.i" -> 4
+        """
+        loops = self.derive(domain).loops
+        reductions = {name for name, _ in domain.reduction}
+        start = next((i for i, (name, _) in enumerate(loops) if Loop(name).dims & reductions), None)
+        if start is not None:
+            return start
+        if self.vector is None:
+            return len(loops)
+        start = [name for name, _ in loops].index(self.vector)
+        while start and self.unroll.get(loops[start - 1][0], 1) >= loops[start - 1][1] > 1:
+            start -= 1
+        return start
+
+    def outer_loops(self, domain: DomainAttr) -> list[str]:
+        """The loops outside the register tile (`tile_start`), the vector loop aside: those that
+        step from tile to tile, one of them over threads (conv's n, co.o, oh.o)."""
+        loops = [name for name, _ in self.derive(domain).loops]
+        return [name for name in loops[: self.tile_start(domain)] if name != self.vector]
+
+    def tile_loops(self, domain: DomainAttr) -> list[str]:
+        """The register tile's parallel loops: those from `tile_start` on that enumerate no
+        reduction dim, the vector loop aside (conv's oh.i, co.i)."""
+        reductions = {name for name, _ in domain.reduction}
+        loops = [name for name, _ in self.derive(domain).loops]
+        return [name for name in loops[self.tile_start(domain):]
+                if not Loop(name).dims & reductions and name != self.vector]
+
     def verify(self, domain: DomainAttr) -> None:
         names = [n for n, _ in self.loops(domain)]
         for label, loop in (("vector", self.vector), ("parallel", self.parallel)):

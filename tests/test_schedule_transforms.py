@@ -11,7 +11,8 @@ import pytest
 
 from nasir.dialects.context import parse_module
 from nasir.dialects.module import WeightStore
-from nasir.dialects.schedule import Loop
+from nasir.dialects.nest import DomainAttr
+from nasir.dialects.schedule import Loop, Schedule
 from nasir.errors import LegalityError, LoweringError, PassError
 from nasir.model import Model
 from nasir.transforms.analysis.dependences import carried_loops
@@ -53,6 +54,27 @@ def test_loop_dims_and_carried_loops(model):
     assert Loop("co.o.i").dims == {"co"} and Loop("co.i*ci").dims == {"co", "ci"}
     t = model.transform('strip-mine{dim=ci factor=2},fuse{dims=oh,ow}')
     assert carried_loops(conv_of(t)) == ["ci.o", "ci.i", "kh", "kw"]
+
+
+def test_a_register_tile_is_the_parallel_loops_inside_the_first_reduction_loop():
+    """`Schedule.tile_start`, `outer_loops`, `tile_loops`, the one place lowering learns which
+    loops are the register tile: a conv's from its first reduction loop (a fused kh*kw too); a
+    copy nest's, without reductions, the loops unrolled whole before its vector loop."""
+    conv = DomainAttr.make([("n", 1), ("co", 16), ("oh", 8), ("ow", 16)], [("ci", 4), ("kh", 3), ("kw", 3)])
+    tiled = Schedule(splits=[("ow", 8), ("oh", 4), ("co", 4)],
+                     order=["n", "co.o", "oh.o", "ow.o", "ci", "kh", "kw", "oh.i", "co.i", "ow.i"],
+                     vector="ow.i", unroll={"oh.i": 4, "co.i": 4, "kh": 3, "kw": 3})
+    assert tiled.tile_start(conv) == 4
+    assert tiled.outer_loops(conv) == ["n", "co.o", "oh.o", "ow.o"] and tiled.tile_loops(conv) == ["oh.i", "co.i"]
+    fused = Schedule(fusions=[("kh", "kw")], order=["n", "co", "oh", "kh*kw", "ci", "ow"], vector="ow")
+    assert fused.tile_start(conv) == 3 and fused.tile_loops(conv) == []
+    copy = DomainAttr.make([("n", 1), ("c", 16), ("h", 4), ("w", 8)])
+    transposing = Schedule(splits=[("c", 8)], order=["n", "c.o", "h", "c.i", "w"], vector="w", unroll={"c.i": 8})
+    assert transposing.tile_start(copy) == 3
+    assert transposing.outer_loops(copy) == ["n", "c.o", "h"] and transposing.tile_loops(copy) == ["c.i"]
+    rolled = Schedule(splits=[("c", 8)], order=["n", "c.o", "h", "c.i", "w"], vector="w", unroll={"c.i": 2})
+    assert rolled.tile_start(copy) == 4 and rolled.tile_loops(copy) == []
+    assert Schedule().tile_start(copy) == 4 and Schedule().outer_loops(copy) == ["n", "c", "h", "w"]
 
 
 @pytest.mark.parametrize("pipeline, message", [

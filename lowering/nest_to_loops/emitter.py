@@ -50,16 +50,9 @@ class NestEmitter(LoopStructure, Accesses, Versioning, Tiles, Epilogue):
             if "*" in self.vec or self.is_red[self.vec]:
                 raise LoweringError(f"{where}: vector loop '{self.vec}' must be an unfused parallel loop")
         self.width = self.extent[self.vec] if self.vec else None
-        first_red = next((i for i, n in enumerate(self.order) if self.is_red[n]), len(self.order))
-        if first_red == len(self.order) and self.vec is not None:
-            # no reduction: the loops unrolled whole just outside the vector loop are the register
-            # tile (a copy nest's channels, transposed into a channel-blocked output)
-            first_red -= 1
-            while first_red and sched.unroll.get(loop := self.order[first_red - 1], 1) >= self.extent[loop] > 1:
-                first_red -= 1
-        self.outer = [n for n in self.order[:first_red] if n != self.vec]
+        self.outer = sched.outer_loops(spec.domain)
         self.red = [n for n in self.order if self.is_red[n]]
-        self.tile = [n for n in self.order[first_red:] if not self.is_red[n] and n != self.vec]
+        self.tile = sched.tile_loops(spec.domain)
         for n in self.tile:
             if sched.unroll.get(n, 1) < self.extent[n]:
                 raise LoweringError(

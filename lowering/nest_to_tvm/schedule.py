@@ -249,7 +249,6 @@ def apply(func: tirx.PrimFunc, op: nest.ComputeOp, gpu: GPU | None, schedule: Sc
     sch = s_tir.Schedule(func)
     block = combiner_block(sch, op)
     loops = dict(zip(op.domain.dim_names, sch.get_loops(block)))
-    reduction = {name for name, _ in op.domain.reduction}
     extents = dict(schedule.loops(op.domain))
     order = list(extents)
     with _primitive(op, "split"):
@@ -273,8 +272,7 @@ def apply(func: tirx.PrimFunc, op: nest.ComputeOp, gpu: GPU | None, schedule: Sc
             sch.vectorize(loops[schedule.vector])
     with _primitive(op, "parallel loop"):
         if gpu is not None:
-            first_reduction = next((i for i, name in enumerate(order) if Loop(name).dims & reduction), len(order))
-            prefix = [loops[name] for name in order[:first_reduction] if name != schedule.vector]
+            prefix = [loops[name] for name in schedule.outer_loops(op.domain)]
             if not prefix:
                 raise LoweringError(f"tvm backend: nest '{op.layer_name}': on a GPU a scheduled nest needs "
                                     f"a parallel loop outside its reductions (its order: {', '.join(order)})")

@@ -179,10 +179,7 @@ def broadcast_channel(op: nest.ComputeOp, k: int, shape) -> tuple[int, int] | No
 def tile_points(op: nest.ComputeOp) -> int:
     """The points of `op`'s register tile: its parallel loops unrolled inside the reduction loops."""
     sched = op.get_schedule()
-    reductions = set(op.domain.dim_names[op.domain.num_parallel.data:])
-    first = next((i for i, loop in enumerate(sched.order) if Loop(loop).dim in reductions), len(sched.order))
-    return math.prod(sched.unroll.get(loop, 1) for loop in sched.order[first:]
-                     if Loop(loop).dim not in reductions and loop != sched.vector)
+    return math.prod(sched.unroll.get(loop, 1) for loop in sched.tile_loops(op.domain))
 
 
 def split_channel_loop(op: nest.ComputeOp, channel: int, block: int) -> None:

@@ -391,8 +391,9 @@ def channel_writer_schedule(n: NestView, target: CPUTarget, reader: NestView) ->
     its result stored channel-blocked (`channel_vector_plans`' `blocked`: no transposed epilogue):
     on NCHW such a reader gathers every other point of its input rows with shuffles, which at
     AVX2 spill. MobileNetV2's 16 -> 96 1x1 conv on 112 x 112 (16 input channels: the transposes
-    halve its NCHW score) then takes its plan, at AVX2 0.93x the time, its stride-2 depthwise
-    conv 0.3-0.5x, 0.29 -> 0.09-0.15 ms (Zen 4, znver3 code). A reader of stride 1 is left to the
+    halve its NCHW score) then takes its plan, at AVX2 0.45-0.52 -> 0.41-0.42 ms, its stride-2
+    depthwise conv 0.35-0.61 -> 0.10-0.23 ms (Zen 4, znver3 code, 3 interleaved rounds; the
+    network 6.38-6.97 -> 6.12-6.16 ms). A reader of stride 1 is left to the
     transposing score: at 16 lanes MobileNetV2's depthwise convs on 56 x 56 and 16 x 16 ran 1.3-1.4x
     the time with lanes over channels (their NCHW results transposed) as along the row."""
     plans = channel_vector_plans(n, target, blocked=window_stride(reader) > 1)
@@ -523,8 +524,7 @@ def fused_row_blocks(pool: nest.ComputeOp) -> int:
     if len(results) != 4 or not isinstance(results[1], AffineDimExpr) or not isinstance(results[2], AffineDimExpr):
         return 0
     channel, row = names[results[1].position], names[results[2].position]
-    reductions = names[producer.domain.num_parallel.data:]
-    outer = sched.order[: next((i for i, l in enumerate(sched.order) if l in reductions), len(sched.order))]
+    outer = sched.outer_loops(producer.domain)
     block = next((l for l in outer if Loop(l).dim == channel), None)
     if row not in outer or block is None or sched.vector != Loop.inner(channel):
         return 0

@@ -220,10 +220,7 @@ def row_tile_loop(plan: WinogradPlan, sched, domain: nest.DomainAttr) -> str | N
     if sched.fusions or sched.vector != "co.i" or ("co", plan.width) not in sched.splits:
         return None
     extent = dict(sched.loops(domain))
-    order = list(extent)
-    reductions = {d for d, _ in domain.reduction}
-    first = next(i for i, n in enumerate(order) if Loop(n).dim in reductions)
-    tile = [n for n in order[first:] if Loop(n).dim not in reductions and n != sched.vector]
+    tile = sched.tile_loops(domain)
     along = [n for n in tile if Loop(n).dim == "ow"]
     if len(along) != 1 or along[0] not in ("ow", "ow.i") or extent[along[0]] % plan.m \
             or any(Loop(n).dim not in ("ow", "co") for n in tile) or sched.unroll.get(along[0], 1) < extent[along[0]]:
