@@ -148,7 +148,24 @@ class Schedule:
             order = ["n", "co.o", "oh.o", "ci", "kh", "kw", "oh.i", "co.i", "ow.i"] -> 3 (ci)
             order = ["n", "c.o", "h", "w.o", "c.i", "w.i"], unroll = {c.i = 8}, vector = "w.i" -> 4
         """
+        return self._tile_start(self.derive(domain).loops, domain)
+
+    def outer_loops(self, domain: DomainAttr) -> list[str]:
+        """The loops outside the register tile (`tile_start`), the vector loop aside: those that
+        step from tile to tile, one of them over threads (conv's n, co.o, oh.o)."""
         loops = self.derive(domain).loops
+        return [name for name, _ in loops[: self._tile_start(loops, domain)] if name != self.vector]
+
+    def tile_loops(self, domain: DomainAttr) -> list[str]:
+        """The register tile's parallel loops: those from `tile_start` on that enumerate no
+        reduction dim, the vector loop aside (conv's oh.i, co.i)."""
+        loops = self.derive(domain).loops
+        reductions = {name for name, _ in domain.reduction}
+        return [name for name, _ in loops[self._tile_start(loops, domain):]
+                if not Loop(name).dims & reductions and name != self.vector]
+
+    def _tile_start(self, loops: list[tuple[str, int]], domain: DomainAttr) -> int:
+        """`tile_start` of the loops `derive` made of `domain`."""
         reductions = {name for name, _ in domain.reduction}
         start = next((i for i, (name, _) in enumerate(loops) if Loop(name).dims & reductions), None)
         if start is not None:
@@ -159,20 +176,6 @@ class Schedule:
         while start and self.unroll.get(loops[start - 1][0], 1) >= loops[start - 1][1] > 1:
             start -= 1
         return start
-
-    def outer_loops(self, domain: DomainAttr) -> list[str]:
-        """The loops outside the register tile (`tile_start`), the vector loop aside: those that
-        step from tile to tile, one of them over threads (conv's n, co.o, oh.o)."""
-        loops = [name for name, _ in self.derive(domain).loops]
-        return [name for name in loops[: self.tile_start(domain)] if name != self.vector]
-
-    def tile_loops(self, domain: DomainAttr) -> list[str]:
-        """The register tile's parallel loops: those from `tile_start` on that enumerate no
-        reduction dim, the vector loop aside (conv's oh.i, co.i)."""
-        reductions = {name for name, _ in domain.reduction}
-        loops = [name for name, _ in self.derive(domain).loops]
-        return [name for name in loops[self.tile_start(domain):]
-                if not Loop(name).dims & reductions and name != self.vector]
 
     def verify(self, domain: DomainAttr) -> None:
         names = [n for n, _ in self.loops(domain)]

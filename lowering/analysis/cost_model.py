@@ -367,11 +367,11 @@ def channel_tile_score(r_col: int, r_row: int, used: float, red: int, target: CP
     """Estimated fraction of the FMA rate a channel tile of r_col vectors x r_row points keeps:
     its loads per FMA beyond the target's `loads_per_fma` slow it, its epilogue adds
     `epilogue_cost` to `red` FMAs per accumulator, too few accumulators leave the FMA latency
-    exposed (`latency_bound`; `blocked`: a result stored channel-blocked, no transpose), and a tail
-    tile (its points need guards) is discounted by its
-    used share cubed: 2 x 5 on 56-wide rows (a tail of 1, used 0.93) ran 0.96x the time of 1 x 8,
-    on 28 (a tail of 3) 0.93-0.95x of 2 x 4; on 16 (a tail of 1, used 0.8) 1.04x of 2 x 4. Its
-    packed weights stream from L2 when they do not fit L1 beside its inputs."""
+    exposed (`latency_bound`; `blocked`: a result stored channel-blocked, no transpose), and a
+    tail tile (its points need guards) is discounted by its used share cubed: 2 x 5 on 56-wide
+    rows (a tail of 1, used 0.93) ran 0.96x the time of 1 x 8, on 28 (a tail of 3) 0.93-0.95x of
+    2 x 4; on 16 (a tail of 1, used 0.8) 1.04x of 2 x 4. Its packed weights stream from L2 when
+    they do not fit L1 beside its inputs."""
     width = target.lanes
     loads = load_bound(channel_loads_per_fma(r_col, r_row, window), target)
     score = used ** 3 * loads * latency_bound(r_col * r_row, target) * red / (red + epilogue_cost(r_row, width, blocked))

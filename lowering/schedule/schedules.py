@@ -393,9 +393,9 @@ def channel_writer_schedule(n: NestView, target: CPUTarget, reader: NestView) ->
     AVX2 spill. MobileNetV2's 16 -> 96 1x1 conv on 112 x 112 (16 input channels: the transposes
     halve its NCHW score) then takes its plan, at AVX2 0.45-0.52 -> 0.41-0.42 ms, its stride-2
     depthwise conv 0.35-0.61 -> 0.10-0.23 ms (Zen 4, znver3 code, 3 interleaved rounds; the
-    network 6.38-6.97 -> 6.12-6.16 ms). A reader of stride 1 is left to the
-    transposing score: at 16 lanes MobileNetV2's depthwise convs on 56 x 56 and 16 x 16 ran 1.3-1.4x
-    the time with lanes over channels (their NCHW results transposed) as along the row."""
+    network 6.38-6.97 -> 6.12-6.16 ms). A reader of stride 1 is left to the transposing score:
+    at 16 lanes MobileNetV2's depthwise convs on 56 x 56 and 16 x 16 ran 1.3-1.4x the time with
+    lanes over channels (their NCHW results transposed) as along the row."""
     plans = channel_vector_plans(n, target, blocked=window_stride(reader) > 1)
     if not plans:
         return None
