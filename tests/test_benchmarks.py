@@ -21,7 +21,7 @@ def result(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
     with pytest.MonkeyPatch.context() as env:
         env.setenv("NASIR_CACHE_DIR", str(tmp_path_factory.mktemp("bench-cache")))
-        benchmark.main(["--models", "resnet18", "--datasets", "cifar10", "--threads", "1", "--repeat", "1",
+        benchmark.main(["--models", "resnet18", "--datasets", "cifar10", "--threads", "1", "2", "--repeat", "1",
                         "--variant-model", "resnet18", "--variant-datasets", "cifar10",
                         "--variants", "base", "group4", "--tune", "--tune-trials", "2", "--cpu", "x86-64-v3",
                         "--out", str(out)])
@@ -49,47 +49,51 @@ def test_avx2_code_is_measured_against_the_avx2_peak_and_ort_against_the_machine
     assert (data["config"]["cpu"], data["peak"]["cpu"], data["peak"]["vector_width"]) == ("x86-64-v3", "x86-64-v3", 8)
     host = 16 if "+avx512f" in llvm.get_host_cpu_features().flatten().split(",") else 8
     assert data["host_peak"]["vector_width"] == host
-    (row,) = data["models"]
-    assert close(row["ort_pct_peak"], 100 * row["ort_gflops"] / data["host_peak"]["peak_gflops"])
+    for row in data["models"]:
+        assert close(row["ort_pct_peak"], 100 * row["ort_gflops"] / (data["host_peak"]["peak_gflops"] * row["threads"]))
 
 
 def test_model_rows(result):
     _, data = result
-    (row,) = data["models"]
-    assert (row["model"], row["dataset"], row["threads"]) == ("resnet18", "cifar10", 1)
-    # ResNet-18 on CIFAR-10 (3x3 stem, no max-pool): 555,422,720 MACs (nasir.summary's docstring,
-    # the classic count for this network); the fc layer is part of it.
-    assert row["macs"] == 555_422_720
+    assert [(r["model"], r["dataset"], r["threads"]) for r in data["models"]] == [("resnet18", "cifar10", 1),
+                                                                                  ("resnet18", "cifar10", 2)]
     peak = data["peak"]["peak_gflops"]
-    for backend in ("nasir", "ort", "torch"):
-        assert row[f"{backend}_ms"] > 0
-        assert close(row[f"{backend}_gflops"], 2 * row["macs"] / (row[f"{backend}_ms"] / 1e3) / 1e9)
-    assert close(row["nasir_over_ort"], row["nasir_ms"] / row["ort_ms"])
-    assert close(row["nasir_pct_peak"], 100 * row["nasir_gflops"] / peak)
-    assert row["max_abs_err_vs_ort"] < 1e-3
-    # --tune: the tuned code timed beside the cost model's, after tuning that took time
-    assert row["nasir_tuned_ms"] > 0 and row["tune_s"] > 0 and row["tuned_gain_alone"] > 0
-    assert close(row["nasir_tuned_over_ort"], row["nasir_tuned_ms"] / row["ort_ms"])
+    for row in data["models"]:
+        # ResNet-18 on CIFAR-10 (3x3 stem, no max-pool): 555,422,720 MACs (nasir.summary's docstring,
+        # the classic count for this network); the fc layer is part of it.
+        assert row["macs"] == 555_422_720
+        for backend in ("nasir", "ort", "torch"):
+            assert row[f"{backend}_ms"] > 0
+            assert close(row[f"{backend}_gflops"], 2 * row["macs"] / (row[f"{backend}_ms"] / 1e3) / 1e9)
+        assert close(row["nasir_over_ort"], row["nasir_ms"] / row["ort_ms"])
+        assert close(row["nasir_pct_peak"], 100 * row["nasir_gflops"] / (peak * row["threads"]))
+        assert row["max_abs_err_vs_ort"] < 1e-3
+        # --tune: the tuned code timed beside the cost model's, after tuning that took time
+        assert row["nasir_tuned_ms"] > 0 and row["tune_s"] > 0 and row["tuned_gain_alone"] > 0
+        assert close(row["nasir_tuned_over_ort"], row["nasir_tuned_ms"] / row["ort_ms"])
 
 
 def test_variant_realisation_is_the_formula(result):
+    """At each thread count of --threads, each variant against the base timed at that count."""
     _, data = result
-    rows = {r["variant"]: r for r in data["variants"]}
-    assert set(rows) == {"base", "group4"}
-    base, g4 = rows["base"], rows["group4"]
-    assert g4["pipeline"] == 'convert-nn-to-nest,group{factor=4 layers="layer[0-9]_.*_conv[12]_Conv"}'
-    # group{factor=4} divides the MACs of the 16 block convs by 4. By hand: layer1 4 * 64*64*9*32*32,
-    # layers 2-4 each (Ci*2Co + 3 * 2Co*2Co) * 9 * (H/2)^2 = 132,120,576: 547,356,672 in the blocks;
-    # the rest (stem 1,769,472, downsample 1x1s 3 * 2,097,152, fc 5,120) keeps its 8,066,048.
-    blocks = 4 * 64 * 64 * 9 * 32 * 32 + 3 * 132_120_576
-    assert base["macs"] - blocks == 8_066_048
-    assert g4["macs"] == 8_066_048 + blocks // 4
-    assert close(g4["mac_ratio"], base["macs"] / g4["macs"])
-    assert close(g4["nasir_realisation"], (base["nasir_ms"] / g4["nasir_ms"]) / (base["macs"] / g4["macs"]))
-    assert close(g4["ort_realisation"], (base["ort_ms"] / g4["ort_ms"]) / (base["macs"] / g4["macs"]))
-    assert close(base["nasir_realisation"], 1.0)
-    for r in (base, g4):
-        assert r["max_abs_err_vs_ort"] < 1e-3
+    assert [(r["variant"], r["threads"]) for r in data["variants"]] == [("base", 1), ("group4", 1),
+                                                                       ("base", 2), ("group4", 2)]
+    for threads in (1, 2):
+        rows = {r["variant"]: r for r in data["variants"] if r["threads"] == threads}
+        base, g4 = rows["base"], rows["group4"]
+        assert g4["pipeline"] == 'convert-nn-to-nest,group{factor=4 layers="layer[0-9]_.*_conv[12]_Conv"}'
+        # group{factor=4} divides the MACs of the 16 block convs by 4. By hand: layer1 4 * 64*64*9*32*32,
+        # layers 2-4 each (Ci*2Co + 3 * 2Co*2Co) * 9 * (H/2)^2 = 132,120,576: 547,356,672 in the blocks;
+        # the rest (stem 1,769,472, downsample 1x1s 3 * 2,097,152, fc 5,120) keeps its 8,066,048.
+        blocks = 4 * 64 * 64 * 9 * 32 * 32 + 3 * 132_120_576
+        assert base["macs"] - blocks == 8_066_048
+        assert g4["macs"] == 8_066_048 + blocks // 4
+        assert close(g4["mac_ratio"], base["macs"] / g4["macs"])
+        assert close(g4["nasir_realisation"], (base["nasir_ms"] / g4["nasir_ms"]) / (base["macs"] / g4["macs"]))
+        assert close(g4["ort_realisation"], (base["ort_ms"] / g4["ort_ms"]) / (base["macs"] / g4["macs"]))
+        assert close(base["nasir_realisation"], 1.0)
+        for r in (base, g4):
+            assert r["max_abs_err_vs_ort"] < 1e-3 and r["nasir_ms"] > 0 and r["ort_ms"] > 0
 
 
 def test_each_candidate_starts_after_idle():

@@ -9,8 +9,8 @@ A script, not a test: it measures, in one process and run,
    (torch.set_num_threads(threads)), nasir/ORT, GFLOP/s = 2 * MACs / time (MACs from
    `Model.summary().total_macs`) and nasir's percent of peak (peak times threads);
 3. for ResNet-34 architecture variants built with nasir's own transforms (grouped G = 2..16 and
-   depthwise on the block convs, bottleneck(2) on the first conv of each block), the realisation
-   ratio
+   depthwise on the block convs, bottleneck(2) on the first conv of each block), at each thread
+   count, the realisation ratio
 
        realisation = (t_base / t_variant) / (MACs_base / MACs_variant)
 
@@ -144,41 +144,50 @@ def bench_model(name: str, dataset: str, threads: list[int], repeat: int, peak: 
     return rows
 
 
-def bench_variants(model_name: str, dataset: str, variants: list[str], repeat: int, threads: int = 1,
+def bench_variants(model_name: str, dataset: str, variants: list[str], repeat: int, threads: list[int] = (1,),
                    on_compile: Callable[[str], None] = lambda _: None, target: str = "llvm",
                    cpu: str | None = None) -> list[dict]:
-    """Raw rows (see `add_realisation`) for the base, then each other variant of `model_name`.
+    """Raw rows (see `add_realisation`) for the base, then each other variant of `model_name`, for
+    each thread count of `threads` in turn (TVM's CPU code: at one thread, see `nasir_executable`).
 
     Every variant is transformed, compiled (nasir) and exported (ORT) first, calling `on_compile(name)`
-    before each; then all are timed in interleaved rounds, so the ratios share the load they saw.
+    before each; then, at each thread count, all are timed in interleaved rounds, so the ratios
+    share the load they saw.
     """
     from nasir import zoo
 
     x = np.random.default_rng(0).standard_normal(zoo.input_shape(model_name, dataset)).astype(np.float32)
     original = zoo.load(model_name, dataset)
-    rows, runs = [], {}
+    compiled, rows = {}, []
     with tempfile.TemporaryDirectory() as tmp:
         for name in ["base", *(v for v in variants if v != "base")]:
             on_compile(name)
             model = original.transform(ALL_VARIANTS[name]) if ALL_VARIANTS[name] else original
-            exe = nasir_executable(model, target, threads, cpu=cpu)
-            runs[f"nasir {name}"] = lambda exe=exe: exe(x)
-            runs[f"ort {name}"] = _ort_run(ort_session(model.to_onnx(Path(tmp) / f"{name}.onnx"), threads), x)
-            rows.append({"model": model_name, "dataset": dataset, "variant": name, "pipeline": ALL_VARIANTS[name],
-                         "threads": threads, "macs": model.summary().total_macs,
-                         "nasir_compile_s": exe.compile_seconds,
-                         "max_abs_err_vs_ort": float(np.abs(exe(x) - runs[f"ort {name}"]()).max())})
+            compiled[name] = (model.summary().total_macs, nasir_executable(model, target, cpu=cpu),
+                              model.to_onnx(Path(tmp) / f"{name}.onnx"))
         on_compile("timing")
-        ms = median_ms(runs, repeat)
-    for row in rows:
-        row["nasir_ms"], row["ort_ms"] = ms[f"nasir {row['variant']}"], ms[f"ort {row['variant']}"]
+        for t in threads if target == "llvm" else [1]:
+            runs, errors = {}, {}
+            for name, (_, exe, onnx) in compiled.items():
+                if target == "llvm":
+                    exe.threads = t
+                runs[f"nasir {name}"] = lambda exe=exe: exe(x)
+                runs[f"ort {name}"] = ort_run = _ort_run(ort_session(onnx, t), x)
+                errors[name] = float(np.abs(exe(x) - ort_run()).max())
+            ms = median_ms(runs, repeat)
+            rows += [{"model": model_name, "dataset": dataset, "variant": name, "pipeline": ALL_VARIANTS[name],
+                      "threads": t, "macs": macs, "nasir_compile_s": exe.compile_seconds,
+                      "max_abs_err_vs_ort": errors[name], "nasir_ms": ms[f"nasir {name}"], "ort_ms": ms[f"ort {name}"]}
+                     for name, (macs, exe, _) in compiled.items()]
     return rows
 
 
 def add_realisation(rows: list[dict]) -> list[dict]:
-    """Add MAC ratio, speedups and realisation to variant rows of one model and dataset (base first)."""
-    base, same_path = rows[0], next((r for r in rows if r["variant"] == "nest"), None)
+    """Add MAC ratio, speedups and realisation to variant rows of one model and dataset, each row
+    against the base row of its thread count."""
     for row in rows:
+        base = next(r for r in rows if r["variant"] == "base" and r["threads"] == row["threads"])
+        same_path = next((r for r in rows if r["variant"] == "nest" and r["threads"] == row["threads"]), None)
         row["mac_ratio"] = base["macs"] / row["macs"]
         row["nasir_speedup"] = base["nasir_ms"] / row["nasir_ms"]
         row["ort_speedup"] = base["ort_ms"] / row["ort_ms"]
@@ -218,12 +227,13 @@ def variant_table(rows: list[dict]):
     from rich.table import Table
 
     table = Table(title="architecture variants: realisation = speedup / MAC ratio (1.0: all of it)")
-    cols = ("model", "dataset", "variant", "GMACs", "MAC ratio", "nasir ms", "ORT ms", "nasir speedup",
+    cols = ("model", "dataset", "variant", "thr", "GMACs", "MAC ratio", "nasir ms", "ORT ms", "nasir speedup",
             "nasir real.", "vs nest", "ORT real.")
     for col in cols:
         table.add_column(col, justify="left" if col in ("model", "dataset", "variant") else "right")
     for r in rows:
-        table.add_row(r["model"], r["dataset"], r["variant"], f"{r['macs'] / 1e9:.3f}", f"{r['mac_ratio']:.2f}",
+        table.add_row(r["model"], r["dataset"], r["variant"], str(r["threads"]), f"{r['macs'] / 1e9:.3f}",
+                      f"{r['mac_ratio']:.2f}",
                       f"{r['nasir_ms']:.2f}", f"{r['ort_ms']:.2f}", f"{r['nasir_speedup']:.2f}",
                       f"{r['nasir_realisation']:.2f}", f"{r.get('nasir_realisation_vs_nest', float('nan')):.2f}",
                       f"{r['ort_realisation']:.2f}")
@@ -249,7 +259,7 @@ def plot(result: dict, path: Path) -> Path:
     left.set_title("batch-1 throughput")
     left.legend()
     variants = [r for r in result["variants"] if r["variant"] not in ("base", "nest")]
-    labels = [f"{r['model']} {r['dataset']}\n{r['variant']}" for r in variants]
+    labels = [f"{r['model']} {r['dataset']}\n{r['variant']} t{r['threads']}" for r in variants]
     pos = np.arange(len(variants))
     right.bar(pos - 0.2, [r["nasir_realisation"] for r in variants], 0.4, label="nasir")
     right.bar(pos + 0.2, [r["ort_realisation"] for r in variants], 0.4, label="ONNX Runtime")
@@ -306,12 +316,12 @@ def run(jobs: list[tuple[str, str]], threads: list[int], repeat: int, variant_mo
                     progress.advance(task)
                 progress.update(task, description=f"{variant_model} {d}: {name}")
 
-            rows = add_realisation(bench_variants(variant_model, d, variants, repeat, on_compile=on_compile,
+            rows = add_realisation(bench_variants(variant_model, d, variants, repeat, threads, on_compile=on_compile,
                                                   target=target, cpu=cpu))
             result["variants"] += rows
             progress.advance(task)
             for r in rows:
-                progress.console.log(f"{variant_model} {d} {r['variant']}: {r['macs']:,} MACs, nasir "
+                progress.console.log(f"{variant_model} {d} {r['variant']} threads={r['threads']}: {r['macs']:,} MACs, nasir "
                                      f"{r['nasir_ms']:.2f} ms, ORT {r['ort_ms']:.2f} ms")
     result["elapsed_s"] = time.perf_counter() - start
     out.mkdir(parents=True, exist_ok=True)
