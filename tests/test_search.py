@@ -237,6 +237,53 @@ def test_interleaved_takes_turns_after_untimed_calls_on_a_fake_clock():
     assert ratios(samples["b"], samples["a"]) == [pytest.approx(3.0)] * 3
 
 
+def test_settle_waits_until_the_other_threads_stop_running():
+    """On a fake clock and CPU counter: after its idle, `settle` polls until a window passes in
+    which the other threads gained no CPU time (another runtime's spinning workers), and gives up
+    after its longest wait; with no counter (not Linux) it only idles."""
+    from nasir.measure.timing import settle
+
+    def run(ticks, max_s=1.0):
+        now, slept, counts = [0.0], [], iter(ticks)
+
+        def sleep(s):
+            slept.append(s)
+            now[0] += s
+
+        settle(0.03, cpu=lambda: next(counts), sleep=sleep, clock=lambda: now[0], poll_s=0.02, max_s=max_s)
+        return slept
+
+    assert run([5, 7, 9, 10, 10]) == [0.03, 0.02, 0.02, 0.02, 0.02]  # spinning for three windows, then idle
+    assert run([3, 3]) == [0.03, 0.02]
+    assert run(iter(range(100)), max_s=0.1) == [0.03] + [0.02] * 5     # never idle: 0.1 s more at most
+    assert run([None]) == [0.03]
+
+
+def test_other_threads_cpu_counts_a_spinning_thread():
+    """A thread spinning while the caller sleeps adds CPU time to the other threads' count; the
+    caller's own spinning does not."""
+    import threading
+    import time
+
+    from nasir.measure.timing import other_threads_cpu
+
+    def spin(seconds):
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+
+    before = other_threads_cpu()
+    spinner = threading.Thread(target=spin, args=(0.6,))
+    spinner.start()
+    time.sleep(0.3)
+    during = other_threads_cpu()
+    spinner.join()
+    assert before is not None and during > before
+    quiet = other_threads_cpu()
+    spin(0.3)  # the caller's own 30 ticks
+    assert other_threads_cpu() - quiet <= 2
+
+
 def test_spread_and_busy():
     s = Spread.of([4.0, 1.0, 3.0, 2.0, 100.0])
     assert (s.median, s.q1, s.q3, s.iqr) == (3.0, 2.0, 4.0, 2.0)

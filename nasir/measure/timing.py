@@ -13,6 +13,8 @@ alone does not.
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,8 +22,15 @@ from dataclasses import dataclass
 import numpy as np
 
 SETTLE_S = 0.03
-"""Seconds of idle before each function's calls: long enough for the previous function's worker
-threads to stop spinning (ONNX Runtime's intra-op pool spins 10-20 ms after a run)."""
+"""Seconds of idle before each function's calls, at least (`settle`: then until the process's other
+threads are idle)."""
+
+SETTLE_MAX_S = 1.0
+"""The longest `settle` waits for the process's other threads to stop running."""
+
+SETTLE_POLL_S = 0.02
+"""`settle`'s window: the other threads are idle when they gained no CPU time in one. Linux counts
+thread CPU time in ticks of 10 ms; a spinning thread gains two a window."""
 
 WARM_MS = 5.0
 """Milliseconds of a function's own untimed calls before each timed one (at least one call): on a
@@ -62,9 +71,43 @@ class Spread:
         return self.q1 <= other.q3 and other.q1 <= self.q3
 
 
+def other_threads_cpu() -> int | None:
+    """CPU time, in clock ticks, that this process's threads other than the calling one have run
+    (Linux's /proc/self/task/*/stat); None where the system does not say."""
+    me, total = threading.get_native_id(), 0
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            if int(tid) != me:
+                with open(f"/proc/self/task/{tid}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])  # utime, stime
+    except (OSError, ValueError, IndexError):
+        return None
+    return total
+
+
+def settle(seconds: float, cpu: Callable[[], int | None] = other_threads_cpu,
+           sleep: Callable[[float], object] = time.sleep, clock: Callable[[], float] = time.perf_counter,
+           poll_s: float = SETTLE_POLL_S, max_s: float = SETTLE_MAX_S) -> None:
+    """Idle `seconds`, then on until no other thread of this process runs for a `poll_s` window
+    (at most `max_s` more): another runtime's workers spinning after its run would share the cores
+    with the next function timed. After a 2-thread run, ONNX Runtime 1.2x's intra-op worker spun
+    about 70 ms on a Zen 3 (its CPU time grew a tick each 10 ms): there nasir's 2-thread code,
+    timed 30 ms after ORT's run, took 7.2 ms for ResNet-34 imagenet after `depthwise`, against 3.3
+    ms after idle, more than its 5.7 ms on one thread."""
+    sleep(seconds)
+    before, deadline = cpu(), clock() + max_s
+    while before is not None and clock() < deadline:
+        sleep(poll_s)
+        now = cpu()
+        if now == before:
+            return
+        before = now
+
+
 def interleaved(fns: dict[str, Callable[[], object]], rounds: int, warmup: int = 1, settle_s: float = SETTLE_S,
                 clock: Callable[[], float] = time.perf_counter,
-                sleep: Callable[[float], object] = time.sleep, warm_ms: float = WARM_MS) -> dict[str, list[float]]:
+                sleep: Callable[[float], object] = settle, warm_ms: float = WARM_MS) -> dict[str, list[float]]:
     """Each `fn()`'s wall time in ms, once per round, the functions taking turns within a round.
 
     Interleaving makes their ratios robust to load that changes during the run (the machine is
@@ -72,8 +115,9 @@ def interleaved(fns: dict[str, Callable[[], object]], rounds: int, warmup: int =
     ones of the same fn (`warm_ms` of them, at least one), so that it runs as a deployed model
     does, after its own previous inferences: timed right after another model, a small model found
     its weights and buffers evicted by it (ResNet-34 group16: 6% slower). Each fn starts after
-    `settle_s` of idle: with 2 threads, ResNet-18 cifar10 took 9.4 ms right after an ONNX Runtime
-    run (whose spinning worker held a core) against 5.3 ms after 20 ms of idle.
+    `settle_s` of idle and the process's other threads idle (`sleep`, by default `settle`): with 2
+    threads, ResNet-18 cifar10 took 9.4 ms right after an ONNX Runtime run (whose spinning worker
+    held a core) against 5.3 ms after 20 ms of idle.
     """
     for fn in fns.values():
         for _ in range(warmup):
