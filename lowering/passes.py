@@ -27,6 +27,7 @@ from nasir.lowering.schedule.default_schedule import DefaultSchedulePass
 from nasir.lowering.schedule.pack_activations import PackActivationsPass
 from nasir.lowering.schedule.pack_weights import PackWeightsPass
 from nasir.lowering.schedule.pad_planes import PadPlanesPass
+from nasir.lowering.schedule.subsample import SubsampleStrided1x1Pass
 from nasir.transforms.bottleneck import BottleneckPass
 from nasir.transforms.fold_batch_norm import FoldBatchNormPass
 from nasir.transforms.fuse_epilogue import FuseEpiloguePass
@@ -59,7 +60,7 @@ PASSES: tuple[type[ModulePass], ...] = (
     # analyses
     PrintCapacityPass,
     # lowering (the llvm pipeline, in order)
-    ConvertNnToNestPass, LowerBatchNormPass, DefaultSchedulePass, PackActivationsPass, PadPlanesPass, PackWeightsPass,
+    ConvertNnToNestPass, LowerBatchNormPass, SubsampleStrided1x1Pass, DefaultSchedulePass, PackActivationsPass, PadPlanesPass, PackWeightsPass,
     NestBufferizePass, ConvertNestToLoopsPass, ConvertLoopsToLLVMPass,
 )
 

@@ -4,14 +4,15 @@
     GRAPH     fold-batch-norm, convert-nn-to-nest, lower-batch-norm, fuse-epilogue, presum
               nn IR -> nests with fused epilogues (and sums a weight does not read done first);
               the tvm backend takes it from here (TVM_PIPELINE)
-    SCHEDULE  default-schedule, pack-activations, pad-planes, pack-weights, nest-bufferize
+    SCHEDULE  subsample-strided-1x1, default-schedule, pack-activations, pad-planes, pack-weights,
+              nest-bufferize
               the CPU's schedules and layouts, then buffers
     CODEGEN   convert-nest-to-loops, convert-loops-to-llvm
               loops, then the llvm dialect (`loops_to_llvm.llvm_ir` makes LLVM IR)
 
 A pipeline is cut and given options by stage name, never by editing its string:
 
-    str(LLVM.until("default-schedule"))    # "fold-batch-norm,...,presum,default-schedule"
+    str(LLVM.until("default-schedule"))    # "fold-batch-norm,...,subsample-strided-1x1,default-schedule"
     LLVM.after("pad-planes")               # pack-weights, nest-bufferize, convert-nest-to-loops, ...
     str(llvm_pipeline(profile=True).since("convert-loops-to-llvm"))
                                            # "convert-loops-to-llvm{profile=true}"
@@ -84,7 +85,7 @@ def _spelled(value: bool | str) -> str:
 
 
 GRAPH = Pipeline(("fold-batch-norm", "convert-nn-to-nest", "lower-batch-norm", "fuse-epilogue", "presum"))
-SCHEDULE = Pipeline(("default-schedule", "pack-activations", "pad-planes", "pack-weights", "nest-bufferize"))
+SCHEDULE = Pipeline(("subsample-strided-1x1", "default-schedule", "pack-activations", "pad-planes", "pack-weights", "nest-bufferize"))
 CODEGEN = Pipeline(("convert-nest-to-loops", "convert-loops-to-llvm"))
 LLVM = GRAPH + SCHEDULE + CODEGEN
 """nn IR -> llvm dialect (then `nasir.lowering.loops_to_llvm.llvm_ir` makes LLVM IR, `nasir.runtime.jit` code)."""

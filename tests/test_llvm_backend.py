@@ -918,6 +918,38 @@ def test_a_1x1_conv_before_a_strided_depthwise_conv_writes_channel_blocks():
     np.testing.assert_allclose(run(model, x), F.conv2d(y, t["wp"]).numpy(), rtol=1e-4, atol=1e-4)
 
 
+def test_a_strided_1x1_conv_reads_a_subsampled_copy_of_its_input():
+    """ResNet-34 imagenet's last downsample (here 64 -> 128 from 14 x 14 onto 7 x 7): a 3x3 conv
+    writes t, which the block's 3x3 stride-2 conv and the 1x1 stride-2 downsample both read, their
+    sum is the block's. At 8 lanes the downsample reads a copy of the points it uses, stored in
+    channel blocks for its broadcasts, and runs at stride 1; at 16 it stays strided. torch's
+    numbers."""
+    w0, w3, wd, bd, x = rand(64, 64, 3, 3) / 24, rand(128, 64, 3, 3) / 24, rand(128, 64, 1, 1) / 8, rand(128), \
+        rand(1, 64, 14, 14)
+
+    def body(a, W):
+        c0 = nn.Conv2DOp.new(a[0], W("w0", w0), pads=(1,) * 4).named("c0")
+        relu = nn.ReluOp.new(c0.results[0])
+        c3 = nn.Conv2DOp.new(relu.results[0], W("w3", w3), strides=(2, 2), pads=(1,) * 4).named("c3")
+        ds = nn.Conv2DOp.new(relu.results[0], W("wd", wd), W("bd", bd), strides=(2, 2)).named("ds")
+        return [c0, relu, c3, ds, nn.AddOp.new(c3.results[0], ds.results[0])]
+
+    model = build([(1, 64, 14, 14)], body)
+    nests = scheduled_nests(model)
+    ds = nests["ds"]
+    if lanes() == 8:
+        copy = nests["ds.subsample"]
+        assert copy.kind == "copy" and ds.inputs[0] == copy.result
+        assert [str(e) for e in ds.access_maps[0].results[2:4]] == ["(d2 + d5)", "(d3 + d6)"]
+        assert copy.result.type.get_shape() == (1, 8, 7, 7, 8)
+    else:
+        assert "ds.subsample" not in nests and "(d2 * 2)" in str(ds.access_maps[0].results[2])
+    t = {name: torch.from_numpy(v) for name, v in dict(w0=w0, w3=w3, wd=wd, bd=bd, x=x).items()}
+    y = F.conv2d(t["x"], t["w0"], padding=1).relu()
+    want = F.conv2d(y, t["w3"], stride=2, padding=1) + F.conv2d(y, t["wd"], t["bd"], stride=2)
+    np.testing.assert_allclose(run(model, x), want.numpy(), rtol=1e-4, atol=1e-4)
+
+
 def test_depthwise_conv_on_an_nchw_input_keeps_lanes_along_rows():
     """The function's input is NCHW: a depthwise conv reading it falls back to lanes along the
     output row (over channels it would gather), and so does its consumer, whose input its

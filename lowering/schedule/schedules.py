@@ -608,7 +608,8 @@ def channel_transpose_schedule(n: NestView, target: CPUTarget) -> Schedule | Non
     1x1 convs (992 channels on 7 x 7) ran at 72-75% of the 8-lane FMA peak so, 86-89% from a
     channel-blocked input; the network 0.98x the time (its batch norms 1.2-1.6x theirs).
 
-    None unless the nest copies an NCHW input of the output's shape, with a multiple of `width`
+    None unless the nest copies an NCHW input at the output's points (or at a multiple of them on
+    the image axes: a subsample, `subsample-strided-1x1`), with a multiple of `width`
     channels and rows of 2 points or more, on 8 lanes (`TRANSPOSE_LANES`) and planes of more than
     a cache line. At 16 lanes the readers' tiles (14 points x 2 channel vectors) ran 1.1-2.2x slower
     from the blocked input (Zen 4, 7 x 7 to 28 x 28): their unrolled channel block spilled its
@@ -619,7 +620,7 @@ def channel_transpose_schedule(n: NestView, target: CPUTarget) -> Schedule | Non
     names = [name for name, _ in n.dims]
     results = n.out_map.results
     if (n.combiner != "copy" or n.npar != len(n.dims) or len(results) != 4 or not n.maps
-            or n.maps[0] != n.out_map or tuple(n.in_shapes[0]) != tuple(n.out_shape)
+            or not _copies_points(n) or tuple(n.in_shapes[0][:2]) != tuple(n.out_shape[:2])
             or [r.position if isinstance(r, AffineDimExpr) else None for r in results] != [0, 1, 2, 3]):
         return None
     channel, row = names[1], names[3]
@@ -630,3 +631,16 @@ def channel_transpose_schedule(n: NestView, target: CPUTarget) -> Schedule | Non
     loops = [Loop.outer(row) if name == row else name for name in names]
     tile = _tile_loop(sched, loops, channel, n.dims[1][1], width)
     return _finish(sched, n, loops, tile)
+
+
+def _copies_points(n: NestView) -> bool:
+    """Whether input 0 is read at the output's point, or on the image axes at a multiple of it (a
+    subsample, `subsample-strided-1x1`: `(n, c, h, w) -> (n, c, h * 2, w * 2)`)."""
+    results = n.maps[0].results
+    if len(results) != 4:
+        return False
+    for a, expr in enumerate(results):
+        form = affine.linear_form(expr)
+        if form is None or form[1] != 0 or set(form[0]) != {a} or form[0][a] < 1 or (a < 2 and form[0][a] != 1):
+            return False
+    return True

@@ -140,10 +140,11 @@ class KernelTimes:
 
     def as_compiled(self, model: Model, op: nest.ComputeOp, batch: int | None = None) -> Model:
         """`op` alone (`standalone`) as a compile runs it: for this CPU, split by `presum` (an
-        expanded window summed first, which a nest given its schedule would skip), scheduled."""
+        expanded window summed first, which a nest given its schedule would skip) and by
+        `subsample-strided-1x1` (a strided 1x1 conv's input subsampled first), scheduled."""
         alone = standalone(model, op, batch)
         set_target(alone.module, self.cpu)
-        return alone.transform("presum,default-schedule")
+        return alone.transform("presum,subsample-strided-1x1,default-schedule")
 
     def timed(self, op: nest.ComputeOp, batch: int | None = None) -> bool:
         """Whether `nest_ms(model, op, batch)` is known to this object (costs no compile)."""
