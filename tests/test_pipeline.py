@@ -16,8 +16,8 @@ def test_every_stage_is_a_registered_pass_and_the_stages_make_the_llvm_pipeline(
 
 
 def test_cuts_by_name():
-    assert LLVM.until("default-schedule").names[-2:] == ["presum", "default-schedule"]
-    assert LLVM.before("default-schedule") == GRAPH
+    assert LLVM.until("default-schedule").names[-3:] == ["presum", "subsample-strided-1x1", "default-schedule"]
+    assert LLVM.before("subsample-strided-1x1") == GRAPH
     assert LLVM.since("convert-nest-to-loops") == CODEGEN
     assert LLVM.after("nest-bufferize") == CODEGEN
     assert "fuse-epilogue" not in LLVM.without("fuse-epilogue").names
