@@ -18,7 +18,9 @@ conv's rows fuse into one (`flat_row`: 49 points), and the copy stores `z` chann
 the conv broadcasts from it (`channel_transpose_schedule`, 8 lanes): each step reads 8 channels of
 one point from a line.
 
-Where: at 8 lanes (`TRANSPOSE_LANES`), output rows shorter than `SHORT_ROW`. Each strided 1x1
+Where: at 8 lanes (`TRANSPOSE_LANES`), output rows shorter than `SHORT_ROW`, an input that another
+nest reads with a window (`read_by_a_window`; one read by 1x1 convs alone its writer may store
+channel-blocked, which the strided conv reads directly). Each strided 1x1
 conv of ResNet-34 compiled alone for znver3 on a Zen 3, its kernels' time with the copy over its
 time strided (15 interleaved rounds): imagenet onto 28 x 28 1.06, onto 14 x 14 0.85, onto 7 x 7
 0.80 (58% -> 77% of the FMA peak); cifar10 onto 16 x 16 0.99, 8 x 8 0.97, 4 x 4 0.87. At 16 lanes
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
@@ -80,15 +83,32 @@ def subsampled_axes(spec: NestSpec) -> dict[int, tuple[str, int]] | None:
     return axes
 
 
+def read_by_a_window(x: SSAValue, op: nest.ComputeOp) -> bool:
+    """Whether a nest other than `op` reads `x` with a window of more than one tap on an image axis
+    (a 3x3 conv): `x` then stays NCHW, which no writer can store channel-blocked for `op`."""
+    for use in x.uses:
+        other = use.operation
+        if other is op or not isinstance(other, nest.ComputeOp) or use.index >= len(other.access_maps):
+            continue
+        spec = NestSpec.of(other)
+        extents = dict(spec.dims)
+        if any(extents[d] > 1 for a in IMAGE_AXES if a < len(spec.forms[use.index])
+               for d in spec.forms[use.index][a].terms if not spec.is_parallel(d)):
+            return True
+    return False
+
+
 def subsample(op: nest.ComputeOp, target: CPUTarget) -> bool:
     """Read `op`'s strided input through a subsampling copy nest put before it, where
-    `subsampled_axes` finds it strided and it pays on `target` (see the module docstring)."""
+    `subsampled_axes` finds it strided, another nest reads that input with a window
+    (`read_by_a_window`; else its writer may store it channel-blocked for `op`, read directly),
+    and it pays on `target` (see the module docstring)."""
     if op.schedule is not None or target.lanes > TRANSPOSE_LANES:
         return False
     spec = NestSpec.of(op)
     axes = subsampled_axes(spec)
     extents = dict(spec.dims)
-    if axes is None or extents[axes[IMAGE_AXES[-1]][0]] >= SHORT_ROW:
+    if axes is None or extents[axes[IMAGE_AXES[-1]][0]] >= SHORT_ROW or not read_by_a_window(spec.inputs[0], op):
         return False
     x = spec.inputs[0]
     shape = list(shape_of(x))
