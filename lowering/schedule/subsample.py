@@ -88,7 +88,7 @@ def read_by_a_window(x: SSAValue, op: nest.ComputeOp) -> bool:
     (a 3x3 conv): `x` then stays NCHW, which no writer can store channel-blocked for `op`."""
     for use in x.uses:
         other = use.operation
-        if other is op or not isinstance(other, nest.ComputeOp) or use.index >= len(other.access_maps):
+        if other is op or not isinstance(other, nest.ComputeOp):
             continue
         spec = NestSpec.of(other)
         extents = dict(spec.dims)
