@@ -14,6 +14,7 @@ from xdsl.dialects.builtin import (
     f32,
 )
 from xdsl.ir import SSAValue
+from xdsl.ir.affine import AffineBinaryOpExpr, AffineBinaryOpKind, AffineConstantExpr
 
 from nasir.dialects import affine, nest
 from nasir.dialects.affine import expr_range, linear_coefficient, stride_of
@@ -126,13 +127,16 @@ class Tiles:
                     b.prefetch(self.ins[0], [b.scalar(l) for l in run[flat]])
                     last = flat
 
-    def next_block_prefetch(self) -> tuple[str, list[str], list[str], int] | None:
+    def next_block_prefetch(self) -> tuple[str, list[str], list[str], int, list[tuple[str, int]]] | None:
         """(block loop, row loops, step loops, packed blocks of weights an iteration of the block
-        loop reads) when a `mac` tile prefetches the weights of its next channel block into L2
-        while it runs the rows of this one (see `prefetch_next_block`): lanes over output channels
-        from a packed weight (input 1) that does not fit in L1, an outer loop over channel blocks,
-        and outer loops inside it that each stream the block's weights again (a 3x3 conv's image
-        rows). None otherwise.
+        loop reads, group loops with the packed blocks a step of each moves) when a `mac` tile
+        prefetches the weights of its next channel block into L2 while it runs the rows of this
+        one (see `prefetch_next_block`): lanes over output channels from a packed weight (input 1)
+        that does not fit in L1, an outer loop over channel blocks, and outer loops inside it that
+        each stream the block's weights again (a 3x3 conv's image rows). A grouped conv's packed
+        weight holds its groups' blocks one after another (`(g * 64 + co) floordiv 8`: a step of
+        `g` moves 8 blocks), so the next block of a group's last one is the next group's first.
+        None otherwise.
 
         Weights beyond L1 but in L2 gain too: in a network the other layers evict them (DenseNet-121
         cifar10's 1x1 and 3x3 convs, 32-512 KB each: the network 0.966-0.972x the time at AVX2 with
@@ -144,12 +148,15 @@ class Tiles:
         if 4 * math.prod(weight) <= self.target.l1_bytes:
             return None
         names = [d for d, _ in spec.dims]
-        first = affine.used_dims(spec.maps[1].results[0])
-        if len(first) != 1 or self._origins(self.vec) != {names[next(iter(first))]}:
+        origins = self._origins(self.vec)
+        if len(origins) != 1:
             return None
-        channel = names[next(iter(first))]
+        channel = next(iter(origins))
+        groups = self._weight_groups(names.index(channel), weight[-1])
+        if groups is None:
+            return None
         block = next((l for l in self.outer if self._origins(l) == {channel} and self.extent[l] > 1), None)
-        if block is None:
+        if block is None or any(self.outer.index(g) > self.outer.index(block) for g, _ in groups):
             return None
         rows = [l for l in self.outer[self.outer.index(block) + 1:] if self.extent[l] > 1]
         rolled = [n for n in self.red if spec.schedule.unroll.get(n, 1) < self.extent[n]]
@@ -158,9 +165,34 @@ class Tiles:
         channels = math.prod(self.extent[l] for l in self.order if self._origins(l) == {channel}
                              and self.order.index(l) > self.order.index(block))
         steps = self.red[: self.red.index(rolled[-1]) + 1]
-        return block, rows, steps, channels // weight[-1]
+        return block, rows, steps, channels // weight[-1], groups
 
-    def prefetch_next_block(self, plan: tuple[str, list[str], list[str], int]) -> None:
+    def _weight_groups(self, channel: int, width: int) -> list[tuple[str, int]] | None:
+        """The outer loops other than channel dim `channel` that the packed weight's first axis
+        reads, each with the blocks a step of it moves: none for a conv (`co floordiv 8`), `g`
+        and 8 for a grouped one's `(g * 64 + co) floordiv 8`; None for another form (a loop
+        split or unrolled, a group not a whole number of blocks)."""
+        spec = self.spec
+        names = [d for d, _ in spec.dims]
+        expr = spec.maps[1].results[0]
+        used = affine.used_dims(expr)
+        if used == {channel}:
+            return []
+        if channel not in used or not (isinstance(expr, AffineBinaryOpExpr) and expr.kind == AffineBinaryOpKind.FloorDiv
+                                       and isinstance(expr.rhs, AffineConstantExpr) and expr.rhs.value == width):
+            return None
+        form = affine.linear_form(expr.lhs)
+        if form is None or form[1] or form[0].get(channel) != 1:
+            return None
+        groups = []
+        for d, coefficient in form[0].items():
+            if d != channel:
+                if coefficient % width or names[d] not in self.outer:
+                    return None
+                groups.append((names[d], coefficient // width))
+        return groups
+
+    def prefetch_next_block(self, plan: tuple[str, list[str], list[str], int, list[tuple[str, int]]]) -> None:
         """L2 prefetches (`level = 2`) at each step of the tile's reduction: of the next channel
         block's packed weights, the next cache lines at each step of the block's rows, so the
         block's lines arrive spread over the rows of this one; as many lines a step as the
@@ -172,9 +204,10 @@ class Tiles:
         4 x 4, one line a step left half the block to the first row: 75%, against 103% at three):
 
             for co.o: for oh: for ci: prefetch w[co.o + 1, min(oh * 512 + ci, 2303) * 16]; ...
+            for g: for co.o: for oh: for ci: prefetch w[g * 4 + co.o + 1, ...]   (grouped, 4 blocks a group)
         """
         b = self.b
-        block, rows, steps, blocks = plan
+        block, rows, steps, blocks, groups = plan
         weight = self.spec.in_shapes[1]
         floats = blocks * math.prod(weight[1:])
         line = self.target.cache_line // 4
@@ -188,6 +221,8 @@ class Tiles:
                                        b.idx(max(floats - line, 0)))) for k in range(per_step)]
         at = b.addi(b.scalar(self.value(block)), b.idx(1))
         at = at if blocks == 1 else b.muli(at, b.idx(blocks))
+        for group, moved in groups:
+            at = b.addi(at, b.muli(b.scalar(self.value(group)), b.idx(moved)))
         for offset in offsets:
             b.prefetch(self.ins[1], [at] + [b.idx(0)] * (len(weight) - 2) + [offset], level=2)
 
