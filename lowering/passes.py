@@ -30,6 +30,7 @@ from nasir.lowering.schedule.pad_planes import PadPlanesPass
 from nasir.lowering.schedule.subsample import SubsampleStrided1x1Pass
 from nasir.transforms.bottleneck import BottleneckPass
 from nasir.transforms.fold_batch_norm import FoldBatchNormPass
+from nasir.transforms.fold_scale import FoldScalePass
 from nasir.transforms.fuse_epilogue import FuseEpiloguePass
 from nasir.transforms.group import DepthwisePass, GroupPass
 from nasir.transforms.coordinates import BottomUpPass
@@ -51,7 +52,7 @@ from nasir.transforms.window import FoldPass, ShiftPass, UnfoldPass
 
 PASSES: tuple[type[ModulePass], ...] = (
     # graph passes (nn)
-    FoldBatchNormPass, FuseEpiloguePass, PresumPass,
+    FoldBatchNormPass, FuseEpiloguePass, FoldScalePass, PresumPass,
     # architecture transforms (nest)
     BottleneckPass, GroupPass, DepthwisePass, UnfoldPass, FoldPass, ShiftPass, IndexSplitPass, UnsharePass,
     SplitDimPass, MergeDimsPass, DilatePass, ExpandPass, SharePass, TiePass, BottomUpPass,

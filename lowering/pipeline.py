@@ -1,8 +1,9 @@
 """The backends' pass pipelines, built from named stages, in the one spelling `nasir-opt -p` and
 `Model.transform` share.
 
-    GRAPH     fold-batch-norm, convert-nn-to-nest, lower-batch-norm, fuse-epilogue, presum
-              nn IR -> nests with fused epilogues (and sums a weight does not read done first);
+    GRAPH     fold-batch-norm, convert-nn-to-nest, lower-batch-norm, fuse-epilogue, fold-scale, presum
+              nn IR -> nests with fused epilogues (an epilogue's scale folded into the weight, and
+              sums a weight does not read done first);
               the tvm backend takes it from here (TVM_PIPELINE)
     SCHEDULE  subsample-strided-1x1, default-schedule, pack-activations, pad-planes, pack-weights,
               nest-bufferize
@@ -84,7 +85,7 @@ def _spelled(value: bool | str) -> str:
     return ("true" if value else "false") if isinstance(value, bool) else f'"{value}"'
 
 
-GRAPH = Pipeline(("fold-batch-norm", "convert-nn-to-nest", "lower-batch-norm", "fuse-epilogue", "presum"))
+GRAPH = Pipeline(("fold-batch-norm", "convert-nn-to-nest", "lower-batch-norm", "fuse-epilogue", "fold-scale", "presum"))
 SCHEDULE = Pipeline(("subsample-strided-1x1", "default-schedule", "pack-activations", "pad-planes", "pack-weights", "nest-bufferize"))
 CODEGEN = Pipeline(("convert-nest-to-loops", "convert-loops-to-llvm"))
 LLVM = GRAPH + SCHEDULE + CODEGEN

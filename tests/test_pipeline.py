@@ -12,7 +12,7 @@ from nasir.lowering.pipeline import CODEGEN, GRAPH, LLVM, SCHEDULE, TVM_PIPELINE
 def test_every_stage_is_a_registered_pass_and_the_stages_make_the_llvm_pipeline():
     assert set(LLVM.names) <= set(available_passes())
     assert LLVM.names == GRAPH.names + SCHEDULE.names + CODEGEN.names
-    assert TVM_PIPELINE == "fold-batch-norm,convert-nn-to-nest,lower-batch-norm,fuse-epilogue,presum"
+    assert TVM_PIPELINE == "fold-batch-norm,convert-nn-to-nest,lower-batch-norm,fuse-epilogue,fold-scale,presum"
 
 
 def test_cuts_by_name():
