@@ -1,4 +1,4 @@
-"""fold-scale: a contraction's leading epilogue `mul` by a per-output-channel weight folded into its
+"""fold-scale: a contraction's first epilogue `mul` by a per-output-channel weight folded into its
 weight, for inference.
 
 A batch norm that reaches the nest level unfolded (a model converted to nests before
@@ -18,9 +18,12 @@ new weight-store entry `w * s` (the old arrays are never changed):
     %y = nest.compute %x, %w2, %t {name = "c", ..., maps = [..., (...) -> (g + co, 0, kh, kw), (...) -> (g + co)],
         combiner = "mac", epilogue = ["add 2", "relu"]}
 
-Runs on nests after fuse-epilogue: a `mac` nest whose input 1 and the `mul`'s input are weights of
-the store, each axis the `mul` reads indexed as one of input 1's axes. Without weights (an IR file
-printed without them) it leaves the nest as it is. Meaning is kept up to float rounding.
+A conv's bias before it (`["add 2", "mul 3", ...]`) is scaled too: `(acc + b) * s = acc * s + b * s`.
+
+Runs on nests after fuse-epilogue: a `mac` nest whose first epilogue step other than an `add` of
+weights is a `mul` by a weight, read at an index of the conv weight's and of each of those adds'
+(each axis it reads read as one of theirs). Without weights (an IR file printed without them) it
+leaves the nest as it is. Meaning is kept up to float rounding.
 """
 
 from __future__ import annotations
@@ -42,46 +45,58 @@ def _array(store: WeightStore, value: SSAValue) -> np.ndarray | None:
     return store.get(owner.key) if isinstance(owner, nn.WeightOp) else None
 
 
-def scaled_weight(op: nest.ComputeOp, store: WeightStore) -> tuple[np.ndarray, int] | None:
-    """Input 1's array times the leading `mul`'s, and that `mul`'s input; None when the nest has no
-    such step, or the step's weight is not read at an index of input 1's."""
+def _spread(s: np.ndarray, s_reads, reads, shape: tuple[int, ...]) -> np.ndarray | None:
+    """`s`, read at `s_reads`, shaped to multiply an array of `shape` read at `reads`; None unless
+    each of its axes is read as one of that array's (of the same extent)."""
+    axes = [next((a for a, e in enumerate(reads) if e == f), None) for f in s_reads]
+    if None in axes or len(set(axes)) != len(axes) or any(s.shape[i] != shape[a] for i, a in enumerate(axes)):
+        return None
+    order = sorted(range(len(axes)), key=axes.__getitem__)  # s's axes in the order of the array's
+    return np.transpose(s, order).reshape([shape[a] if a in axes else 1 for a in range(len(shape))])
+
+
+def scaled_inputs(op: nest.ComputeOp, store: WeightStore) -> tuple[dict[int, np.ndarray], int] | None:
+    """The inputs the first `mul` of `op`'s epilogue scales, by index, each array times the `mul`'s
+    (input 1, the weight, and the `add`s before the `mul`: `(acc + b) * s = acc * s + b * s`), and
+    the `mul`'s step; None where a step before it is no `add` of a weight, the `mul`'s weight is not
+    read at an index of each of theirs, or a step after it reads one of them."""
     steps = op.steps
-    if op.kind != "mac" or len(op.inputs) < 3 or not steps or steps[0][0] != "mul":
+    first = next((j for j, (kind, _, _) in enumerate(steps) if kind != "add"), None)
+    if op.kind != "mac" or first is None or steps[first][0] != "mul":
         return None
-    k = steps[0][1][0]
-    w, s = _array(store, op.inputs[1]), _array(store, op.inputs[k])
-    if k < 2 or w is None or s is None:
-        return None
-    w_axes, s_axes = op.access_maps[1].results, op.access_maps[k].results
-    axes = [next((a for a, e in enumerate(w_axes) if e == f), None) for f in s_axes]
-    if None in axes or len(set(axes)) != len(axes) or any(s.shape[i] != w.shape[a] for i, a in enumerate(axes)):
-        return None
-    order = sorted(range(len(axes)), key=axes.__getitem__)  # s's axes in the order of w's
-    shape = [1] * w.ndim
-    for a in axes:
-        shape[a] = w.shape[a]
-    return np.transpose(s, order).reshape(shape) * w, k
+    k = steps[first][1][0]
+    s, maps = _array(store, op.inputs[k]), op.access_maps
+    scaled: dict[int, np.ndarray] = {}
+    for i in [1] + [steps[j][1][0] for j in range(first)]:
+        a = _array(store, op.inputs[i])
+        spread = None if a is None or s is None or i in (0, k) else _spread(s, maps[k].results, maps[i].results, a.shape)
+        if spread is None or any(i in refs for _, refs, _ in steps[first + 1:]):
+            return None
+        scaled[i] = a * spread
+    return scaled, first
 
 
 def fold(op: nest.ComputeOp, store: WeightStore) -> nest.ComputeOp | None:
-    """`op` with its leading `mul` folded into its weight (`scaled_weight`), in its place; None
-    where it has none to fold."""
-    found = scaled_weight(op, store)
+    """`op` with its first `mul` folded into the inputs it scales (`scaled_inputs`), in its place;
+    None where it has none to fold."""
+    found = scaled_inputs(op, store)
     if found is None:
         return None
-    scaled, k = found
-    weight = nn.WeightOp.make(store.add(f"{op.inputs[1].owner.key}.scaled", scaled.astype(np.float32)), scaled.shape)
-    steps = op.steps[1:]
+    scaled, first = found
+    weights = {i: nn.WeightOp.make(store.add(f"{op.inputs[i].owner.key}.scaled", a.astype(np.float32)), a.shape)
+               for i, a in scaled.items()}
+    k = op.steps[first][1][0]
+    steps = op.steps[:first] + op.steps[first + 1:]
     keep = [i for i in range(len(op.inputs)) if i != k or any(k in refs for _, refs, _ in steps)]
     index = {i: j for j, i in enumerate(keep)}
-    inputs = [weight.result if i == 1 else op.inputs[i] for i in keep]
+    inputs = [weights[i].result if i in weights else op.inputs[i] for i in keep]
     folded = nest.ComputeOp.make(
         op.layer_name, inputs, op.domain, [op.access_maps[i] for i in keep], op.output_map, shape_of(op.result),
         op.kind, [nest.format_step(kind, [index[r] for r in refs], params) for kind, refs, params in steps],
         op.get_schedule() if op.schedule is not None else None)
     folded.attributes.update(op.attributes)
-    op.parent_block().insert_op_before(weight, op)
-    old = op.inputs[1], op.inputs[k]
+    op.parent_block().insert_ops_before(list(weights.values()), op)
+    old = [op.inputs[i] for i in (*weights, k)]
     Rewriter.replace_op(op, folded)
     for value in old:
         if isinstance(value.owner, nn.WeightOp) and not value.uses:
@@ -90,8 +105,8 @@ def fold(op: nest.ComputeOp, store: WeightStore) -> nest.ComputeOp | None:
 
 
 class FoldScalePass(ModulePass):
-    """Fold a contraction's leading epilogue `mul` by a weight read per output channel into its
-    weight (an unfolded batch norm's scale)."""
+    """Fold a contraction's first epilogue `mul` by a weight read per output channel into its
+    weight and the bias added before it (an unfolded batch norm's scale)."""
 
     name = "fold-scale"
 
