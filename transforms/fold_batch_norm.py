@@ -26,14 +26,15 @@ from nasir.dialects.module import WeightStore, weights_of
 from nasir.dialects.shapes import shape_of
 
 
-def _weight(store: WeightStore, value: SSAValue) -> np.ndarray | None:
+def weight_array(store: WeightStore, value: SSAValue) -> np.ndarray | None:
+    """The store's array of `value` when an nn.weight makes it, else None."""
     owner = value.owner
     return store.get(owner.key) if isinstance(owner, nn.WeightOp) else None
 
 
 def scale_shift(store: WeightStore, bn: nn.BatchNormOp) -> tuple[np.ndarray, np.ndarray] | None:
     """Per-channel (scale, shift) with bn(x) = x * scale + shift, or None if a parameter is no weight."""
-    params = [_weight(store, v) for v in bn.operands[1:]]
+    params = [weight_array(store, v) for v in bn.operands[1:]]
     if any(p is None for p in params):
         return None
     gamma, beta, mean, var = (p.astype(np.float64) for p in params)
@@ -57,8 +58,8 @@ class FoldIntoConv(RewritePattern):
         if not isinstance(conv, nn.Conv2DOp) or not op.operands[0].has_one_use():
             return
         store = weights_of(self.module)
-        w = _weight(store, conv.operands[1])
-        bias = _weight(store, conv.operands[2]) if len(conv.operands) == 3 else np.zeros(shape_of(conv.result)[1])
+        w = weight_array(store, conv.operands[1])
+        bias = weight_array(store, conv.operands[2]) if len(conv.operands) == 3 else np.zeros(shape_of(conv.result)[1])
         folded = scale_shift(store, op)
         if w is None or bias is None or folded is None:
             return

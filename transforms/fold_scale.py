@@ -31,18 +31,13 @@ from __future__ import annotations
 import numpy as np
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
 from nasir.dialects import nest, nn
 from nasir.dialects.module import WeightStore, weights_of
 from nasir.dialects.shapes import shape_of
-
-
-def _array(store: WeightStore, value: SSAValue) -> np.ndarray | None:
-    owner = value.owner
-    return store.get(owner.key) if isinstance(owner, nn.WeightOp) else None
+from nasir.transforms.fold_batch_norm import weight_array
 
 
 def _spread(s: np.ndarray, s_reads, reads, shape: tuple[int, ...]) -> np.ndarray | None:
@@ -65,10 +60,10 @@ def scaled_inputs(op: nest.ComputeOp, store: WeightStore) -> tuple[dict[int, np.
     if op.kind != "mac" or first is None or steps[first][0] != "mul":
         return None
     k = steps[first][1][0]
-    s, maps = _array(store, op.inputs[k]), op.access_maps
+    s, maps = weight_array(store, op.inputs[k]), op.access_maps
     scaled: dict[int, np.ndarray] = {}
     for i in [1] + [steps[j][1][0] for j in range(first)]:
-        a = _array(store, op.inputs[i])
+        a = weight_array(store, op.inputs[i])
         spread = None if a is None or s is None or i in (0, k) else _spread(s, maps[k].results, maps[i].results, a.shape)
         if spread is None or any(i in refs for _, refs, _ in steps[first + 1:]):
             return None
