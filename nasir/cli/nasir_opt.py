@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import textwrap
 import time
 from collections.abc import Callable
 from typing import IO
@@ -65,6 +66,13 @@ def _tvm_target() -> type[Target]:
 TARGETS: dict[str, Callable[[], type[Target]]] = {"mlir": _mlir_target, "llvm": _llvm_target, "tvm": _tvm_target}
 """Output targets of `-t` by name: a factory returning an xDSL `Target` class (printing the module
 to a text stream). Backends that emit text (LLVM IR) add themselves here."""
+
+
+class WholeNames(argparse.HelpFormatter):
+    """`--help` wrapped between words only: a pass name (`print-capacity`) is never split at a hyphen."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
 
 
 class ListXdslPasses(argparse.Action):
@@ -114,6 +122,7 @@ class NasirOptMain(xDSLOptMain):
 
     def register_all_arguments(self, arg_parser: argparse.ArgumentParser):
         super().register_all_arguments(arg_parser)
+        arg_parser.formatter_class = WholeNames
         arg_parser.add_argument("--weights", metavar="FILE.npz",
                                 help="weight store for a .mlir input (as written by Model.save)")
         arg_parser.add_argument("--print-weights", action="store_true",
