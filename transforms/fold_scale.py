@@ -28,16 +28,18 @@ leaves the nest as it is. Meaning is kept up to float rounding.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
-from xdsl.rewriter import Rewriter
+from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, RewritePattern, op_type_rewrite_pattern
 
 from nasir.dialects import nest, nn
 from nasir.dialects.module import WeightStore, weights_of
 from nasir.dialects.shapes import shape_of
-from nasir.transforms.fold_batch_norm import weight_array
+from nasir.transforms.fold_batch_norm import drop_if_unused, weight_array
 
 
 def _spread(s: np.ndarray, s_reads, reads, shape: tuple[int, ...]) -> np.ndarray | None:
@@ -71,32 +73,35 @@ def scaled_inputs(op: nest.ComputeOp, store: WeightStore) -> tuple[dict[int, np.
     return scaled, first
 
 
-def fold(op: nest.ComputeOp, store: WeightStore) -> nest.ComputeOp | None:
-    """`op` with its first `mul` folded into the inputs it scales (`scaled_inputs`), in its place;
-    None where it has none to fold."""
-    found = scaled_inputs(op, store)
-    if found is None:
-        return None
-    scaled, first = found
-    weights = {i: nn.WeightOp.make(store.add(f"{op.inputs[i].owner.key}.scaled", a.astype(np.float32)), a.shape)
-               for i, a in scaled.items()}
-    k = op.steps[first][1][0]
-    steps = op.steps[:first] + op.steps[first + 1:]
-    keep = [i for i in range(len(op.inputs)) if i != k or any(k in refs for _, refs, _ in steps)]
-    index = {i: j for j, i in enumerate(keep)}
-    inputs = [weights[i].result if i in weights else op.inputs[i] for i in keep]
-    folded = nest.ComputeOp.make(
-        op.layer_name, inputs, op.domain, [op.access_maps[i] for i in keep], op.output_map, shape_of(op.result),
-        op.kind, [nest.format_step(kind, [index[r] for r in refs], params) for kind, refs, params in steps],
-        op.get_schedule() if op.schedule is not None else None)
-    folded.attributes.update(op.attributes)
-    op.parent_block().insert_ops_before(list(weights.values()), op)
-    old = [op.inputs[i] for i in (*weights, k)]
-    Rewriter.replace_op(op, folded)
-    for value in old:
-        if isinstance(value.owner, nn.WeightOp) and not value.uses:
-            Rewriter.erase_op(value.owner)
-    return folded
+@dataclass(eq=False)
+class FoldIntoWeights(RewritePattern):
+    """A nest with its first `mul` folded into the inputs it scales (`scaled_inputs`); the walker
+    visits the result again, so a second such `mul` folds too."""
+
+    module: ModuleOp
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: nest.ComputeOp, rewriter: PatternRewriter):
+        store = weights_of(self.module)
+        found = scaled_inputs(op, store)
+        if found is None:
+            return
+        scaled, first = found
+        weights = {i: nn.WeightOp.make(store.add(f"{op.inputs[i].owner.key}.scaled", a.astype(np.float32)), a.shape)
+                   for i, a in scaled.items()}
+        k = op.steps[first][1][0]
+        steps = op.steps[:first] + op.steps[first + 1:]
+        keep = [i for i in range(len(op.inputs)) if i != k or any(k in refs for _, refs, _ in steps)]
+        index = {i: j for j, i in enumerate(keep)}
+        inputs = [weights[i].result if i in weights else op.inputs[i] for i in keep]
+        folded = nest.ComputeOp.make(
+            op.layer_name, inputs, op.domain, [op.access_maps[i] for i in keep], op.output_map, shape_of(op.result),
+            op.kind, [nest.format_step(kind, [index[r] for r in refs], params) for kind, refs, params in steps],
+            op.get_schedule() if op.schedule is not None else None)
+        folded.attributes.update(op.attributes)
+        old = [op.inputs[i] for i in (*weights, k)]
+        rewriter.replace(op, [*weights.values(), folded])
+        drop_if_unused(rewriter, old)
 
 
 class FoldScalePass(ModulePass):
@@ -106,7 +111,4 @@ class FoldScalePass(ModulePass):
     name = "fold-scale"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        store = weights_of(op)
-        for compute in [o for o in op.walk() if isinstance(o, nest.ComputeOp)]:
-            while compute is not None:  # a second leading `mul` folds too
-                compute = fold(compute, store)
+        PatternRewriteWalker(FoldIntoWeights(op)).rewrite_module(op)
