@@ -409,6 +409,39 @@ def test_threads_give_identical_results():
     np.testing.assert_array_equal(exe(torch.tensor(x)), one)
 
 
+@pytest.mark.parametrize("threads", [2, 3])
+def test_main_runs_in_one_team_of_threads(threads):
+    """With more than one thread @main runs in one team: each thread runs its chunk of every
+    kernel's loop and waits at a barrier, and a kernel without a parallel loop (the classifier's
+    gemm) is run by the first thread alone. Convs with a residual added in place, a global pool
+    and the gemm match torch at 2 and 3 threads (3: chunks of unequal length), call after call."""
+    from nasir.lowering.loops_to_llvm.parallel import team_safe
+    from nasir.lowering.pipeline import LLVM
+
+    w0, w1, wf, bf = rand(16, 8, 3, 3) * 0.3, rand(16, 16, 3, 3) * 0.3, rand(10, 16), rand(10)
+
+    def body(a, W):
+        c0 = nn.Conv2DOp.new(a[0], W("w0", w0), None, pads=(1,) * 4)
+        r0 = nn.ReluOp.new(c0.result)
+        c1 = nn.Conv2DOp.new(r0.result, W("w1", w1), None, pads=(1,) * 4)
+        add = nn.AddOp.new(c1.result, r0.result)
+        pool = nn.GlobalAvgPoolOp.new(add.result)
+        flat = nn.ReshapeOp.new(pool.result, (1, 16))
+        return [c0, r0, c1, add, pool, flat, nn.GemmOp.new(flat.result, W("fc", wf), W("fcb", bf), trans_b=True)]
+
+    model = build([(1, 8, 12, 12)], body)
+    kernels = [f for f in model.transform(str(LLVM.before("convert-loops-to-llvm"))).module.ops
+               if isinstance(f, func.FuncOp) and f.sym_name.data != "main"]
+    assert {team_safe(f) for f in kernels} == {True, False}  # both kinds are called
+    x = rand(1, 8, 12, 12)
+    r0 = F.relu(F.conv2d(torch.tensor(x), torch.tensor(w0), padding=1))
+    pooled = (F.conv2d(r0, torch.tensor(w1), padding=1) + r0).mean((2, 3))
+    want = (pooled @ torch.tensor(wf).T + torch.tensor(bf)).numpy()
+    exe = compile_llvm(model.module, threads=threads)
+    for _ in range(20):
+        np.testing.assert_allclose(exe(x), want, rtol=1e-4, atol=1e-4)
+
+
 def test_compiling_pauses_the_garbage_collector_and_turns_it_back_on():
     collections = []
 

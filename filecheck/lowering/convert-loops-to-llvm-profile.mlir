@@ -21,13 +21,26 @@ builtin.module attributes {nasir.workspace_bytes = 100 : i64} {
 }
 
 // CHECK:      builtin.module attributes {nasir.workspace_bytes = 152 : i64, nasir.profile = [{layer = "first", kernel = "k", macs = 7 : i64}, {layer = "second", kernel = "k", macs = 9 : i64}], nasir.profile_offset = 128 : i64}
-// CHECK:      llvm.func @main(%{{.*}}: !llvm.ptr {{.*}}, %{{.*}}: !llvm.ptr {{.*}}, %{{.*}}: !llvm.ptr {{.*}}, %[[WS:.*]]: !llvm.ptr {{.*}})
+// The counters are added by the first thread alone (with more threads @main's body runs on each
+// thread of one team), and @k, a kernel without a parallel loop, is called by it alone too, the
+// others waiting at the barrier after it:
+// CHECK:      llvm.func internal @main.body(%{{.*}}: !llvm.ptr {{.*}}, %{{.*}}: !llvm.ptr {{.*}}, %{{.*}}: !llvm.ptr {{.*}}, %[[WS:.*]]: !llvm.ptr {{.*}})
+// CHECK-NEXT:   %[[TID:.*]] = llvm.call @omp_get_thread_num() : () -> i32
+// CHECK-NEXT:   %[[ZERO:.*]] = llvm.mlir.constant(0 : i32) : i32
+// CHECK-NEXT:   %[[FIRST:.*]] = llvm.icmp "eq" %[[TID]], %[[ZERO]] : i32
 // CHECK-NEXT:   %[[START:.*]] = llvm.call_intrinsic "llvm.readcyclecounter"() : () -> i64
 // CHECK-NEXT:   %[[T0:.*]] = llvm.call_intrinsic "llvm.readcyclecounter"() : () -> i64
+// CHECK-NEXT:   llvm.cond_br %[[FIRST]], ^[[CALL:.*]], ^[[WAIT:.*]]
+// CHECK-NEXT: ^[[CALL]]:
 // CHECK-NEXT:   llvm.call @k(
+// CHECK-NEXT:   llvm.br ^[[WAIT]]
+// CHECK-NEXT: ^[[WAIT]]:
+// CHECK-NEXT:   llvm.call @GOMP_barrier()
 // CHECK-NEXT:   %[[T1:.*]] = llvm.call_intrinsic "llvm.readcyclecounter"() : () -> i64
 // CHECK-NEXT:   %[[D0:.*]] = llvm.sub %[[T1]], %[[T0]]
 // CHECK-NEXT:   %[[P0:.*]] = llvm.getelementptr %[[WS]][128] : (!llvm.ptr) -> !llvm.ptr, i8
+// CHECK-NEXT:   llvm.cond_br %[[FIRST]], ^[[ADD:.*]], ^{{.*}}
+// CHECK-NEXT: ^[[ADD]]:
 // CHECK-NEXT:   %[[OLD0:.*]] = llvm.load %[[P0]] {{.*}} -> i64
 // CHECK-NEXT:   %[[NEW0:.*]] = llvm.add %[[OLD0]], %[[D0]]
 // CHECK-NEXT:   llvm.store %[[NEW0]], %[[P0]]

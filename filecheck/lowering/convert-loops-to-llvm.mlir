@@ -2,7 +2,8 @@
 // RUN: nasir-opt %s -p convert-loops-to-llvm -t llvm | filecheck %s --check-prefix=IR
 
 // A vectorised relu kernel with its parallel loop: memrefs become noalias pointers, scf.for becomes
-// blocks, scf.parallel is outlined and run through @nasir_parallel (libgomp).
+// blocks, scf.parallel is outlined and run through @nasir_parallel (libgomp), or by each thread of
+// the team that runs @main.
 
 builtin.module {
   func.func @main(%x: memref<4x16xf32>, %y: memref<4x16xf32>, %w: memref<0xi8>, %ws: memref<0xi8>) {
@@ -27,11 +28,27 @@ builtin.module {
 
 // CHECK: llvm.mlir.global weak @nasir_num_threads(1 : i32)
 // CHECK: llvm.func @GOMP_parallel(!llvm.ptr, !llvm.ptr, i32, i32)
-// CHECK: llvm.func @main(%{{.*}}: !llvm.ptr {llvm.noalias}
+// CHECK: llvm.func @GOMP_barrier()
+
+// @main's body, run on one thread or by each thread of one team (@main.team):
+// CHECK: llvm.func internal @main.body(%{{.*}}: !llvm.ptr {llvm.noalias}
 // CHECK: llvm.call @relu
+// CHECK: llvm.func @main(%{{.*}}: !llvm.ptr {llvm.noalias}
+// CHECK: llvm.call @omp_in_parallel()
+// CHECK: llvm.call @main.body
+// CHECK: llvm.mlir.addressof @main.team
+// CHECK: llvm.call @GOMP_parallel
+// CHECK: llvm.func internal @main.team(%{{.*}}: !llvm.ptr)
+// CHECK: llvm.call @main.body
+
+// the kernel runs its loop directly on one thread or in the team (then waits at a barrier),
+// else forks a team through @nasir_parallel:
 // CHECK: llvm.func internal @relu(%{{.*}}: !llvm.ptr {llvm.noalias}, %{{.*}}: !llvm.ptr {llvm.noalias})
+// CHECK: llvm.call @omp_in_parallel()
+// CHECK: llvm.call @relu.par0
 // CHECK: llvm.mlir.addressof @relu.par0
 // CHECK: llvm.call @nasir_parallel
+// CHECK: llvm.call @GOMP_barrier()
 // CHECK: llvm.func internal @relu.par0(%{{.*}}: !llvm.ptr)
 // CHECK: llvm.call @omp_get_thread_num()
 // CHECK: llvm.load {{.*}} -> vector<16xf32>

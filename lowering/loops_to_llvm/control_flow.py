@@ -77,10 +77,21 @@ def if_then(f: FuncLowering, op: scf.IfOp) -> None:
 
 
 def call(f: FuncLowering, op: func.CallOp) -> None:
-    """`llvm.call`; a profiled kernel call of @main adds its ticks to its counter."""
+    """`llvm.call`; a profiled kernel call of @main adds its ticks to its counter. In @main, a
+    kernel that its team's threads may not all run (not in `FuncLowering.module.team`) is called
+    by the first, the others waiting at a barrier after it (`nasir.lowering.loops_to_llvm.parallel`)."""
     slot = f.module.profile_slots.get(op)
     start = f.ticks() if slot is not None else None
-    f.add(llvm.CallOp(op.callee.root_reference.data, *[f.v(o) for o in op.arguments]))
+    callee = op.callee.root_reference.data
+
+    def emit() -> None:
+        f.add(llvm.CallOp(callee, *[f.v(o) for o in op.arguments]))
+
+    if f.name == "main" and callee not in f.module.team:
+        f.on_first_thread(emit)
+        f.add(llvm.CallOp("GOMP_barrier"))
+    else:
+        emit()
     if slot is not None:
         f.count_ticks(slot, start)
 

@@ -11,6 +11,9 @@ Conventions of the generated code:
   passed in a stack struct, and `@nasir_parallel(fn, ctx)` runs it on `nasir_num_threads` threads
   through libgomp's `GOMP_parallel`; each thread takes one contiguous chunk of the iterations;
   with `nasir_num_threads == 1` the outlined function is called directly (and inlined by LLVM);
+- with more threads, @main (lowered as `@main.body`) runs in one team of them: each thread calls
+  the kernels and runs its chunk of their loops, a barrier after each (`@GOMP_barrier`), so a call
+  forks and joins once, not once a kernel (`parallel.team_main`);
 - masked vector loads/stores are `llvm.masked.load/store` intrinsic calls;
 - with `profile=true`, @main reads the time-stamp counter (`llvm.readcyclecounter`) around each
   kernel call and adds the ticks to one i64 counter per call, kept in the workspace after the arena
@@ -78,7 +81,11 @@ class ConvertLoopsToLLVMPass(ModulePass):
             return
         slots, offset = self.profile_counters(op) if self.profile else ({}, 0)
         lowering = ModuleLowering(LOWERINGS, slots, offset, self.checked)
+        lowering.team = {f.sym_name.data for f in funcs if f.sym_name.data != "main" and parallel.team_safe(f)}
         new_funcs = [lowering.lower_func(f) for f in funcs]
+        at = next((k for k, f in enumerate(new_funcs) if f.sym_name.data == "main"), None)
+        if at is not None:
+            new_funcs[at + 1:at + 1] = parallel.team_main(new_funcs[at])
         for f in funcs:
             f.detach()
             f.erase()

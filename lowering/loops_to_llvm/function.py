@@ -96,6 +96,8 @@ class FuncLowering:
         self.consts: dict[tuple[Attribute, Attribute], SSAValue] = {}
         self.shared: dict[tuple, SSAValue] = {}
         self.main_start: SSAValue | None = None
+        self.first_thread: SSAValue | None = None
+        """i1: whether this is thread 0 (`on_first_thread`), computed once at the entry."""
 
     # Ops --------------------------------------------------------------------------------------
     def lower_block(self, block: Block) -> None:
@@ -200,11 +202,30 @@ class FuncLowering:
         return self.add(llvm.CallIntrinsicOp("llvm.readcyclecounter", [], [i64]))
 
     def count_ticks(self, slot: int, start: SSAValue) -> None:
-        """Add the ticks since `start` to profile counter `slot` (in the workspace, @main's last argument)."""
+        """Add the ticks since `start` to profile counter `slot` (in the workspace, @main's last
+        argument); in @main's team, the first thread's alone (`on_first_thread`)."""
         spent = self.add(llvm.SubOp(self.ticks(), start))
         at = self.add(llvm.GEPOp(self.entry.args[-1], [self.module.profile_offset + 8 * slot], i8))
-        total = self.add(llvm.AddOp(self.add(llvm.LoadOp(at, i64, alignment=8)), spent))
-        self.add(llvm.StoreOp(total, at, alignment=8))
+
+        def add() -> None:
+            total = self.add(llvm.AddOp(self.add(llvm.LoadOp(at, i64, alignment=8)), spent))
+            self.add(llvm.StoreOp(total, at, alignment=8))
+
+        self.on_first_thread(add)
+
+    def on_first_thread(self, emit: Callable[[], None]) -> None:
+        """What `emit()` adds, run by thread 0 alone (of @main's team; outside one, the only thread)."""
+        if self.first_thread is None:
+            tid, zero = llvm.CallOp("omp_get_thread_num", return_type=i32), llvm.ConstantOp(IntegerAttr(0, i32), i32)
+            is_first = llvm.ICmpOp(tid.results[0], zero.results[0], IntegerAttr(0, i64))  # eq
+            self.hoist(tid, zero, is_first)
+            self.first_thread = is_first.results[0]
+        first, merge = self.new_block(), self.new_block()
+        self.add(llvm.CondBrOp(self.first_thread, first, [], merge, []))
+        self.block = first
+        emit()
+        self.add(llvm.BrOp(merge))
+        self.block = merge
 
 
 class ModuleLowering:
@@ -221,6 +242,8 @@ class ModuleLowering:
         self.profile_slots = profile_slots or {}
         """Profiled kernel calls of @main and the index of their tick counter."""
         self.profile_offset = profile_offset
+        self.team: set[str] = set()
+        """Kernels that each thread of @main's team calls (`parallel.team_safe`); the first calls the others alone."""
 
     def add_func(self, f: Operation) -> None:
         self.new_funcs.append(f)
