@@ -190,3 +190,23 @@ def evaluate(expr: AffineExpr, dim: Callable[[int], Any]) -> Any:
         if expr.kind == AffineBinaryOpKind.Mod:
             return a % b
     raise LoweringError(f"unsupported affine expression {expr}")
+
+
+def one_channel(amap: AffineMap, g: int, co: int, m: int, width: int) -> bool:
+    """Whether `amap` reads dims `g` and `co` (others 0) only as `m * g + co` on the first `width`
+    lanes of g: the same element at (g, co) as at (0, m * g + co)."""
+    def at(gv: int, cv: int) -> tuple[int, ...]:
+        point = [0] * amap.num_dims
+        point[g], point[co] = gv, cv
+        return amap.eval(point, [])
+    return all(at(s // m, s % m) == at(0, s) for s in range(width * m))
+
+
+def interleaves(amap: AffineMap, shape: Sequence[int], g: int, co: int, m: int, width: int) -> bool:
+    """Whether the values of lanes over `g` for each `co` < m, interleaved lane by lane, are m
+    vectors of `width` consecutive elements of the buffer `amap` indexes (of `shape`)."""
+    def offset(s: int) -> int:
+        point = [0] * amap.num_dims
+        point[g], point[co] = s // m, s % m
+        return sum(i * math.prod(shape[a + 1:]) for a, i in enumerate(amap.eval(point, [])))
+    return all(offset(s) - offset(s - s % width) == s % width for s in range(width * m))

@@ -897,6 +897,73 @@ def test_depthwise_chain_on_two_threads():
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+DOWNSAMPLE_STAGES = [  # (channels, channel multiplier, image)
+    (16, 2, 29),  # stem 15 -> pool 8 -> 4 x 4: two channel blocks after the multiplier
+    (32, 2, 45),  # pool 12 -> 6 x 6: rows of 6 (tiles of 3 or 2 points)
+    (16, 4, 29),  # four output channels an input channel
+    (8, 3, 29),  # a multiplier that divides no vector width: lanes along the rows
+]
+
+
+def downsample_stage(c, m, h, threads=1):
+    """stem conv -> ReLU -> max pool -> a stride-2 depthwise conv with a channel multiplier (c -> m c
+    channels) -> ReLU -> depthwise conv + a strided 1x1 conv of the pool's output -> ReLU -> dense
+    3x3 conv: the first block of a ResNet stage after `depthwise`. nasir's and torch's results and
+    the scheduled nests."""
+    w0, b0, x = rand(c, 3, 7, 7) / 12, rand(c), rand(1, 3, h, h)
+    wa, ba, wb, bb = rand(m * c, 1, 3, 3) / 3, rand(m * c), rand(m * c, 1, 3, 3) / 3, rand(m * c)
+    ws, wd = rand(m * c, c, 1, 1) / c ** 0.5, rand(8, m * c, 3, 3) / (3 * (m * c) ** 0.5)
+
+    def body(a, W):
+        stem = nn.Conv2DOp.new(a[0], W("w0", w0), W("b0", b0), strides=(2, 2), pads=(3,) * 4).named("stem")
+        relu0 = nn.ReluOp.new(stem.results[0])
+        pool = nn.MaxPoolOp.new(relu0.results[0], (3, 3), strides=(2, 2), pads=(1,) * 4).named("pool")
+        dwa = nn.Conv2DOp.new(pool.results[0], W("wa", wa), W("ba", ba), strides=(2, 2), pads=(1,) * 4,
+                              groups=c).named("dwa")
+        relua = nn.ReluOp.new(dwa.results[0])
+        dwb = nn.Conv2DOp.new(relua.results[0], W("wb", wb), W("bb", bb), pads=(1,) * 4, groups=m * c).named("dwb")
+        short = nn.Conv2DOp.new(pool.results[0], W("ws", ws), strides=(2, 2)).named("short")
+        add = nn.AddOp.new(dwb.results[0], short.results[0])
+        relu = nn.ReluOp.new(add.results[0])
+        dense = nn.Conv2DOp.new(relu.results[0], W("wd", wd), pads=(1,) * 4).named("dense")
+        return [stem, relu0, pool, dwa, relua, dwb, short, add, relu, dense]
+
+    model = build([(1, 3, h, h)], body)
+    t = {name: torch.from_numpy(v) for name, v in dict(w0=w0, b0=b0, x=x, wa=wa, ba=ba, wb=wb, bb=bb, ws=ws,
+                                                        wd=wd).items()}
+    y = F.max_pool2d(F.conv2d(t["x"], t["w0"], t["b0"], 2, 3).relu(), 3, 2, 1)
+    z = F.conv2d(F.conv2d(y, t["wa"], t["ba"], 2, 1, groups=c).relu(), t["wb"], t["bb"], 1, 1, groups=m * c)
+    want = F.conv2d((z + F.conv2d(y, t["ws"], stride=2)).relu(), t["wd"], padding=1).numpy()
+    return run(model, x, threads=threads), want, scheduled_nests(model)
+
+
+@pytest.mark.parametrize("case", DOWNSAMPLE_STAGES)
+def test_a_channel_multiplier_keeps_the_stage_on_channel_blocks(case):
+    """A stride-2 depthwise conv with a channel multiplier m (each input channel g feeds output
+    channels m g .. m g + m - 1) runs lanes over g with its m output channels in the register tile,
+    and stores channel-blocked: each point's m accumulators interleaved into m vectors of
+    consecutive channels. The strided 1x1 conv's subsample runs lanes over channels too, so the
+    pool's output, the multiplier's, the subsample's and the shortcut's are all stored
+    channel-blocked and the depthwise conv after them keeps its lanes over channels. A multiplier
+    that divides no vector width (3) runs lanes along rows. torch's numbers."""
+    got, want, nests = downsample_stage(*case)
+    c, m, _ = case
+    shapes = {name: list(op.result.type.get_shape()) for name, op in nests.items()}
+    if lanes() % m == 0:
+        for name in ("pool", "dwa", "short.subsample", "short"):
+            assert shapes[name][4:] == [lanes()], shapes
+        assert [nests[n].get_schedule().vector for n in ("dwa", "short.subsample", "dwb")] == ["g.i", "c.i", "g.i"]
+        assert nests["dwa"].get_schedule().unroll["co"] == m
+    else:
+        assert nests["dwa"].get_schedule().vector == "ow"
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_channel_multiplier_on_two_threads():
+    got, want, _ = downsample_stage(*DOWNSAMPLE_STAGES[0], threads=2)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
 def test_a_stem_before_depthwise_convs_writes_channel_blocks():
     """ResNet-34's first stage after `depthwise` (cifar10): the stem (3 -> 64, 3x3, 32 x 32), which
     the cost model alone gives lanes along its rows, takes its channel plan so that its result is

@@ -399,6 +399,21 @@ class LoopBuilder:
                         self.shuffle(chunk, chunk, [at + j % points for j in range(width)]))
         return rows
 
+    def interleave(self, vectors: list[SSAValue], width: int) -> list[SSAValue]:
+        """The lanes of m `width`-lane vectors (m a power of two) taken in turn, as m vectors:
+        `out[j][i] = vectors[(j * width + i) % m][(j * width + i) // m]`. Evens and odds are
+        interleaved on their own, then lane by lane into each other (one shuffle an output vector
+        a round):
+
+            [a0 .. a7] [b0 .. b7] -> [a0 b0 a1 b1 a2 b2 a3 b3] [a4 b4 .. a7 b7]
+        """
+        if len(vectors) == 1:
+            return list(vectors)
+        assert len(vectors) & (len(vectors) - 1) == 0 and len(vectors) <= width, "interleave: m a power of two"
+        evens, odds = self.interleave(vectors[::2], width), self.interleave(vectors[1::2], width)
+        return [self.shuffle(e, o, interleave_mask(width, 1, offset)) for e, o in zip(evens, odds)
+                for offset in (0, width // 2)]
+
     def transpose_chunks(self, vectors: list[SSAValue], width: int) -> list[list[SSAValue]]:
         """The transpose of any number of `width`-lane vectors: `rows[l][j]` holds values
         `j * width ..` of row l (`rows[l][j][i] = vectors[j * width + i][l]`), each block of `width`

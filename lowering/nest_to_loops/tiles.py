@@ -17,7 +17,7 @@ from xdsl.ir import SSAValue
 from xdsl.ir.affine import AffineBinaryOpExpr, AffineBinaryOpKind, AffineConstantExpr
 
 from nasir.dialects import affine, nest
-from nasir.dialects.affine import expr_range, linear_coefficient, stride_of
+from nasir.dialects.affine import expr_range, interleaves, linear_coefficient, one_channel, stride_of
 from nasir.dialects.schedule import Loop
 from nasir.lowering.analysis.cost_model import row_window
 from nasir.lowering.nest_to_loops.accesses import lane_stride
@@ -332,6 +332,9 @@ class Tiles:
                     transpose: bool = True) -> None:
         """Epilogue and stores of a finished register tile, one value per point: transposed first
         when its lanes are strided in the output (`transposed_row`)."""
+        multiplier = self.interleaved_loop() if transpose else None
+        if multiplier is not None:
+            return self._finish_interleaved(multiplier, points, values, guards)
         row = self.transposed_row() if transpose else None
         if row is not None:
             return self._finish_transposed(row, points, values, guards)
@@ -360,6 +363,52 @@ class Tiles:
                 return lane_stride(out_map, out_shape, names.index(dim), self.extent[t]) == 1
             return [strides[d] for d in self._origins(t)] == [1]
         return next((t for t in self.tile if 1 < self.extent[t] <= self.width and contiguous(t)), None)
+
+    def interleaved_loop(self) -> str | None:
+        """The register-tile loop over a channel multiplier (`depthwise_multiplier`'s co, extent m)
+        whose values of a point, interleaved lane by lane, are m vectors of consecutive values in
+        the output (stored channel-blocked by pack-activations: `interleaved_block`): the output
+        and every epilogue operand read the vector dim g and co only as `m * g + co`. None
+        otherwise (an NCHW output: `transposed_row`)."""
+        if self.vec is None or self.vec != Loop.inner(self._vector_dim()):
+            return None
+        spec, width = self.spec, self.width
+        names = [n for n, _ in spec.dims]
+        g = names.index(self._vector_dim())
+        operands = {k for _, refs, _ in spec.steps for k in refs}
+        accesses = [(spec.out_map, spec.out_shape)] + [(spec.maps[k], spec.in_shapes[k]) for k in sorted(operands)]
+        for t in self.tile:
+            m = self.extent[t]
+            if t not in names or m < 2 or width % m:
+                continue
+            co = names.index(t)
+            if all(one_channel(amap, g, co, m, width) for amap, _ in accesses) and interleaves(
+                    spec.out_map, spec.out_shape, g, co, m, width):
+                return t
+        return None
+
+    def _finish_interleaved(self, loop: str, points, accs, guards: list[tuple[str, int]]) -> None:
+        """Epilogue and stores of a tile over a channel multiplier (`interleaved_loop`): the m
+        accumulators of each point (lanes over g, one per co) interleaved into m vectors of
+        channels `m * g + co` in a row, each bound as g at its first channel and co along the
+        lanes, so that the epilogue reads its per-channel operands and the store writes whole
+        vectors:
+
+            acc[co = 0] : [c0 c2 .. c14], acc[co = 1] : [c1 c3 .. c15]  ->  [c0 .. c7] [c8 .. c15]
+        """
+        b, width = self.b, self.width
+        pos, m = self.tile.index(loop), self.extent[loop]
+        groups: dict[tuple, list] = {}
+        for t, p in sorted(enumerate(points), key=lambda tp: tp[1][pos]):
+            groups.setdefault(p[:pos] + p[pos + 1:], []).append(accs[t])
+        with self._restoring([*self.tile, self.vec]):
+            for p, values in groups.items():
+                self._set_point(p[:pos] + (0,) + p[pos:])
+                for j, v in enumerate(b.interleave(values, width)):
+                    self.bind(self.vec, Lin(None, j * width // m))
+                    self.bind(loop, Lin(None, 0, 1))
+                    self.ranges[loop] = (0, width - 1)
+                    self._finish(v, self._dims(), self._conds(guards))
 
     def _finish_transposed(self, row: str, points, accs, guards: list[tuple[str, int]]) -> None:
         """Epilogue and stores of a tile whose lanes are strided in the output: the accumulators

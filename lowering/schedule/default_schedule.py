@@ -9,11 +9,12 @@ FMA, masked edge vectors, epilogue of transposed tiles):
   multiple of the vector width of them per group): lanes over output channels from weights packed
   `OIHW16o`, see its docstring. Small images, strided convs and stems take it; its channel blocks
   run inside the image rows when the input does not stay in L2;
-- a max pool or a depthwise conv whose input pack-activations can store NCHW16c (its writer
-  runs lanes over channels, and so does every other reader): lanes over channels
-  (`channel_pool_schedule`, `depthwise_channel_schedule`), so that each tap reads 16 channels
+- a max pool, a depthwise conv (with or without a channel multiplier) or a strided 1x1 conv's
+  subsample whose input pack-activations can store NCHW16c (its writer runs lanes over channels,
+  and so does every other reader): lanes over channels (`channel_pool_schedule`,
+  `depthwise_channel_schedule`, `channel_subsample_schedule`), so that each tap reads 16 channels
   with one load (ResNet's and DenseNet's stem pools, MobileNetV2's depthwise convs after its
-  channel-family 1x1 convs). The pass gives them these first and falls back, until no input is
+  channel-family 1x1 convs, every stage of ResNet after `depthwise`). The pass gives them these first and falls back, until no input is
   left NCHW, for those whose input `packed_tensors` does not block; a conv the cost model gave
   the spatial family that writes such an input takes its channel plan where that scores close
   (`channel_writer_schedule`: a stem before a depthwise conv; before a strided reader, scored
@@ -72,6 +73,7 @@ from nasir.lowering.schedule.pack_activations import packed_tensors
 from nasir.lowering.schedule.schedules import (
     candidate_schedules,
     channel_pool_schedule,
+    channel_subsample_schedule,
     channel_transpose_schedule,
     channel_writer_schedule,
     depthwise_channel_schedule,
@@ -198,11 +200,15 @@ class DefaultSchedulePass(ModulePass):
                     SCRATCH_BYTES.set(nest_op, winograd.scratch_bytes)
                     continue
                 transposing = channel_transpose_schedule(shape, target)
+                subsample = channel_subsample_schedule(shape, target)
                 if transposing is not None:
                     nest_op.properties["schedule"] = transposing.to_attr()
                     transposers[nest_op] = schedule_for(shape, target)
+                    if subsample is not None:
+                        blocked_input[nest_op] = (subsample, transposing)
                     continue
-                channel = channel_pool_schedule(shape, target) or depthwise_channel_schedule(shape, target)
+                channel = (channel_pool_schedule(shape, target) or depthwise_channel_schedule(shape, target)
+                           or subsample)
                 timed = (channel is None and tuned is not None
                          and (tuned.lookup(target.cpu, nest_op) or transferred(tuned, target, nest_op, shape)))
                 spatial = timed or schedule_for(shape, target)
@@ -232,7 +238,7 @@ class DefaultSchedulePass(ModulePass):
             lanes_over_channels = _settle(op, blocked_input)
         packed = packed_tensors(op)
         for writer, spatial in transposers.items():
-            if writer.result not in packed:
+            if writer.result not in packed and writer not in lanes_over_channels:
                 writer.properties["schedule"] = spatial.to_attr()
         # a channel-lane max pool whose producer it alone reads computes that producer's rows in
         # its own kernel, block by block of the producer's channels, as it needs them; in program

@@ -78,7 +78,7 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
 from nasir.dialects import affine, nest
-from nasir.dialects.affine import stride_of, used_dims
+from nasir.dialects.affine import one_channel, stride_of, used_dims
 from nasir.dialects.schedule import Loop
 from nasir.dialects.shapes import shape_of
 from nasir.lowering.analysis.cost_model import MAX_UNROLLED_BODY
@@ -137,6 +137,37 @@ def transposed_block(op: nest.ComputeOp) -> int | None:
     block = factors.get(row)
     if (block is None or sched.vector != Loop.inner(row) or sched.order[-2:] != [Loop.inner(channel), sched.vector]
             or factors.get(channel) != block or sched.unroll.get(Loop.inner(channel)) != block):
+        return None
+    return block
+
+
+def interleaved_block(op: nest.ComputeOp) -> int | None:
+    """The channel block a depthwise conv with a channel multiplier m stores in (output channel
+    `m * g + co`, `depthwise_multiplier`): its lanes over g, split by the lane count that m
+    divides, and co unrolled whole in its register tile, whose m accumulators of a point
+    convert-nest-to-loops interleaves into m vectors of consecutive channels
+    (`Tiles.interleaved_loop`). None otherwise."""
+    lanes = lane_dim(op)
+    results = op.output_map.results
+    if lanes is None or len(results) != 4:
+        return None
+    d, block = lanes
+    form = affine.linear_form(results[1])
+    extents = [e for _, e in op.domain.dims]
+    if form is None or form[1] != 0:
+        return None
+    terms = {q: c for q, c in form[0].items() if c and extents[q] > 1}
+    m = terms.get(d, 0)
+    co = next((q for q in terms if q != d), None)
+    if m < 2 or block % m or co is None or len(terms) != 2 or terms[co] != 1 or extents[co] != m:
+        return None
+    sched, name = op.get_schedule(), op.domain.dim_names[co]
+    if name not in sched.tile_loops(op.domain) or sched.unroll.get(name) != m:
+        return None
+    if any({d, co} & used_dims(e) for a, e in enumerate(results) if a != 1):
+        return None
+    operands = {k for _, refs, _ in op.steps for k in refs}
+    if not all(one_channel(op.access_maps[k], d, co, m, block) for k in operands):
         return None
     return block
 
@@ -223,7 +254,8 @@ def _requirements(value: SSAValue) -> tuple[int, set[SSAValue]] | None:
     if not isinstance(producer, nest.ComputeOp) or not value.uses:
         return None
     shape = shape_of(value)
-    block = channel_lane_block(producer, producer.output_map, shape) or transposed_block(producer)
+    interleaved = interleaved_block(producer)
+    block = channel_lane_block(producer, producer.output_map, shape) or transposed_block(producer) or interleaved
     if block is None:
         return None
     needs: set[SSAValue] = set()
@@ -231,6 +263,8 @@ def _requirements(value: SSAValue) -> tuple[int, set[SSAValue]] | None:
     def operands_blocked(op: nest.ComputeOp, steps) -> bool:
         for _, refs, _ in steps:
             for k in refs:
+                if op is producer and interleaved and len(shape_of(op.inputs[k])) == 1:
+                    continue  # a per-channel operand, read after the interleave one vector a point
                 if not _across_lanes(op, k):
                     continue
                 if channel_lane_block(op, op.access_maps[k], shape_of(op.inputs[k])) != block:

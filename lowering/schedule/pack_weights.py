@@ -14,7 +14,14 @@ the weight store gets the packed array (numpy reshape + transpose), the nest rea
                               schedule = {..., vector = "co.i"}}
 
 With the vector loop splitting `co` by the block, convert-nest-to-loops resolves the floordiv/mod
-without division (`Lin.align`): each weight vector is one contiguous load. Activations are
+without division (`Lin.align`): each weight vector is one contiguous load. A depthwise conv's
+weight with a channel multiplier m ([m G, 1, KH, KW] read at output channel `m * g + co`) is first
+read as the same array of shape [G, m, KH, KW] at (g, co) (`multiplier_rows`), so that lanes over g
+load whole blocks of one co:
+
+    %w = nn.weight {name = "w"} : tensor<128x1x3x3xf32>        (g = 64, co = 2, lanes over g)
+    -> %w = nn.weight {name = "w.by2.OIHW8o"} : tensor<8x2x3x3x8xf32>
+       maps = [..., (n, g, co, oh, ow, kh, kw) -> (g floordiv 8, co, kh, kw, g mod 8)] Activations are
 not packed here: pack-activations picks their layouts from the schedules of the nests that write
 and read them, and the llvm lowering refuses a schedule's `pack` of an activation.
 """
@@ -26,11 +33,12 @@ import math
 import numpy as np
 from xdsl.context import Context
 from xdsl.dialects.builtin import AffineMapAttr, ArrayAttr, ModuleOp
-from xdsl.ir.affine import AffineExpr, AffineMap
+from xdsl.ir.affine import AffineConstantExpr, AffineDimExpr, AffineExpr, AffineMap
 from xdsl.passes import ModulePass
 
-from nasir.dialects import nest, nn
+from nasir.dialects import affine, nest, nn
 from nasir.dialects.module import weights_of
+from nasir.dialects.schedule import Loop
 from nasir.dialects.shapes import shape_of
 from nasir.errors import LoweringError
 from nasir.transforms.schedule import layout_mismatch, operand_axes, parse_layout
@@ -69,6 +77,30 @@ def pack_array(array: np.ndarray, axes: str, layout: str) -> np.ndarray:
     return np.ascontiguousarray(array.reshape(split_shape).transpose(order))
 
 
+def multiplier_rows(compute: nest.ComputeOp, k: int) -> tuple[int, int, int] | None:
+    """(g, co, m) when input `k` of `compute` is a depthwise conv's weight with a channel
+    multiplier m: [m G, 1, KH, KW] read at output channel `m * g + co` (co of extent m) by lanes
+    over g (`depthwise_channel_schedule`), which pack-weights reads as the same array of shape
+    [G, m, KH, KW] at (g, co), so that a block of its first axis holds consecutive g of one co.
+    None otherwise (other schedules pack the weight as it is)."""
+    results, shape = compute.access_maps[k].results, shape_of(compute.inputs[k])
+    if len(results) != 4 or shape[1] != 1 or not isinstance(results[1], AffineConstantExpr) or results[1].value:
+        return None
+    form = affine.linear_form(results[0])
+    extents = [e for _, e in compute.domain.dims]
+    if form is None or form[1] != 0:
+        return None
+    terms = {d: c for d, c in form[0].items() if c}
+    co = next((d for d, c in terms.items() if c == 1 and extents[d] > 1), None)
+    if co is None or len(terms) != 2:
+        return None
+    (g,) = set(terms) - {co}
+    m = extents[co]
+    if compute.get_schedule().vector != Loop.inner(compute.domain.dim_names[g]):
+        return None
+    return (g, co, m) if terms[g] == m and shape[0] == m * extents[g] else None
+
+
 class PackWeightsPass(ModulePass):
     """Pack every weight a nest's schedule asks for (`pack`) into its layout in the weight store."""
 
@@ -76,7 +108,7 @@ class PackWeightsPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         store = weights_of(op)
-        packed: dict[tuple[str, str], nn.WeightOp] = {}
+        packed: dict[tuple[str, str, tuple[int, ...]], nn.WeightOp] = {}
         replaced: dict[str, nn.WeightOp] = {}  # weights read packed, dropped once nothing reads them
         for compute in list(op.walk()):
             if not isinstance(compute, nest.ComputeOp) or compute.schedule is None:
@@ -88,23 +120,29 @@ class PackWeightsPass(ModulePass):
                 axes = operand_axes(compute, k)
                 if not isinstance(source, nn.WeightOp) or axes is None:
                     continue  # activations: refused by convert-nest-to-loops
-                problem = layout_mismatch(axes, shape_of(source.result), layout)
+                shape, amap = tuple(shape_of(source.result)), maps[k]
+                rows = multiplier_rows(compute, k)
+                if rows is not None:  # read as [G, m, KH, KW]: the same array
+                    g, co, per = rows
+                    shape = (shape[0] // per, per, *shape[2:])
+                    amap = AffineMap(amap.num_dims, amap.num_symbols,
+                                     (AffineDimExpr(g), AffineDimExpr(co), *amap.results[2:]))
+                problem = layout_mismatch(axes, shape, layout)
                 if problem:  # e.g. an architecture transform reshaped the weight after `pack`
                     raise LoweringError(f"pack-weights: nest '{compute.layer_name}': {problem} of its "
-                                        f"weight '{source.key}' {list(shape_of(source.result))}")
-                key = (source.key, layout)
+                                        f"weight '{source.key}' {list(shape)}")
+                key = (source.key, layout, shape)
                 if key not in packed:
                     # IR without weights (nasir-opt on a text file) is rewritten all the same
-                    array = store.get(source.key, np.empty(shape_of(source.result), np.float32))
+                    array = store.get(source.key, np.empty(shape_of(source.result), np.float32)).reshape(shape)
                     data = pack_array(array, axes, layout)
-                    name = f"{source.key}.{layout}"
+                    name = f"{source.key}.{layout}" if rows is None else f"{source.key}.by{rows[2]}.{layout}"
                     new = nn.WeightOp.make(store.add(name, data) if source.key in store else name, data.shape)
                     source.parent.insert_op_after(new, source)
                     packed[key] = new
                     replaced[source.key] = source
                 compute.operands[k] = packed[key].result
-                m = maps[k]
-                maps[k] = AffineMap(m.num_dims, m.num_symbols, tuple(layout_exprs(axes, layout, list(m.results))))
+                maps[k] = AffineMap(amap.num_dims, amap.num_symbols, tuple(layout_exprs(axes, layout, list(amap.results))))
                 del sched.pack[k]
             if maps != compute.access_maps:
                 compute.properties["maps"] = ArrayAttr([AffineMapAttr(m) for m in maps])

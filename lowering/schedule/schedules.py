@@ -4,8 +4,9 @@
   output channels x rows;
 - `channel_vector_schedule` (planned by `channel_vector_plan`): lanes over output channels read from
   packed weights (`OIHW16o`), a register tile of row points x channel blocks;
-- `winograd_schedule`, `channel_pool_schedule`, `depthwise_channel_schedule`: a Winograd stem, a max
-  pool and a depthwise conv with lanes over channels;
+- `winograd_schedule`, `channel_pool_schedule`, `depthwise_channel_schedule`,
+  `channel_subsample_schedule`: a Winograd stem, a max pool, a depthwise conv and a strided 1x1
+  conv's subsample with lanes over channels;
 - `schedule_for`: the better of the spatial and channel families by the cost model;
   `candidate_schedules`: the few it ranks highest, and the spatial schedule's other register tiles
   (`spatial_tiles`), for tuning (`nasir.tuning.host`) to time.
@@ -508,6 +509,34 @@ def channel_pool_schedule(n: NestView, target: CPUTarget, blocks: int = 0) -> Sc
     return _finish(sched, n, loops, tile)
 
 
+def channel_subsample_schedule(n: NestView, target: CPUTarget) -> Schedule | None:
+    """Lanes over channels for a copy of an image's points (a strided 1x1 conv's subsample,
+    `subsample-strided-1x1`) whose input pack-activations stores channel-blocked (its writer and
+    other readers run lanes over channels: ResNet's depthwise stages): each point one load of
+    `width` channels, a register tile of the points along the output row (the largest divisor of
+    the row up to `width`), so that the stage's tensors stay blocked across the downsample:
+
+        domain = #nest.domain<[n = 1, c = 128, h = 8, w = 8]>
+        -> schedule = {splits = [["c", 8]], vector = "c.i", order = ["n", "c.o", "h", "w", "c.i"],
+                       unroll = {w = 8}, parallel = "c.o"}
+
+    None unless the nest copies input 0 alone at a stride (`_copies_points`), NCHW to NCHW, with a
+    multiple of `width` channels."""
+    width = target.lanes
+    names = [name for name, _ in n.dims]
+    results = n.out_map.results
+    if (n.combiner != "copy" or n.npar != len(n.dims) or len(n.maps) != 1 or len(results) != 4
+            or not _copies_points(n) or [r.position if isinstance(r, AffineDimExpr) else None for r in results] != [0, 1, 2, 3]
+            or n.dims[1][1] % width or all(linear_coefficient(e, a) == 1 for a, e in enumerate(n.maps[0].results))):
+        return None
+    channel, (row, extent) = names[1], n.dims[3]
+    sched = Schedule(splits=[(channel, width)], vector=Loop.inner(channel))
+    loops = [Loop.outer(name) if name == channel else name for name in names]
+    points = next(p for p in range(min(width, extent), 0, -1) if extent % p == 0)
+    tile = _tile_loop(sched, loops, row, extent, points)
+    return _finish(sched, n, loops, tile)
+
+
 def fused_row_blocks(pool: nest.ComputeOp) -> int:
     """The channel blocks of the producer whose rows `pool`'s kernel can compute (FUSE_ROWS), 0 if
     none: the producer is a nest that only `pool` reads, with lanes over its channels and outer
@@ -550,6 +579,31 @@ def depthwise_channel(n: NestView) -> str | None:
     return n.dims[d][0]
 
 
+def depthwise_multiplier(n: NestView) -> tuple[str, str] | None:
+    """The channel and multiplier dims of a depthwise conv with a channel multiplier (each input
+    channel g feeds m output channels `m * g + co`, co < m: ResNet's stride-2 convs that double the
+    channels after `depthwise`), None for any other nest: input 0's channel index is `g` alone,
+    the output's and the weight's `m * g + co` with co of extent m > 1, both parallel dims, and no
+    other index reads either."""
+    if n.combiner != "mac" or len(n.maps) < 2 or len(n.out_map.results) != 4 or len(n.maps[0].results) != 4:
+        return None
+    extents = [e for _, e in n.dims]
+    forms = [affine.linear_form(m.results[a]) for m, a in ((n.maps[0], 1), (n.out_map, 1), (n.maps[1], 0))]
+    if any(f is None or f[1] != 0 for f in forms):
+        return None
+    reads, writes, weights = ({d: c for d, c in f[0].items() if c and extents[d] > 1} for f in forms)
+    if len(reads) != 1 or len(writes) != 2 or writes != weights:
+        return None
+    ((g, one),) = reads.items()
+    co = next((d for d in writes if d != g), None)
+    if one != 1 or co is None or writes.get(g) != extents[co] or writes[co] != 1 or max(g, co) >= n.npar:
+        return None
+    if any(d in affine.used_dims(e) for m in (n.maps[0], n.out_map) for a, e in enumerate(m.results) if a != 1
+           for d in (g, co)):
+        return None
+    return n.dims[g][0], n.dims[co][0]
+
+
 def depthwise_channel_schedule(n: NestView, target: CPUTarget) -> Schedule | None:
     """Lanes over channels for a depthwise conv whose input pack-activations stores channel-blocked
     (NCHW16c): each tap of a point is one aligned input load and one FMA with a weight vector
@@ -562,12 +616,28 @@ def depthwise_channel_schedule(n: NestView, target: CPUTarget) -> Schedule | Non
                        order = ["n", "g.o", "co", "oh", "ow.o", "kh", "kw", "ow.i", "g.i"],
                        unroll = {ow.i = 14, kw = 3, kh = 3}, parallel = "g.o"}
 
-    None unless the nest is a depthwise conv (`depthwise_channel`) over a multiple of `width`
-    channels, NCHW, with a weight packable by output channel."""
+    A conv with a channel multiplier m (`depthwise_multiplier`: `g = 64, co = 2`, output channel
+    `2g + co`) has its m output channels of a lane in the tile too, each point's input vector
+    feeding m accumulators, its weight packed as [G, m, KH, KW] (`multiplier_rows`: a block of
+    `width` g of one co a vector); its tile stores the m accumulators of a point interleaved into
+    m vectors of consecutive channels (`Tiles.interleaved_loop`):
+
+        domain = #nest.domain<[n = 1, g = 64, co = 2, oh = 16, ow = 16], [kh = 3, kw = 3]>
+        -> schedule = {splits = [["g", 8], ["ow", 2]], vector = "g.i", pack = {"1" = "OIHW8o"},
+                       order = ["n", "g.o", "oh", "ow.o", "kh", "kw", "ow.i", "co", "g.i"],
+                       unroll = {ow.i = 2, co = 2, kw = 3, kh = 3}, parallel = "g.o"}
+
+    None unless the nest is a depthwise conv (`depthwise_channel`, `depthwise_multiplier`) over a
+    multiple of `width` channels, NCHW, with a weight packable by output channel (and a
+    multiplier dividing `width`)."""
     width = target.lanes
     channel = depthwise_channel(n)
+    multiplier = depthwise_multiplier(n) if channel is None else None
+    if multiplier is not None:
+        channel = multiplier[0]
+    m = dict(n.dims)[multiplier[1]] if multiplier else 1
     axes = n.weight_layouts.get(1)
-    if channel is None or axes is None or axes[0] != "O" or dict(n.dims)[channel] % width:
+    if channel is None or axes is None or axes[0] != "O" or dict(n.dims)[channel] % width or width % m:
         return None
     names = [name for name, _ in n.dims]
     row = n.out_map.results[3]
@@ -580,8 +650,11 @@ def depthwise_channel_schedule(n: NestView, target: CPUTarget) -> Schedule | Non
                      pack={} if shared else {1: f"{axes}{width}o"})
     loops = [Loop.outer(name) if name == channel else name for name in names[: n.npar]]
     taps = math.prod(e for _, e in n.dims[n.npar:])
-    points = next(p for p in range(min(depthwise_points(taps, target), row_extent), 0, -1) if row_extent % p == 0)
+    most = max(1, depthwise_points(taps, target) // m)
+    points = next(p for p in range(min(most, row_extent), 0, -1) if row_extent % p == 0)
     tile = _tile_loop(sched, loops, row_name, row_extent, points)
+    if multiplier:
+        tile += _tile_loop(sched, loops, multiplier[1], m, m)
     _unroll_inner_reductions(sched, n)
     return _finish(sched, n, loops, tile)
 

@@ -9,9 +9,11 @@ graph exercised. Per nest:
 
 - **family**: the schedule default-schedule gave it: `spatial` (lanes along the output row),
   `channel` (lanes over output channels, weights packed OIHW16o), `winograd` (1-D Winograd),
-  `channel-pool` (a max pool with lanes over channels), `depthwise-channel`, `fused-rows pool` (a
+  `channel-pool` (a max pool with lanes over channels), `depthwise-channel`, `depthwise-multiplier`
+  (a depthwise conv with a channel multiplier, lanes over its input channels), `fused-rows pool` (a
   channel-pool whose kernel computes its producer's rows: FUSE_ROWS), `channel-transpose` (an
-  elementwise nest whose tile of channels its store transposes into a channel-blocked result);
+  elementwise nest whose tile of channels its store transposes into a channel-blocked result),
+  `channel-subsample` (a strided 1x1 conv's subsample with lanes over channels);
 - **layouts** of its main input and its output: `NCHWc` where pack-activations blocked the
   tensor, `padded` where pad-planes gave its planes a padding row, else `plain`;
 - **epilogue**: the fused steps (`relu`, `clip`, `sigmoid`, `hard_swish`, `add` of a tensor,
@@ -48,11 +50,11 @@ from nasir.lowering.passes import run_pipeline
 from nasir.lowering.pipeline import LLVM
 from nasir.lowering.schedule.default_schedule import nest_shape
 from nasir.lowering.schedule.pack_activations import transposed_block
-from nasir.lowering.schedule.schedules import depthwise_channel
+from nasir.lowering.schedule.schedules import channel_subsample_schedule, depthwise_channel, depthwise_multiplier
 from nasir.lowering.target import CPUTarget, set_target, target_of
 
-FAMILIES = ("spatial", "channel", "winograd", "channel-pool", "depthwise-channel", "fused-rows pool",
-            "channel-transpose")
+FAMILIES = ("spatial", "channel", "winograd", "channel-pool", "depthwise-channel", "depthwise-multiplier",
+            "fused-rows pool", "channel-transpose", "channel-subsample")
 """Every schedule family default-schedule chooses from."""
 LAYOUTS = ("plain", "NCHWc", "padded")
 
@@ -104,8 +106,9 @@ class LoweringChoices:
         return set().union(*(c.labels() for c in self.nests.values()))
 
 
-def family(op: nest.ComputeOp) -> str:
-    """The schedule family of a scheduled nest (before pack-activations rewrites its maps)."""
+def family(op: nest.ComputeOp, target: CPUTarget) -> str:
+    """The schedule family of a scheduled nest (before pack-activations rewrites its maps) for
+    `target`."""
     if WINOGRAD.on(op):
         return "winograd"
     if FUSE_ROWS.on(op):
@@ -119,8 +122,13 @@ def family(op: nest.ComputeOp) -> str:
     names = op.domain.dim_names
     out = op.output_map.results
     on_channels = len(out) == 4 and isinstance(out[1], AffineDimExpr) and names[out[1].position] == lane
-    if op.kind == "mac" and depthwise_channel(nest_shape(op)) == lane:
+    shape = nest_shape(op)
+    if op.kind == "mac" and depthwise_channel(shape) == lane:
         return "depthwise-channel"
+    if op.kind == "mac" and (depthwise_multiplier(shape) or (None,))[0] == lane:
+        return "depthwise-multiplier"
+    if op.kind == "copy" and on_channels and channel_subsample_schedule(shape, target) is not None:
+        return "channel-subsample"
     if on_channels:
         return "channel" if op.kind == "mac" else "channel-pool"
     return "spatial"
@@ -160,7 +168,7 @@ def lowering_choices(module: ModuleOp, cpu: str | CPUTarget | None = None) -> Lo
         set_target(out, cpu)
     target = target_of(out)
     run_pipeline(out, str(LLVM.until("default-schedule")))
-    families = {op.layer_name: family(op) for op in out.walk() if isinstance(op, nest.ComputeOp)}
+    families = {op.layer_name: family(op, target) for op in out.walk() if isinstance(op, nest.ComputeOp)}
     run_pipeline(out, str(LLVM.after("default-schedule").until("pad-planes")))
     choices = LoweringChoices()
     for op in out.walk():
