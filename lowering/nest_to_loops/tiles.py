@@ -404,10 +404,10 @@ class Tiles:
         with self._restoring([*self.tile, self.vec]):
             for p, values in groups.items():
                 self._set_point(p[:pos] + (0,) + p[pos:])
+                self.bind(loop, Lin(None, 0, 1))
+                self.ranges[loop] = (0, width - 1)
                 for j, v in enumerate(b.interleave(values, width)):
                     self.bind(self.vec, Lin(None, j * width // m))
-                    self.bind(loop, Lin(None, 0, 1))
-                    self.ranges[loop] = (0, width - 1)
                     self._finish(v, self._dims(), self._conds(guards))
 
     def _finish_transposed(self, row: str, points, accs, guards: list[tuple[str, int]]) -> None:

@@ -79,10 +79,12 @@ from xdsl.rewriter import Rewriter
 
 from nasir.dialects import affine, nest
 from nasir.dialects.affine import one_channel, stride_of, used_dims
+from nasir.dialects.nest import NestView
 from nasir.dialects.schedule import Loop
 from nasir.dialects.shapes import shape_of
 from nasir.lowering.analysis.cost_model import MAX_UNROLLED_BODY
 from nasir.lowering.schedule.pack_weights import layout_exprs
+from nasir.lowering.schedule.schedules import depthwise_multiplier
 
 
 def lane_dim(op: nest.ComputeOp) -> tuple[int, int] | None:
@@ -148,23 +150,15 @@ def interleaved_block(op: nest.ComputeOp) -> int | None:
     convert-nest-to-loops interleaves into m vectors of consecutive channels
     (`Tiles.interleaved_loop`). None otherwise."""
     lanes = lane_dim(op)
-    results = op.output_map.results
-    if lanes is None or len(results) != 4:
+    dims = depthwise_multiplier(NestView.of(op))
+    names = op.domain.dim_names
+    if lanes is None or dims is None or names[lanes[0]] != dims[0]:
         return None
     d, block = lanes
-    form = affine.linear_form(results[1])
-    extents = [e for _, e in op.domain.dims]
-    if form is None or form[1] != 0:
-        return None
-    terms = {q: c for q, c in form[0].items() if c and extents[q] > 1}
-    m = terms.get(d, 0)
-    co = next((q for q in terms if q != d), None)
-    if m < 2 or block % m or co is None or len(terms) != 2 or terms[co] != 1 or extents[co] != m:
-        return None
-    sched, name = op.get_schedule(), op.domain.dim_names[co]
-    if name not in sched.tile_loops(op.domain) or sched.unroll.get(name) != m:
-        return None
-    if any({d, co} & used_dims(e) for a, e in enumerate(results) if a != 1):
+    co = names.index(dims[1])
+    m = op.domain.dims[co][1]
+    sched = op.get_schedule()
+    if block % m or dims[1] not in sched.tile_loops(op.domain) or sched.unroll.get(dims[1]) != m:
         return None
     operands = {k for _, refs, _ in op.steps for k in refs}
     if not all(one_channel(op.access_maps[k], d, co, m, block) for k in operands):

@@ -21,8 +21,9 @@ load whole blocks of one co:
 
     %w = nn.weight {name = "w"} : tensor<128x1x3x3xf32>        (g = 64, co = 2, lanes over g)
     -> %w = nn.weight {name = "w.by2.OIHW8o"} : tensor<8x2x3x3x8xf32>
-       maps = [..., (n, g, co, oh, ow, kh, kw) -> (g floordiv 8, co, kh, kw, g mod 8)] Activations are
-not packed here: pack-activations picks their layouts from the schedules of the nests that write
+       maps = [..., (n, g, co, oh, ow, kh, kw) -> (g floordiv 8, co, kh, kw, g mod 8)]
+
+Activations are not packed here: pack-activations picks their layouts from the schedules of the nests that write
 and read them, and the llvm lowering refuses a schedule's `pack` of an activation.
 """
 
