@@ -442,6 +442,34 @@ def test_main_runs_in_one_team_of_threads(threads):
         np.testing.assert_allclose(exe(x), want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("threads", [2, 3])
+def test_a_concat_copied_in_the_team_is_copied_before_its_buffers_are_reused(threads, tmp_path):
+    """A reflect pad of a one-channel image concatenates the input (copied in @main) with its
+    reflected rows, and the next kernel reuses the buffer of a row the copies read. Copied by every
+    thread, a thread woken late for the call (calls 10 ms apart: the team's other threads sleep
+    between them) read it overwritten: onnx's test_operator_pad at 2 threads, 19 calls of 20. The
+    first thread copies alone, the team waiting for it before the next kernel. Against torch."""
+    import time
+
+    import onnx
+    from onnx import TensorProto, helper
+
+    from nasir.frontend.onnx_import import import_onnx
+
+    shape, out = (1, 1, 4, 6), (1, 1, 4 + 1 + 2, 6 + 2 + 3)
+    node = helper.make_node("Pad", ["x"], ["y"], mode="reflect", pads=[0, 0, 1, 2, 0, 0, 2, 3])
+    graph = helper.make_graph([node], "pad", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)])
+    path = tmp_path / "pad.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 10)]), str(path))
+    exe = compile_llvm(import_onnx(path).module, threads=threads)
+    x = rand(*shape)
+    want = F.pad(torch.tensor(x), (2, 3, 1, 2), mode="reflect").numpy()
+    for _ in range(20):
+        time.sleep(0.01)
+        np.testing.assert_array_equal(exe(x), want)
+
+
 def test_compiling_pauses_the_garbage_collector_and_turns_it_back_on():
     collections = []
 

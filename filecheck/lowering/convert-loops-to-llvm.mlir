@@ -3,11 +3,15 @@
 
 // A vectorised relu kernel with its parallel loop: memrefs become noalias pointers, scf.for becomes
 // blocks, scf.parallel is outlined and run through @nasir_parallel (libgomp), or by each thread of
-// the team that runs @main.
+// the team that runs @main. @main's copy (a concat's) is the first thread's alone, the team waiting
+// for it before the kernel that reads it.
 
 builtin.module {
-  func.func @main(%x: memref<4x16xf32>, %y: memref<4x16xf32>, %w: memref<0xi8>, %ws: memref<0xi8>) {
-    func.call @relu(%x, %y) : (memref<4x16xf32>, memref<4x16xf32>) -> ()
+  func.func @main(%x: memref<4x16xf32>, %y: memref<4x16xf32>, %w: memref<0xi8>, %ws: memref<256xi8>) {
+    %c0 = arith.constant 0 : index
+    %t = memref.view %ws[%c0][] : memref<256xi8> to memref<4x16xf32>
+    "memref.copy"(%x, %t) : (memref<4x16xf32>, memref<4x16xf32>) -> ()
+    func.call @relu(%t, %y) : (memref<4x16xf32>, memref<4x16xf32>) -> ()
     func.return
   }
   func.func private @relu(%x: memref<4x16xf32> {llvm.noalias}, %y: memref<4x16xf32> {llvm.noalias}) {
@@ -32,7 +36,15 @@ builtin.module {
 
 // @main's body, run on one thread or by each thread of one team (@main.team):
 // CHECK: llvm.func internal @main.body(%{{.*}}: !llvm.ptr {llvm.noalias}
-// CHECK: llvm.call @relu
+// CHECK: %[[TID:.*]] = llvm.call @omp_get_thread_num()
+// CHECK: %[[FIRST:.*]] = llvm.icmp "eq" %[[TID]]
+// CHECK: llvm.cond_br %[[FIRST]], ^[[COPY:.*]], ^[[AFTER:[a-z0-9]*]]
+// CHECK: ^[[COPY]]:
+// CHECK-NEXT: llvm.call_intrinsic "llvm.memcpy.p0.p0.i64"
+// CHECK-NEXT: llvm.br ^[[AFTER]]
+// CHECK: ^[[AFTER]]:
+// CHECK-NEXT: llvm.call @GOMP_barrier()
+// CHECK-NEXT: llvm.call @relu
 // CHECK: llvm.func @main(%{{.*}}: !llvm.ptr {llvm.noalias}
 // CHECK: llvm.call @omp_in_parallel()
 // CHECK: llvm.call @main.body

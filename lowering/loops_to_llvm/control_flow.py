@@ -79,7 +79,9 @@ def if_then(f: FuncLowering, op: scf.IfOp) -> None:
 def call(f: FuncLowering, op: func.CallOp) -> None:
     """`llvm.call`; a profiled kernel call of @main adds its ticks to its counter. In @main, a
     kernel that its team's threads may not all run (not in `FuncLowering.module.team`) is called
-    by the first, the others waiting at a barrier after it (`nasir.lowering.loops_to_llvm.parallel`)."""
+    by the first, the others waiting at a barrier after it (`nasir.lowering.loops_to_llvm.parallel`);
+    one they all call waits at a barrier first if the first thread copied since the last one
+    (`memory.copy`)."""
     slot = f.module.profile_slots.get(op)
     start = f.ticks() if slot is not None else None
     callee = op.callee.root_reference.data
@@ -90,7 +92,11 @@ def call(f: FuncLowering, op: func.CallOp) -> None:
     if f.name == "main" and callee not in f.module.team:
         f.on_first_thread(emit)
         f.add(llvm.CallOp("GOMP_barrier"))
+        f.unsynced = False
     else:
+        if f.unsynced:  # the first thread's copies before the team reads them
+            f.add(llvm.CallOp("GOMP_barrier"))
+            f.unsynced = False
         emit()
     if slot is not None:
         f.count_ticks(slot, start)

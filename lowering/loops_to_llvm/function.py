@@ -98,6 +98,9 @@ class FuncLowering:
         self.main_start: SSAValue | None = None
         self.first_thread: SSAValue | None = None
         """i1: whether this is thread 0 (`on_first_thread`), computed once at the entry."""
+        self.unsynced = False
+        """In @main's team: the first thread has written memory (a copy) that the others have not
+        waited for since; the next kernel they all run waits at a barrier first (`control_flow.call`)."""
 
     # Ops --------------------------------------------------------------------------------------
     def lower_block(self, block: Block) -> None:

@@ -58,10 +58,20 @@ def alloca(f: FuncLowering, op: memref.AllocaOp) -> None:
 
 
 def copy(f: FuncLowering, op: memref.CopyOp) -> None:
-    """`memref.copy %a, %b : memref<8xf32>` -> `llvm.memcpy(%b, %a, 32 bytes)`."""
+    """`memref.copy %a, %b : memref<8xf32>` -> `llvm.memcpy(%b, %a, 32 bytes)`. In @main (a
+    concat's copies), by the first thread of its team alone: were each thread to copy, one late
+    to its copy could read a buffer that a kernel after it, run by a thread ahead, has reused."""
     nbytes = 4 * math.prod(op.source.type.get_shape())
-    f.add(llvm.CallIntrinsicOp("llvm.memcpy.p0.p0.i64", [f.v(op.destination), f.v(op.source), f.i64c(nbytes),
-                                                        f.const(IntegerAttr(0, i1), i1)], []))
+
+    def emit() -> None:
+        f.add(llvm.CallIntrinsicOp("llvm.memcpy.p0.p0.i64", [f.v(op.destination), f.v(op.source), f.i64c(nbytes),
+                                                            f.const(IntegerAttr(0, i1), i1)], []))
+
+    if f.name == "main":
+        f.on_first_thread(emit)
+        f.unsynced = True
+    else:
+        emit()
 
 
 LOWERINGS: dict[type[Operation], Lowering] = {
