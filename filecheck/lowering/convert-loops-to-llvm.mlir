@@ -45,11 +45,14 @@ builtin.module {
 // CHECK: ^[[AFTER]]:
 // CHECK-NEXT: llvm.call @GOMP_barrier()
 // CHECK-NEXT: llvm.call @relu
+// @main: one thread, or a team of nasir_num_threads; inside the caller's team, a team of one:
 // CHECK: llvm.func @main(%{{.*}}: !llvm.ptr {llvm.noalias}
-// CHECK: llvm.call @omp_in_parallel()
+// CHECK: %[[IN:.*]] = llvm.call @omp_in_parallel()
+// CHECK: %[[INSIDE:.*]] = llvm.icmp "ne" %[[IN]]
 // CHECK: llvm.call @main.body
+// CHECK: %[[SIZE:.*]] = llvm.select %[[INSIDE]]
 // CHECK: llvm.mlir.addressof @main.team
-// CHECK: llvm.call @GOMP_parallel
+// CHECK: llvm.call @GOMP_parallel(%{{.*}}, %{{.*}}, %[[SIZE]]
 // CHECK: llvm.func internal @main.team(%{{.*}}: !llvm.ptr)
 // CHECK: llvm.call @main.body
 

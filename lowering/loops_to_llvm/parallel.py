@@ -17,7 +17,8 @@ join a call instead of one a kernel (ResNet-34 after `depthwise`, 40 kernels of 
 empty region's fork and join took 1.1-2.4 µs on a Zen 3 VM, a barrier 0.4-0.7). A kernel whose
 body does more than run parallel loops (`team_safe`: a gemm's serial loop) is called by the
 first thread alone, the others waiting at a barrier after it; its loops fork a team of their own
-(nested in @main's: one thread).
+(nested in @main's: one thread). Called from inside a caller's OpenMP team, @main runs in a
+nested team of one thread.
 
             ^direct (nasir_num_threads == 1 || omp_in_parallel()): llvm.call @k.par0(%ctx)
                      then, in a team, llvm.call @GOMP_barrier()
@@ -190,12 +191,16 @@ def _in_team(f: FuncLowering) -> SSAValue:
 
 def team_main(main: llvm.FuncOp) -> list[llvm.FuncOp]:
     """@main lowered (`main`) renamed @main.body, and a new @main that runs it on one thread
-    (`nasir_num_threads == 1`, or called inside a team already) or on every thread of one team
-    through @main.team(ctx), which unpacks the arguments:
+    (`nasir_num_threads == 1`) or on every thread of one team through @main.team(ctx), which
+    unpacks the arguments. Called inside a team of the caller's (native code's own OpenMP
+    region), @main runs in a team of one of its own: its kernels' chunks and barriers, and the
+    first thread's work, are then its own, not a share of the caller's team.
 
-        llvm.func @main(%x, %y, %w, %ws): llvm.cond_br (threads == 1 || omp_in_parallel()), ^one, ^team
+        llvm.func @main(%x, %y, %w, %ws): %in = omp_in_parallel()
+            llvm.cond_br (threads == 1 && !%in), ^one, ^team
           ^one:  llvm.call @main.body(%x, %y, %w, %ws)
-          ^team: %ctx = [%x, %y, %w, %ws]   llvm.call @GOMP_parallel(@main.team, %ctx, threads, 0)
+          ^team: %ctx = [%x, %y, %w, %ws]
+                 llvm.call @GOMP_parallel(@main.team, %ctx, %in ? 1 : threads, 0)
     """
     inputs = list(main.function_type.inputs.data)
     main.sym_name = StringAttr(MAIN_BODY)
@@ -205,15 +210,17 @@ def team_main(main: llvm.FuncOp) -> list[llvm.FuncOp]:
     args = list(region.blocks[0].args)
     f.vmap.update({a: a for a in args})
     n = f.add(llvm.LoadOp(f.add(llvm.AddressOfOp(THREADS_GLOBAL, PTR)), i32))
-    one = f.add(llvm.ICmpOp(n, f.i32c(1), IntegerAttr(0, i64)))  # eq
+    inside = _in_team(f)
+    many = f.add(llvm.ICmpOp(n, f.i32c(1), IntegerAttr(1, i64)))  # ne
     alone, team = f.new_block(), f.new_block()
-    f.add(llvm.CondBrOp(f.add(llvm.OrOp(one, _in_team(f))), alone, [], team, []))
+    f.add(llvm.CondBrOp(f.add(llvm.OrOp(many, inside)), team, [], alone, []))
     f.block = alone
     f.add(llvm.CallOp(MAIN_BODY, *args))
     f.add(llvm.ReturnOp())
     f.block = team
     ctx = _pack(f, args, [PTR] * len(args))
-    f.add(llvm.CallOp("GOMP_parallel", f.add(llvm.AddressOfOp(MAIN_TEAM, PTR)), ctx, n, f.i32c(0)))
+    size = f.add(llvm.SelectOp(inside, f.i32c(1), n))
+    f.add(llvm.CallOp("GOMP_parallel", f.add(llvm.AddressOfOp(MAIN_TEAM, PTR)), ctx, size, f.i32c(0)))
     f.add(llvm.ReturnOp())
     new_main = llvm.FuncOp("main", llvm.LLVMFunctionType(inputs), linkage=llvm.LinkageAttr("external"), body=region)
     new_main.properties["arg_attrs"] = main.properties["arg_attrs"]
