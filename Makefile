@@ -21,6 +21,10 @@ venv: $(STAMP)
 test: $(STAMP)
 	$(MAKE) pytest pytest-avx2 lit
 
+# the tests share the cores between pytest-xdist's workers: their waiting threads spin libgomp's
+# default 300k (~7 ms), not nasir.SPIN_COUNT's ~75 ms, which would take a core from the other worker
+pytest pytest-avx2: export GOMP_SPINCOUNT ?= 300000
+
 pytest: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo 'pytest: no tests collected'; rc=0; fi; exit $$rc
 

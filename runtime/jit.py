@@ -22,7 +22,8 @@ ENTRY = "main"
 
 @cache
 def load_openmp() -> str:
-    """Make libgomp's symbols visible to the JIT (process-wide); returns the library path."""
+    """Make libgomp's symbols visible to the JIT (process-wide; torch's if torch loaded it, with
+    the spin count `nasir.SPIN_COUNT` set); returns the library path."""
     import llvmlite.binding as llvm
 
     for find in (lambda: "libgomp.so.1", lambda: ctypes.util.find_library("gomp"), _torch_gomp):

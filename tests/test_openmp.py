@@ -1,12 +1,61 @@
-"""nasir's threads (libgomp) beside a caller's: a model called from inside the caller's own OpenMP team."""
+"""nasir's threads (libgomp): the spin count they wait with, and a model called from inside the caller's own
+OpenMP team."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 
 import numpy as np
 import onnx
 import pytest
+
+from nasir import SPIN_COUNT
+
+SPIN_PROBE = """
+import os, sys, time
+import nasir
+import torch  # its libgomp.so.1 is the one nasir's code then runs on
+import numpy as np, onnx
+from onnx import TensorProto, helper
+from nasir.frontend.onnx_import import import_onnx
+from nasir.runtime.llvm_executable import compile_llvm
+
+shape = (1, 64, 32, 32)
+graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)])
+onnx.save(helper.make_model(graph), sys.argv[1])
+exe = compile_llvm(import_onnx(sys.argv[1]).module, threads=2)
+x = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
+assert np.array_equal(exe(x), np.maximum(x, 0))
+spent = []
+for _ in range(3):
+    exe(x)
+    start = time.process_time()
+    time.sleep(0.4)
+    spent.append(time.process_time() - start)
+print(min(spent), os.environ.get("GOMP_SPINCOUNT"))
+"""
+
+
+def test_the_team_spins_a_while_after_a_call_unless_the_user_sets_libgomps_spin_count(tmp_path):
+    """`import nasir` sets GOMP_SPINCOUNT = nasir.SPIN_COUNT before libgomp loads (torch's, here), so
+    after a 2-thread call the other thread spins tens of ms before it sleeps (the process's CPU time
+    while its Python thread sleeps); a user's GOMP_SPINCOUNT is kept: 1000 spins, microseconds."""
+    def idle_cpu(**env) -> tuple[float, str]:
+        clean = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+        done = subprocess.run([sys.executable, "-c", SPIN_PROBE, str(tmp_path / "relu.onnx")], env={**clean, **env},
+                              capture_output=True, text=True, check=True, timeout=300)
+        seconds, variable = done.stdout.split()
+        return float(seconds), variable
+
+    ours, left = idle_cpu()
+    users, kept = idle_cpu(GOMP_SPINCOUNT="1000")
+    assert (left, kept) == (str(SPIN_COUNT), "1000")
+    assert ours > 0.02 and users < ours / 4, (ours, users)
+
 
 CALLER = r"""
 #include <omp.h>
