@@ -451,18 +451,16 @@ def test_a_concat_copied_in_the_team_is_copied_before_its_buffers_are_reused(thr
     first thread copies alone, the team waiting for it before the next kernel. Against torch."""
     import time
 
-    import onnx
-    from onnx import TensorProto, helper
+    from onnx import helper
+    from onnx_graphs import Initializers, save_graph
 
     from nasir.frontend.onnx_import import import_onnx
 
-    shape, out = (1, 1, 4, 6), (1, 1, 4 + 1 + 2, 6 + 2 + 3)
-    node = helper.make_node("Pad", ["x"], ["y"], mode="reflect", pads=[0, 0, 1, 2, 0, 0, 2, 3])
-    graph = helper.make_graph([node], "pad", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)])
-    path = tmp_path / "pad.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 10)]), str(path))
-    exe = compile_llvm(import_onnx(path).module, threads=threads)
+    shape, out, inits = (1, 1, 4, 6), (1, 1, 4 + 1 + 2, 6 + 2 + 3), Initializers()
+    pads = inits.const("pads", np.array([0, 0, 1, 2, 0, 0, 2, 3], np.int64))
+    save_graph(tmp_path / "pad.onnx", "pad", [helper.make_node("Pad", ["x", pads], ["y"], mode="reflect")], inits,
+               shape, out)
+    exe = compile_llvm(import_onnx(tmp_path / "pad.onnx").module, threads=threads)
     x = rand(*shape)
     want = F.pad(torch.tensor(x), (2, 3, 1, 2), mode="reflect").numpy()
     for _ in range(20):

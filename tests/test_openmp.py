@@ -8,27 +8,24 @@ import subprocess
 import sys
 
 import numpy as np
-import onnx
 import pytest
+from onnx import helper
+from onnx_graphs import Initializers, save_graph
 
 from nasir import SPIN_COUNT
 
-SPIN_PROBE = """
+RELU_SHAPE = (1, 64, 32, 32)
+
+SPIN_PROBE = f"""
 import os, sys, time
 import nasir
 import torch  # its libgomp.so.1 is the one nasir's code then runs on
-import numpy as np, onnx
-from onnx import TensorProto, helper
+import numpy as np
 from nasir.frontend.onnx_import import import_onnx
 from nasir.runtime.llvm_executable import compile_llvm
 
-shape = (1, 64, 32, 32)
-graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)])
-onnx.save(helper.make_model(graph), sys.argv[1])
 exe = compile_llvm(import_onnx(sys.argv[1]).module, threads=2)
-x = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
+x = np.random.default_rng(0).standard_normal({RELU_SHAPE}, dtype=np.float32)
 assert np.array_equal(exe(x), np.maximum(x, 0))
 spent = []
 for _ in range(3):
@@ -44,6 +41,9 @@ def test_the_team_spins_a_while_after_a_call_unless_the_user_sets_libgomps_spin_
     """`import nasir` sets GOMP_SPINCOUNT = nasir.SPIN_COUNT before libgomp loads (torch's, here), so
     after a 2-thread call the other thread spins tens of ms before it sleeps (the process's CPU time
     while its Python thread sleeps); a user's GOMP_SPINCOUNT is kept: 1000 spins, microseconds."""
+    save_graph(tmp_path / "relu.onnx", "relu", [helper.make_node("Relu", ["x"], ["y"])], Initializers(),
+               RELU_SHAPE, RELU_SHAPE)
+
     def idle_cpu(**env) -> tuple[float, str]:
         clean = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
         done = subprocess.run([sys.executable, "-c", SPIN_PROBE, str(tmp_path / "relu.onnx")], env={**clean, **env},
@@ -82,20 +82,16 @@ def test_a_model_called_inside_the_callers_openmp_team_runs_whole_on_each_thread
 
     import torch
     import torch.nn.functional as F
-    from onnx import TensorProto, helper, numpy_helper
 
     from nasir.frontend.onnx_import import import_onnx
     from nasir.runtime.llvm_executable import aligned_empty, compile_llvm
 
-    rng = np.random.default_rng(0)
+    rng, inits = np.random.default_rng(0), Initializers()
     w, fc = rng.standard_normal((16, 8, 3, 3), dtype=np.float32) * 0.3, rng.standard_normal((10, 16), dtype=np.float32)
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"]),
-             helper.make_node("GlobalAveragePool", ["r"], ["p"]), helper.make_node("Flatten", ["p"], ["f"]),
-             helper.make_node("Gemm", ["f", "fc"], ["y"], transB=1)]
-    graph = helper.make_graph(nodes, "net", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 8, 12, 12))],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 10))],
-                              [numpy_helper.from_array(w, "w"), numpy_helper.from_array(fc, "fc")])
-    onnx.save(helper.make_model(graph), str(tmp_path / "net.onnx"))
+    nodes = [helper.make_node("Conv", ["x", inits.const("w", w)], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]), helper.make_node("GlobalAveragePool", ["r"], ["p"]),
+             helper.make_node("Flatten", ["p"], ["f"]), helper.make_node("Gemm", ["f", inits.const("fc", fc)], ["y"], transB=1)]
+    save_graph(tmp_path / "net.onnx", "net", nodes, inits, (1, 8, 12, 12), (1, 10))
     exe = compile_llvm(import_onnx(tmp_path / "net.onnx").module, threads=threads)
     subprocess.run(["cc", "-O2", "-fopenmp", "-shared", "-fPIC", "-x", "c", "-", "-o", str(tmp_path / "caller.so")],
                    input=CALLER, text=True, check=True)

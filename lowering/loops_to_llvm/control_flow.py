@@ -91,12 +91,10 @@ def call(f: FuncLowering, op: func.CallOp) -> None:
 
     if f.name == "main" and callee not in f.module.team:
         f.on_first_thread(emit)
-        f.add(llvm.CallOp("GOMP_barrier"))
-        f.unsynced = False
+        f.barrier()
     else:
         if f.unsynced:  # the first thread's copies before the team reads them
-            f.add(llvm.CallOp("GOMP_barrier"))
-            f.unsynced = False
+            f.barrier()
         emit()
     if slot is not None:
         f.count_ticks(slot, start)

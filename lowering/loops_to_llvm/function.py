@@ -100,7 +100,7 @@ class FuncLowering:
         """i1: whether this is thread 0 (`on_first_thread`), computed once at the entry."""
         self.unsynced = False
         """In @main's team: the first thread has written memory (a copy) that the others have not
-        waited for since; the next kernel they all run waits at a barrier first (`control_flow.call`)."""
+        waited for since; the next kernel they all run waits at a `barrier` first (`control_flow.call`)."""
 
     # Ops --------------------------------------------------------------------------------------
     def lower_block(self, block: Block) -> None:
@@ -215,6 +215,12 @@ class FuncLowering:
             self.add(llvm.StoreOp(total, at, alignment=8))
 
         self.on_first_thread(add)
+
+    def barrier(self) -> None:
+        """`llvm.call @GOMP_barrier()`: the team's threads wait for each other (outside a team, a
+        no-op); the first thread's copies are then seen by all (`unsynced`)."""
+        self.add(llvm.CallOp("GOMP_barrier"))
+        self.unsynced = False
 
     def on_first_thread(self, emit: Callable[[], None]) -> None:
         """What `emit()` adds, run by thread 0 alone (of @main's team; outside one, the only thread)."""

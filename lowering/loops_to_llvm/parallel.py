@@ -82,9 +82,10 @@ def _run(f: FuncLowering, name: str, ctx: SSAValue) -> None:
     if team is None:
         direct.add_op(llvm.BrOp(merge))
     else:
-        wait = f.new_block()
-        direct.add_op(llvm.CondBrOp(team, wait, [], merge, []))
-        wait.add_ops([llvm.CallOp("GOMP_barrier"), llvm.BrOp(merge)])
+        f.block = f.new_block()
+        direct.add_op(llvm.CondBrOp(team, f.block, [], merge, []))
+        f.barrier()
+        f.add(llvm.BrOp(merge))
     f.block = spread
     fn_ptr = f.add(llvm.AddressOfOp(name, PTR))
     f.add(llvm.CallOp(PARALLEL_RUNNER, fn_ptr, ctx))
