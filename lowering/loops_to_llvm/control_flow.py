@@ -16,6 +16,7 @@ from xdsl.dialects.builtin import IntegerAttr, i64
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from nasir.errors import LoweringError
+from nasir.lowering.loops_to_llvm.chunks import call_accesses
 from nasir.lowering.loops_to_llvm.function import FuncLowering, Lowering, llvm_type
 
 
@@ -80,8 +81,9 @@ def call(f: FuncLowering, op: func.CallOp) -> None:
     """`llvm.call`; a profiled kernel call of @main adds its ticks to its counter. In @main, a
     kernel that its team's threads may not all run (not in `FuncLowering.module.team`) is called
     by the first, the others waiting at a barrier after it (`nasir.lowering.loops_to_llvm.parallel`);
-    one they all call waits at a barrier first if the first thread copied since the last one
-    (`memory.copy`)."""
+    one they all call waits at a barrier first if a thread touched memory since the last one
+    (`FuncLowering.unsynced`) that the call could meet: a `chunked` kernel's own chunks need none
+    (`chunks`), another kernel waits for anything."""
     slot = f.module.profile_slots.get(op)
     start = f.ticks() if slot is not None else None
     callee = op.callee.root_reference.data
@@ -89,13 +91,24 @@ def call(f: FuncLowering, op: func.CallOp) -> None:
     def emit() -> None:
         f.add(llvm.CallOp(callee, *[f.v(o) for o in op.arguments]))
 
-    if f.name == "main" and callee not in f.module.team:
-        f.on_first_thread(emit)
-        f.barrier()
-    else:
-        if f.unsynced:  # the first thread's copies before the team reads them
+    chunked = f.module.chunked.get(callee)
+    if f.name != "main":
+        emit()
+    elif chunked is not None:
+        accesses = call_accesses(op, chunked)
+        if f.unsynced.conflicts(accesses):
             f.barrier()
         emit()
+        f.unsynced.add(accesses)
+    else:
+        if f.unsynced:
+            f.barrier()
+        if callee in f.module.team:
+            emit()  # its loops end with barriers
+            f.unsynced.clear()
+        else:
+            f.on_first_thread(emit)
+            f.barrier()
     if slot is not None:
         f.count_ticks(slot, start)
 

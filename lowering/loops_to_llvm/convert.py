@@ -13,7 +13,9 @@ Conventions of the generated code:
   with `nasir_num_threads == 1` the outlined function is called directly (and inlined by LLVM);
 - with more threads, @main (lowered as `@main.body`) runs in one team of them: each thread calls
   the kernels and runs its chunk of their loops, a barrier after each (`@GOMP_barrier`), so a call
-  forks and joins once, not once a kernel (`parallel.team_main`);
+  forks and joins once, not once a kernel (`parallel.team_main`); after a kernel whose chunks touch
+  only their own chunk of each buffer, the barrier is @main's, and only where the next call's
+  accesses need it (`chunks`);
 - masked vector loads/stores are `llvm.masked.load/store` intrinsic calls;
 - with `profile=true`, @main reads the time-stamp counter (`llvm.readcyclecounter`) around each
   kernel call and adds the ticks to one i64 counter per call, kept in the workspace after the arena
@@ -33,7 +35,8 @@ Conventions of the generated code:
 Each function is rebuilt op by op (`function.FuncLowering`), each op kind by its own lowering,
 looked up by type in `LOWERINGS`: arithmetic.py (arith, math), memory.py (memref,
 nasir.prefetch), vectors.py (vector), control_flow.py (scf.for, scf.if, func), parallel.py
-(scf.parallel); bounds.py checks the accesses of a checked build.
+(scf.parallel), chunks.py (which of @main's calls need a barrier before them); bounds.py checks
+the accesses of a checked build.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from nasir.errors import LoweringError
 from nasir.lowering.bufferize import aligned
 from nasir.lowering.loops_to_llvm import arithmetic, control_flow, memory, parallel, vectors
 from nasir.lowering.loops_to_llvm.bounds import BOUNDS_CHECKS, BOUNDS_GLOBALS
+from nasir.lowering.loops_to_llvm.chunks import chunk_accesses
 from nasir.lowering.loops_to_llvm.function import Lowering, ModuleLowering
 from nasir.lowering.loops_to_llvm.parallel import THREADS_GLOBAL, runtime_decls
 
@@ -82,6 +86,8 @@ class ConvertLoopsToLLVMPass(ModulePass):
         slots, offset = self.profile_counters(op) if self.profile else ({}, 0)
         lowering = ModuleLowering(LOWERINGS, slots, offset, self.checked)
         lowering.team = {f.sym_name.data for f in funcs if f.sym_name.data != "main" and parallel.team_safe(f)}
+        lowering.chunked = {f.sym_name.data: a for f in funcs if f.sym_name.data in lowering.team
+                            and (a := chunk_accesses(f)) is not None}
         new_funcs = [lowering.lower_func(f) for f in funcs]
         at = next((k for k, f in enumerate(new_funcs) if f.sym_name.data == "main"), None)
         if at is not None:

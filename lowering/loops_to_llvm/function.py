@@ -35,8 +35,10 @@ from xdsl.dialects.builtin import (
     i64,
 )
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.traits import is_side_effect_free
 
 from nasir.errors import LoweringError
+from nasir.lowering.loops_to_llvm.chunks import ChunkAccess, Unsynced
 
 PTR = llvm.LLVMPointerType()
 
@@ -98,9 +100,10 @@ class FuncLowering:
         self.main_start: SSAValue | None = None
         self.first_thread: SSAValue | None = None
         """i1: whether this is thread 0 (`on_first_thread`), computed once at the entry."""
-        self.unsynced = False
-        """In @main's team: the first thread has written memory (a copy) that the others have not
-        waited for since; the next kernel they all run waits at a `barrier` first (`control_flow.call`)."""
+        self.unsynced = Unsynced()
+        """In @main's team: what its threads touched since the last `barrier` (chunked kernels'
+        chunks, the first thread's copies); a call waits at a barrier first if its accesses could
+        meet them (`control_flow.call`, `memory.copy`)."""
 
     # Ops --------------------------------------------------------------------------------------
     def lower_block(self, block: Block) -> None:
@@ -109,7 +112,10 @@ class FuncLowering:
 
     def lower(self, op: Operation) -> None:
         """Lower `op` by the lowering of its type; llvm ops (lane masks of convert-nest-to-loops)
-        are copied onto the new values."""
+        are copied onto the new values. In @main, an op with effects that waits for nothing of its
+        own (not a call or a copy) waits at a barrier for what the team touched (`unsynced`)."""
+        if self.unsynced and not isinstance(op, (func.CallOp, memref.CopyOp, func.ReturnOp)) and not is_side_effect_free(op):
+            self.barrier()
         lowering = self.module.lowerings.get(type(op))
         if lowering is not None:
             lowering(self, op)
@@ -218,9 +224,9 @@ class FuncLowering:
 
     def barrier(self) -> None:
         """`llvm.call @GOMP_barrier()`: the team's threads wait for each other (outside a team, a
-        no-op); the first thread's copies are then seen by all (`unsynced`)."""
+        no-op); what each touched before is then seen by all (`unsynced`)."""
         self.add(llvm.CallOp("GOMP_barrier"))
-        self.unsynced = False
+        self.unsynced.clear()
 
     def on_first_thread(self, emit: Callable[[], None]) -> None:
         """What `emit()` adds, run by thread 0 alone (of @main's team; outside one, the only thread)."""
@@ -253,6 +259,9 @@ class ModuleLowering:
         self.profile_offset = profile_offset
         self.team: set[str] = set()
         """Kernels that each thread of @main's team calls (`parallel.team_safe`); the first calls the others alone."""
+        self.chunked: dict[str, dict[int, ChunkAccess]] = {}
+        """Kernels of `team` whose loop's chunks touch their own chunk of each buffer (`chunks.chunk_accesses`):
+        no barrier after their loop; @main waits before a call whose accesses need it."""
 
     def add_func(self, f: Operation) -> None:
         self.new_funcs.append(f)

@@ -18,6 +18,7 @@ from xdsl.ir import Operation
 
 from nasir.dialects.loops import PrefetchOp
 from nasir.lowering.loops_to_llvm.bounds import access
+from nasir.lowering.loops_to_llvm.chunks import Buffer, ChunkAccess
 from nasir.lowering.loops_to_llvm.function import FuncLowering, Lowering
 
 
@@ -60,7 +61,8 @@ def alloca(f: FuncLowering, op: memref.AllocaOp) -> None:
 def copy(f: FuncLowering, op: memref.CopyOp) -> None:
     """`memref.copy %a, %b : memref<8xf32>` -> `llvm.memcpy(%b, %a, 32 bytes)`. In @main (a
     concat's copies), by the first thread of its team alone: were each thread to copy, one late
-    to its copy could read a buffer that a kernel after it, run by a thread ahead, has reused."""
+    to its copy could read a buffer that a kernel after it, run by a thread ahead, has reused.
+    It waits at a barrier first if the others may still be at the bytes it touches (`FuncLowering.unsynced`)."""
     nbytes = 4 * math.prod(op.source.type.get_shape())
 
     def emit() -> None:
@@ -68,8 +70,11 @@ def copy(f: FuncLowering, op: memref.CopyOp) -> None:
                                                             f.const(IntegerAttr(0, i1), i1)], []))
 
     if f.name == "main":
+        accesses = [(Buffer.of(op.source), ChunkAccess(None, False)), (Buffer.of(op.destination), ChunkAccess(None, True))]
+        if f.unsynced.conflicts(accesses):
+            f.barrier()
         f.on_first_thread(emit)
-        f.unsynced = True
+        f.unsynced.add(accesses)
     else:
         emit()
 

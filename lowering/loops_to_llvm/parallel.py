@@ -14,7 +14,9 @@ With more than one thread @main runs in one team of them (`team_main`): every th
 body, so a kernel called there is called by each of them, and each runs its chunk of the kernel's
 loop directly and waits at a barrier (`GOMP_barrier`) instead of forking a team: one fork and
 join a call instead of one a kernel (ResNet-34 after `depthwise`, 40 kernels of a few µs: an
-empty region's fork and join took 1.1-2.4 µs on a Zen 3 VM, a barrier 0.4-0.7). A kernel whose
+empty region's fork and join took 1.1-2.4 µs on a Zen 3 VM, a barrier 0.4-0.7). After a kernel
+whose chunks touch only their own chunk of each buffer (`chunks`), @main waits instead, and only
+before a call that needs it. A kernel whose
 body does more than run parallel loops (`team_safe`: a gemm's serial loop) is called by the
 first thread alone, the others waiting at a barrier after it; its loops fork a team of their own
 (nested in @main's: one thread). Called from inside a caller's OpenMP team, @main runs in a
@@ -70,7 +72,8 @@ def _pack(f: FuncLowering, free: list[SSAValue], types: list[Attribute]) -> SSAV
 def _run(f: FuncLowering, name: str, ctx: SSAValue) -> None:
     """Call `@name(ctx)` directly on one thread (LLVM then inlines it, and the kernel's noalias
     pointers come back) or, in a kernel that @main's team calls on each thread (`team_safe`), on
-    each of them (then a barrier), else through `@nasir_parallel` (nested in a team: one thread;
+    each of them (then a barrier, unless the kernel is `chunked`: @main's calls wait where
+    needed), else through `@nasir_parallel` (nested in a team: one thread;
     a loop inside an outlined one or in a kernel the team's first thread calls alone)."""
     threads = f.add(llvm.LoadOp(f.add(llvm.AddressOfOp(THREADS_GLOBAL, PTR)), i32))
     single = f.add(llvm.ICmpOp(threads, f.const(IntegerAttr(1, i32), i32), IntegerAttr(0, i64)))  # eq
@@ -79,7 +82,7 @@ def _run(f: FuncLowering, name: str, ctx: SSAValue) -> None:
     cur, direct, spread, merge = f.block, f.new_block(), f.new_block(), f.new_block()
     cur.add_op(llvm.CondBrOp(direct_cond, direct, [], spread, []))
     direct.add_op(llvm.CallOp(name, ctx))
-    if team is None:
+    if team is None or f.name in f.module.chunked:  # a chunked kernel's barrier is @main's (`chunks`)
         direct.add_op(llvm.BrOp(merge))
     else:
         f.block = f.new_block()

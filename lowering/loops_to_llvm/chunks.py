@@ -1,0 +1,198 @@
+"""convert-loops-to-llvm: which barriers of @main's team a kernel call may go without.
+
+In @main's team each thread runs its chunk of a kernel's parallel loop (`parallel._chunk`: equal
+contiguous chunks of [0, N), by thread number). A kernel whose one loop indexes each buffer it
+touches along one axis by the loop's index alone, the axis N long, reads and writes, on each
+thread, only that thread's chunk of the axis (`chunk_accesses`). Two such kernels in a row that
+take the same buffer along the same axis need no barrier between them: each thread reads what it
+wrote itself (the same chunks: the same N, the same team), as OpenMP's `nowait` between two
+loops of the same static schedule. ResNet-34 after `depthwise`: 32 of its 40 kernel calls are
+channel-block-local (the loop over blocks of 8 channels), so most of its barriers go.
+
+    scf.parallel (%b) = (0) to (8) {                            @layer1.0_conv1(%x, %w, %y)
+      %v = vector.load %x[0, %b, %h, %w0, 0] : memref<1x8x32x32x8xf32>
+      vector.store %r, %y[0, %b, %h, %w0, 0] : memref<1x8x32x32x8xf32>
+    }
+        ->  {0: ChunkAccess(axis=1, write=False), 1: ChunkAccess(axis=None, write=False),
+             2: ChunkAccess(axis=1, write=True)}
+
+@main keeps the accesses since its last barrier (`Unsynced`) and waits at a barrier before a
+call only when one of the call's accesses could meet another thread's (`Unsynced.conflicts`):
+overlapping bytes of the same buffer, one of them a write, and not both chunks of one view along
+one axis.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from xdsl.dialects import arith, func, memref, scf, vector
+from xdsl.dialects.builtin import MemRefType
+from xdsl.ir import BlockArgument, Operation, SSAValue
+from xdsl.traits import is_side_effect_free
+
+from nasir.dialects.loops import PrefetchOp
+
+
+@dataclass(frozen=True)
+class ChunkAccess:
+    """How a kernel's loop touches one of its memref arguments: along `axis` only at the loop's
+    index (each thread its own chunk of that axis), or anywhere (`axis` None); `write` if it stores."""
+
+    axis: int | None
+    write: bool
+
+
+def chunk_accesses(fn: func.FuncOp) -> dict[int, ChunkAccess] | None:
+    """Each memref argument's access (by argument number; arguments not touched are left out) of a
+    kernel whose body is one `scf.parallel` from 0 (step 1) and ops without effects; None for any
+    other kernel, or one whose loop touches memory otherwise than by loads and stores of its
+    arguments (a vector along the chunked axis would cross chunks: not chunked)."""
+    loops = [op for op in fn.body.block.ops if isinstance(op, scf.ParallelOp)]
+    if len(loops) != 1 or not all(isinstance(op, (scf.ParallelOp, func.ReturnOp)) or is_side_effect_free(op)
+                                  for op in fn.body.block.ops):
+        return None
+    loop = loops[0]
+    if len(loop.lowerBound) != 1 or _constant(loop.lowerBound[0]) != 0 or _constant(loop.step[0]) != 1:
+        return None
+    trips, index = _constant(loop.upperBound[0]), loop.body.block.args[0]
+    args = {a: k for k, a in enumerate(fn.body.block.args)}
+    axes: dict[int, set[int | None]] = {}
+    writes: set[int] = set()
+    for op in loop.body.walk():
+        touched = _touched(op)
+        if touched is None:
+            if not isinstance(op, PrefetchOp) and any(o in args for o in op.operands):
+                return None  # a view of an argument, a call: not followed (a prefetch touches nothing)
+            continue
+        ref, indices, write, lanes = touched
+        if ref not in args:
+            if isinstance(ref, BlockArgument) or not isinstance(ref.owner, memref.AllocaOp):
+                return None  # not an argument, not the thread's own scratch
+            continue
+        k = args[ref]
+        shape = ref.type.get_shape()
+        on = {d for d, i in enumerate(indices) if _affine(i, index) == (1, 0) and shape[d] == trips
+              and not (lanes > 1 and d == len(shape) - 1)}
+        axes.setdefault(k, set()).add(min(on) if len(on) == 1 else None)
+        if write:
+            writes.add(k)
+    return {k: ChunkAccess(next(iter(a)) if len(a) == 1 else None, k in writes) for k, a in axes.items()}
+
+
+def _touched(op: Operation) -> tuple[SSAValue, list[SSAValue], bool, int] | None:
+    """(memref, indices, whether it writes, lanes) of a load or store; None for other ops."""
+    if isinstance(op, memref.LoadOp):
+        return op.memref, list(op.indices), False, 1
+    if isinstance(op, memref.StoreOp):
+        return op.memref, list(op.indices), True, 1
+    if isinstance(op, (vector.LoadOp, vector.MaskedLoadOp)):
+        return op.base, list(op.indices), False, op.result.type.get_shape()[0]
+    if isinstance(op, vector.StoreOp):
+        return op.base, list(op.indices), True, op.vector.type.get_shape()[0]
+    if isinstance(op, vector.MaskedStoreOp):
+        return op.base, list(op.indices), True, op.value_to_store.type.get_shape()[0]
+    return None
+
+
+def _constant(v: SSAValue) -> int | None:
+    return v.owner.value.value.data if isinstance(v.owner, arith.ConstantOp) else None
+
+
+def _affine(v: SSAValue, index: SSAValue) -> tuple[int, int] | None:
+    """`v` as `a * index + b` when it is computed from `index` and constants alone, else None.
+
+        (%b * 8) floordiv 8  ->  (1, 0)        %b + %h  ->  None
+    """
+    if v is index:
+        return 1, 0
+    c = _constant(v)
+    if c is not None:
+        return 0, c
+    op = v.owner
+    if isinstance(op, arith.IndexCastOp):
+        return _affine(op.input, index)
+    if not isinstance(op, (arith.AddiOp, arith.SubiOp, arith.MuliOp, arith.FloorDivSIOp, arith.DivSIOp)):
+        return None
+    lhs, rhs = _affine(op.lhs, index), _affine(op.rhs, index)
+    if lhs is None or rhs is None:
+        return None
+    (a, b), (c, d) = lhs, rhs
+    if isinstance(op, arith.AddiOp):
+        return a + c, b + d
+    if isinstance(op, arith.SubiOp):
+        return a - c, b - d
+    if isinstance(op, arith.MuliOp):
+        return (a * d, b * d) if c == 0 else (c * b, d * b) if a == 0 else None
+    # (a * i + b) / d with d dividing a: a / d * i + b / d (i, b >= 0: floor and truncation agree)
+    if c != 0 or d <= 0 or a % d or b < 0:
+        return None
+    return a // d, b // d
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """The bytes an @main value names: `root` (an argument of @main, the workspace) from `start`
+    to `end`, through the view `key` (root, start and type: the same key, the same elements);
+    root None: not known (any bytes)."""
+
+    root: SSAValue | None
+    start: int
+    end: int | None
+    key: tuple
+
+    @staticmethod
+    def of(v: SSAValue) -> Buffer:
+        """An argument of @main, or `memref.view %arg[%c][]` of one at a constant byte offset (at
+        another offset: all of its root; anything else: not known)."""
+        if isinstance(v, BlockArgument):
+            return Buffer(v, 0, _nbytes(v.type), (v, 0, v.type))
+        if isinstance(v.owner, memref.ViewOp) and isinstance(v.owner.source, BlockArgument):
+            start = _constant(v.owner.byte_shift)
+            if start is None:
+                return Buffer(v.owner.source, 0, None, (v,))
+            return Buffer(v.owner.source, start, start + _nbytes(v.type), (v.owner.source, start, v.type))
+        return Buffer(None, 0, None, (v,))
+
+    def overlaps(self, other: Buffer) -> bool:
+        if self.root is None or other.root is None:
+            return True
+        return self.root is other.root and (self.end is None or other.start < self.end) and (
+            other.end is None or self.start < other.end)
+
+
+def _nbytes(ty: MemRefType) -> int:
+    return math.prod(ty.get_shape()) * ty.element_type.bitwidth // 8
+
+
+@dataclass
+class Unsynced:
+    """What the kernels @main's team called since its last barrier touched: (buffer, access)."""
+
+    touched: list[tuple[Buffer, ChunkAccess]] = field(default_factory=list)
+
+    def conflicts(self, calls: list[tuple[Buffer, ChunkAccess]]) -> bool:
+        """Whether a thread's accesses `calls` could meet another thread's since the barrier."""
+        return any(_meet(a, b) for a in calls for b in self.touched)
+
+    def add(self, calls: list[tuple[Buffer, ChunkAccess]]) -> None:
+        self.touched.extend(calls)
+
+    def clear(self) -> None:
+        self.touched.clear()
+
+    def __bool__(self) -> bool:
+        return bool(self.touched)
+
+
+def _meet(a: tuple[Buffer, ChunkAccess], b: tuple[Buffer, ChunkAccess]) -> bool:
+    (x, p), (y, q) = a, b
+    if not (p.write or q.write) or not x.overlaps(y):
+        return False
+    return not (x.key == y.key and p.axis is not None and p.axis == q.axis)
+
+
+def call_accesses(call: func.CallOp, accesses: dict[int, ChunkAccess]) -> list[tuple[Buffer, ChunkAccess]]:
+    """A chunked kernel's accesses (`chunk_accesses`) on the buffers @main passes it."""
+    return [(Buffer.of(call.arguments[k]), a) for k, a in accesses.items()]

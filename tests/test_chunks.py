@@ -1,0 +1,172 @@
+"""Which barriers of @main's team a kernel call goes without (nasir.lowering.loops_to_llvm.chunks):
+kernels' chunks read off their loads and stores, and models whose kernels run without most of
+their barriers computing what torch computes at 2 and 3 threads, calls spaced so that a thread
+lags (the team's others asleep between calls)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from onnx import helper
+from onnx_graphs import Initializers, save_graph
+from xdsl.dialects import func
+
+from nasir.dialects.context import parse_module
+from nasir.frontend.onnx_import import import_onnx
+from nasir.lowering.loops_to_llvm.chunks import Buffer, ChunkAccess, Unsynced, chunk_accesses
+from nasir.lowering.pipeline import llvm_pipeline
+from nasir.runtime.llvm_executable import compile_llvm
+
+
+def kernel(loop_body: str, x: str = "memref<8x4x16xf32>", y: str = "memref<8x4x16xf32>", trips: int = 8) -> func.FuncOp:
+    """@k(%x, %y) whose body is one scf.parallel (%i) from 0 to `trips` running `loop_body`."""
+    module, _ = parse_module(f"""
+builtin.module {{
+  func.func private @k(%x: {x}, %y: {y}) {{
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c2 = arith.constant 2 : index
+    %c8 = arith.constant 8 : index
+    %n = arith.constant {trips} : index
+    "scf.parallel"(%c0, %n, %c1) <{{operandSegmentSizes = array<i32: 1, 1, 1, 0>}}> ({{
+    ^bb0(%i: index):
+{loop_body}
+      scf.reduce
+    }}) : (index, index, index) -> ()
+    func.return
+  }}
+}}""")
+    return next(op for op in module.ops if isinstance(op, func.FuncOp))
+
+
+COPY = """      %v = vector.load %x[%i, %c1, %c0] : memref<8x4x16xf32>, vector<16xf32>
+      vector.store %v, %y[%i, %c2, %c0] : memref<8x4x16xf32>, vector<16xf32>"""
+
+
+def test_a_kernel_indexing_each_buffer_by_its_loops_index_touches_its_own_chunk_of_that_axis():
+    assert chunk_accesses(kernel(COPY)) == {0: ChunkAccess(0, False), 1: ChunkAccess(0, True)}
+    # (%i * 8) floordiv 8 is %i (a depthwise conv's channel block), along an axis as long as the loop
+    scaled = """      %a = arith.muli %i, %c8 : index
+      %b = arith.floordivsi %a, %c8 : index
+      %v = memref.load %x[%c0, %c1, %b] : memref<8x4x16xf32>
+      memref.store %v, %y[%c0, %b, %c1] : memref<8x4x16xf32>"""
+    assert chunk_accesses(kernel(scaled, trips=16)) == {0: ChunkAccess(2, False), 1: ChunkAccess(None, True)}
+    assert chunk_accesses(kernel(scaled.replace("%x[%c0, %c1, %b]", "%x[%b, %c1, %c0]"), trips=8)) == {
+        0: ChunkAccess(0, False), 1: ChunkAccess(None, True)}  # y's axis 1 is 4 long, not the loop's 8
+
+
+@pytest.mark.parametrize("body, why", [
+    (COPY.replace("%y[%i, %c2, %c0]", "%y[%c0, %c2, %c0]"), "every thread writes row 0"),
+    (COPY.replace("%y[%i, %c2, %c0]", "%y[%i, %c2, %c0]") + """
+      %j = arith.addi %i, %c1 : index
+      %w = vector.load %y[%j, %c0, %c0] : memref<8x4x16xf32>, vector<16xf32>""", "reads the next thread's first row"),
+])
+def test_a_kernel_touching_another_chunk_is_not_chunked_there(body, why):
+    assert chunk_accesses(kernel(body))[1] == ChunkAccess(None, True), why
+
+
+def test_a_vector_along_the_chunked_axis_or_a_loop_not_over_an_axis_is_not_chunked():
+    along = """      %a = arith.muli %i, %c1 : index
+      %v = vector.load %x[%c0, %c0, %a] : memref<8x4x16xf32>, vector<4xf32>
+      vector.store %v, %y[%c0, %c0, %a] : memref<8x4x16xf32>, vector<4xf32>"""
+    assert chunk_accesses(kernel(along, trips=16)) == {0: ChunkAccess(None, False), 1: ChunkAccess(None, True)}
+    assert chunk_accesses(kernel(COPY, trips=4)) == {0: ChunkAccess(None, False), 1: ChunkAccess(None, True)}
+    view = """      %f = memref.collapse_shape %y [[0, 1], [2]] : memref<8x4x16xf32> into memref<32x16xf32>
+      %v = vector.load %x[%i, %c1, %c0] : memref<8x4x16xf32>, vector<16xf32>
+      vector.store %v, %f[%i, %c0] : memref<32x16xf32>, vector<16xf32>"""
+    assert chunk_accesses(kernel(view)) is None  # an access through a view of an argument: not followed
+
+
+def test_a_call_waits_for_the_bytes_another_thread_may_still_be_at():
+    module, _ = parse_module("""
+builtin.module {
+  func.func @main(%ws: memref<4096xi8>) {
+    %c0 = arith.constant 0 : index
+    %c1024 = arith.constant 1024 : index
+    %c2048 = arith.constant 2048 : index
+    %a = memref.view %ws[%c0][] : memref<4096xi8> to memref<8x4x8xf32>
+    %b = memref.view %ws[%c1024][] : memref<4096xi8> to memref<8x4x8xf32>
+    %a2 = memref.view %ws[%c0][] : memref<4096xi8> to memref<8x4x8xf32>
+    %t = memref.view %ws[%c0][] : memref<4096xi8> to memref<4x8x8xf32>
+    %far = memref.view %ws[%c2048][] : memref<4096xi8> to memref<8x4x8xf32>
+    func.return
+  }
+}""")
+    a, b, a2, t, far = [op.results[0] for op in next(iter(module.ops)).body.block.ops if op.name == "memref.view"]
+    write0, read0, read1, anywhere = ChunkAccess(0, True), ChunkAccess(0, False), ChunkAccess(1, False), ChunkAccess(None, False)
+    since = Unsynced([(Buffer.of(a), write0)])
+    assert not since.conflicts([(Buffer.of(a2), read0)])  # the same view, the same axis: its own chunk
+    assert since.conflicts([(Buffer.of(a2), read1)])  # another axis
+    assert since.conflicts([(Buffer.of(t), read0)])  # the same bytes, another shape
+    assert since.conflicts([(Buffer.of(a), anywhere)])
+    assert not since.conflicts([(Buffer.of(b), ChunkAccess(None, True)), (Buffer.of(far), anywhere)])  # other bytes
+    assert not Unsynced([(Buffer.of(a), read0)]).conflicts([(Buffer.of(t), anywhere)])  # two reads
+
+
+def depthwise_chain(path, c: int, size: int) -> None:
+    """Blocks of a depthwise 3x3 conv, relu, a depthwise conv and a residual add, c channels; one
+    stride-2 depthwise conv with a channel multiplier of 2 and a dense 1x1 conv between them."""
+    inits, nodes, x = Initializers(), [], "x"
+    for k, (stride, mult) in enumerate([(1, 1), (1, 1), (2, 2), (1, 1)]):
+        cin = c * (2 if k == 3 else 1)
+        w1 = inits.conv_weight(f"w{k}a", (cin * mult, 1, 3, 3))
+        w2 = inits.conv_weight(f"w{k}b", (cin * mult, 1, 3, 3))
+        nodes += [helper.make_node("Conv", [x, w1, inits.bias(f"b{k}", cin * mult)], [f"c{k}"], group=cin, pads=[1] * 4,
+                                   strides=[stride] * 2),
+                  helper.make_node("Relu", [f"c{k}"], [f"r{k}"]),
+                  helper.make_node("Conv", [f"r{k}", w2], [f"d{k}"], group=cin * mult, pads=[1] * 4)]
+        if mult == 1:
+            nodes.append(helper.make_node("Add", [f"d{k}", x], [f"s{k}"]))
+            x = f"s{k}"
+        else:
+            wd = inits.conv_weight("wdense", (cin * mult, cin * mult, 1, 1))
+            nodes.append(helper.make_node("Conv", [f"d{k}", wd], [f"s{k}"]))
+            x = f"s{k}"
+    nodes.append(helper.make_node("Relu", [x], ["y"]))
+    save_graph(path, "chain", nodes, inits, (1, c, size, size), (1, 2 * c, size // 2, size // 2))
+
+
+def torch_chain(path, x: np.ndarray) -> np.ndarray:
+    """The same graph run by torch (its initializers read back from the file)."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(path))
+    w = {t.name: torch.tensor(numpy_helper.to_array(t)) for t in model.graph.initializer}
+    v = {"x": torch.tensor(x)}
+    for n in model.graph.node:
+        a = {at.name: helper.get_attribute_value(at) for at in n.attribute}
+        ins = [v.get(i, w.get(i)) for i in n.input]
+        if n.op_type == "Conv":
+            v[n.output[0]] = F.conv2d(ins[0], ins[1], ins[2] if len(ins) > 2 else None, stride=a.get("strides", [1])[0],
+                                      padding=a.get("pads", [0])[0], groups=a.get("group", 1))
+        elif n.op_type == "Relu":
+            v[n.output[0]] = F.relu(ins[0])
+        else:
+            v[n.output[0]] = ins[0] + ins[1]
+    return v["y"].numpy()
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_depthwise_blocks_run_without_most_barriers_and_compute_what_torch_does(threads, tmp_path):
+    """48 channels (6 blocks of 8: 3 threads take 2 each, 2 threads 3), 16 x 16 images: the
+    depthwise convs and their residual adds go without barriers between them, the stride-2 one
+    with its multiplier and the dense 1x1 conv wait. 20 calls 10 ms apart (a thread woken late)."""
+    depthwise_chain(tmp_path / "chain.onnx", 48, 16)
+    model = import_onnx(tmp_path / "chain.onnx")
+    lowered = model.transform(str(llvm_pipeline().until("convert-loops-to-llvm"))).module
+    body = next(op for op in lowered.ops if getattr(op, "sym_name", None) is not None and op.sym_name.data == "main.body")
+    text = str(body)
+    calls = sum(1 for op in body.walk() if op.name == "llvm.call" and op.callee.string_value() not in (
+        "GOMP_barrier", "omp_get_thread_num"))
+    assert text.count("@GOMP_barrier") <= calls // 2, text.count("@GOMP_barrier")
+    x = np.random.default_rng(3).standard_normal((1, 48, 16, 16)).astype(np.float32)
+    want = torch_chain(tmp_path / "chain.onnx", x)
+    exe = compile_llvm(model.module, threads=threads)
+    for _ in range(20):
+        time.sleep(0.01)
+        np.testing.assert_allclose(exe(x), want, rtol=1e-4, atol=1e-4)
