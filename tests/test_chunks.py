@@ -30,6 +30,7 @@ builtin.module {{
     %c0 = arith.constant 0 : index
     %c1 = arith.constant 1 : index
     %c2 = arith.constant 2 : index
+    %c4 = arith.constant 4 : index
     %c8 = arith.constant 8 : index
     %n = arith.constant {trips} : index
     "scf.parallel"(%c0, %n, %c1) <{{operandSegmentSizes = array<i32: 1, 1, 1, 0>}}> ({{
@@ -57,6 +58,30 @@ def test_a_kernel_indexing_each_buffer_by_its_loops_index_touches_its_own_chunk_
     assert chunk_accesses(kernel(scaled, trips=16)) == {0: ChunkAccess(2, False), 1: ChunkAccess(None, True)}
     assert chunk_accesses(kernel(scaled.replace("%x[%c0, %c1, %b]", "%x[%b, %c1, %c0]"), trips=8)) == {
         0: ChunkAccess(0, False), 1: ChunkAccess(None, True)}  # y's axis 1 is 4 long, not the loop's 8
+
+
+def test_a_loop_inside_may_run_over_the_iterations_own_stretch_of_the_axis():
+    """A grouped conv's loop over groups, the input channels of a group inside: iteration g reads
+    blocks (g * 8 + ci) floordiv 8 = g (ci in [0, 8)), and at 4 blocks a group, 4 g + co."""
+    grouped = """      scf.for %ci = %c0 to %c8 step %c1 {
+        %a = arith.muli %i, %c8 : index
+        %b = arith.addi %a, %ci : index
+        %g = arith.floordivsi %b, %c8 : index
+        %v = memref.load %x[%g, %c1, %ci] : memref<8x4x16xf32>
+        memref.store %v, %y[%g, %c0, %c0] : memref<8x4x16xf32>
+      }"""
+    assert chunk_accesses(kernel(grouped)) == {0: ChunkAccess(0, False), 1: ChunkAccess(0, True)}
+    four = """      scf.for %co = %c0 to %c4 step %c1 {
+        %a = arith.muli %i, %c4 : index
+        %b = arith.addi %a, %co : index
+        %v = vector.load %x[%b, %c1, %c0] : memref<8x4x16xf32>, vector<4xf32>
+        vector.store %v, %y[%c0, %c1, %b] : memref<8x4x16xf32>, vector<4xf32>
+      }"""
+    accesses = chunk_accesses(kernel(four, trips=2))
+    assert accesses[0] == ChunkAccess(0, False, scale=4)  # blocks [4 g, 4 g + 4) of 8
+    assert accesses[1] == ChunkAccess(None, True)  # 4 g + co + 3 lanes runs past 4 g + 3
+    past = four.replace("%c0 to %c4 step", "%c0 to %c8 step")
+    assert chunk_accesses(kernel(past, trips=2))[0] == ChunkAccess(None, False)  # co up to 7: the next group's
 
 
 @pytest.mark.parametrize("body, why", [
@@ -101,6 +126,7 @@ builtin.module {
     since = Unsynced([(Buffer.of(a), write0)])
     assert not since.conflicts([(Buffer.of(a2), read0)])  # the same view, the same axis: its own chunk
     assert since.conflicts([(Buffer.of(a2), read1)])  # another axis
+    assert since.conflicts([(Buffer.of(a2), ChunkAccess(0, False, scale=2))])  # another scale: other chunks
     assert since.conflicts([(Buffer.of(t), read0)])  # the same bytes, another shape
     assert since.conflicts([(Buffer.of(a), anywhere)])
     assert not since.conflicts([(Buffer.of(b), ChunkAccess(None, True)), (Buffer.of(far), anywhere)])  # other bytes
@@ -109,16 +135,17 @@ builtin.module {
 
 def depthwise_chain(path, c: int, size: int) -> None:
     """Blocks of a depthwise 3x3 conv, relu, a depthwise conv and a residual add, c channels; one
-    stride-2 depthwise conv with a channel multiplier of 2 and a dense 1x1 conv between them."""
+    stride-2 depthwise conv with a channel multiplier of 2 and a dense 1x1 conv between them; a
+    last block of two convs of 2 groups."""
     inits, nodes, x = Initializers(), [], "x"
-    for k, (stride, mult) in enumerate([(1, 1), (1, 1), (2, 2), (1, 1)]):
-        cin = c * (2 if k == 3 else 1)
-        w1 = inits.conv_weight(f"w{k}a", (cin * mult, 1, 3, 3))
-        w2 = inits.conv_weight(f"w{k}b", (cin * mult, 1, 3, 3))
-        nodes += [helper.make_node("Conv", [x, w1, inits.bias(f"b{k}", cin * mult)], [f"c{k}"], group=cin, pads=[1] * 4,
-                                   strides=[stride] * 2),
+    for k, (stride, mult, groups) in enumerate([(1, 1, c), (1, 1, c), (2, 2, c), (1, 1, 2 * c), (1, 1, 2)]):
+        cin = c * (2 if k >= 3 else 1)
+        w1 = inits.conv_weight(f"w{k}a", (cin * mult, cin // groups, 3, 3))
+        w2 = inits.conv_weight(f"w{k}b", (cin * mult, cin * mult // min(groups * mult, cin * mult), 3, 3))
+        nodes += [helper.make_node("Conv", [x, w1, inits.bias(f"b{k}", cin * mult)], [f"c{k}"], group=groups,
+                                   pads=[1] * 4, strides=[stride] * 2),
                   helper.make_node("Relu", [f"c{k}"], [f"r{k}"]),
-                  helper.make_node("Conv", [f"r{k}", w2], [f"d{k}"], group=cin * mult, pads=[1] * 4)]
+                  helper.make_node("Conv", [f"r{k}", w2], [f"d{k}"], group=min(groups * mult, cin * mult), pads=[1] * 4)]
         if mult == 1:
             nodes.append(helper.make_node("Add", [f"d{k}", x], [f"s{k}"]))
             x = f"s{k}"
@@ -154,8 +181,10 @@ def torch_chain(path, x: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("threads", [2, 3])
 def test_depthwise_blocks_run_without_most_barriers_and_compute_what_torch_does(threads, tmp_path):
     """48 channels (6 blocks of 8: 3 threads take 2 each, 2 threads 3), 16 x 16 images: the
-    depthwise convs and their residual adds go without barriers between them, the stride-2 one
-    with its multiplier and the dense 1x1 conv wait. 20 calls 10 ms apart (a thread woken late)."""
+    depthwise convs and their residual adds go without barriers between them, as do the two
+    grouped convs (a loop over the 2 groups, 48 channels each); the stride-2 one with its
+    multiplier and the dense 1x1 conv wait. 20 calls 10 ms apart (a thread woken late): with no
+    barriers at all 19-20 of 20 calls were wrong."""
     depthwise_chain(tmp_path / "chain.onnx", 48, 16)
     model = import_onnx(tmp_path / "chain.onnx")
     lowered = model.transform(str(llvm_pipeline().until("convert-loops-to-llvm"))).module

@@ -1,13 +1,15 @@
 """convert-loops-to-llvm: which barriers of @main's team a kernel call may go without.
 
 In @main's team each thread runs its chunk of a kernel's parallel loop (`parallel._chunk`: equal
-contiguous chunks of [0, N), by thread number). A kernel whose one loop indexes each buffer it
-touches along one axis by the loop's index alone, the axis N long, reads and writes, on each
-thread, only that thread's chunk of the axis (`chunk_accesses`). Two such kernels in a row that
-take the same buffer along the same axis need no barrier between them: each thread reads what it
-wrote itself (the same chunks: the same N, the same team), as OpenMP's `nowait` between two
-loops of the same static schedule. ResNet-34 after `depthwise`: 32 of its 40 kernel calls are
-channel-block-local (the loop over blocks of 8 channels), so most of its barriers go.
+contiguous chunks of [0, N), by thread number). A kernel whose one loop's iteration i touches
+each buffer along one axis only at [s * i, s * (i + 1)), the axis s * N long (s = 1: the loop's
+index itself; the indices read as `a * i + r` over the ranges of the loops inside, `_span`),
+reads and writes, on each thread, only that thread's chunk of the axis (`chunk_accesses`). Two
+such kernels in a row that take the same buffer along the same axis at the same scale need no
+barrier between them: each thread reads what it wrote itself (the same chunks: the same N, the
+same team), as OpenMP's `nowait` between two loops of the same static schedule. ResNet-34 after
+`depthwise`: 32 of its 40 kernel calls are channel-block-local (the loop over blocks of 8
+channels), so most of its barriers go.
 
     scf.parallel (%b) = (0) to (8) {                            @layer1.0_conv1(%x, %w, %y)
       %v = vector.load %x[0, %b, %h, %w0, 0] : memref<1x8x32x32x8xf32>
@@ -19,7 +21,8 @@ channel-block-local (the loop over blocks of 8 channels), so most of its barrier
 @main keeps the accesses since its last barrier (`Unsynced`) and waits at a barrier before a
 call only when one of the call's accesses could meet another thread's (`Unsynced.conflicts`):
 overlapping bytes of the same buffer, one of them a write, and not both chunks of one view along
-one axis.
+one axis at one scale (a grouped conv's loop over groups of 4 channel blocks: iteration g at
+blocks [4g, 4g + 4), the same chunks as another such loop's, not as a loop over single blocks).
 """
 
 from __future__ import annotations
@@ -37,11 +40,13 @@ from nasir.dialects.loops import PrefetchOp
 
 @dataclass(frozen=True)
 class ChunkAccess:
-    """How a kernel's loop touches one of its memref arguments: along `axis` only at the loop's
-    index (each thread its own chunk of that axis), or anywhere (`axis` None); `write` if it stores."""
+    """How a kernel's loop touches one of its memref arguments: along `axis`, iteration i only at
+    [scale * i, scale * (i + 1)) (each thread its own chunk of that axis), or anywhere (`axis`
+    None); `write` if it stores."""
 
     axis: int | None
     write: bool
+    scale: int = 1
 
 
 def chunk_accesses(fn: func.FuncOp) -> dict[int, ChunkAccess] | None:
@@ -58,7 +63,7 @@ def chunk_accesses(fn: func.FuncOp) -> dict[int, ChunkAccess] | None:
         return None
     trips, index = _constant(loop.upperBound[0]), loop.body.block.args[0]
     args = {a: k for k, a in enumerate(fn.body.block.args)}
-    axes: dict[int, set[int | None]] = {}
+    axes: dict[int, set[tuple[int, int] | None]] = {}
     writes: set[int] = set()
     for op in loop.body.walk():
         touched = _touched(op)
@@ -73,12 +78,23 @@ def chunk_accesses(fn: func.FuncOp) -> dict[int, ChunkAccess] | None:
             continue
         k = args[ref]
         shape = ref.type.get_shape()
-        on = {d for d, i in enumerate(indices) if _affine(i, index) == (1, 0) and shape[d] == trips
-              and not (lanes > 1 and d == len(shape) - 1)}
-        axes.setdefault(k, set()).add(min(on) if len(on) == 1 else None)
+        on = set()
+        for d, i in enumerate(indices):
+            span = _span(i, index)
+            if span is None:
+                continue
+            a, lo, hi = span
+            hi += lanes - 1 if d == len(shape) - 1 else 0  # a vector's lanes run along the last axis
+            if a >= 1 and 0 <= lo and hi < a and shape[d] == a * trips:
+                on.add((d, a))
+        axes.setdefault(k, set()).add(next(iter(on)) if len(on) == 1 else None)
         if write:
             writes.add(k)
-    return {k: ChunkAccess(next(iter(a)) if len(a) == 1 else None, k in writes) for k, a in axes.items()}
+    accesses = {}
+    for k, on in axes.items():
+        axis, scale = on.pop() if len(on) == 1 and None not in on else (None, 1)
+        accesses[k] = ChunkAccess(axis, k in writes, scale)
+    return accesses
 
 
 def _touched(op: Operation) -> tuple[SSAValue, list[SSAValue], bool, int] | None:
@@ -100,35 +116,51 @@ def _constant(v: SSAValue) -> int | None:
     return v.owner.value.value.data if isinstance(v.owner, arith.ConstantOp) else None
 
 
-def _affine(v: SSAValue, index: SSAValue) -> tuple[int, int] | None:
-    """`v` as `a * index + b` when it is computed from `index` and constants alone, else None.
+def _span(v: SSAValue, index: SSAValue) -> tuple[int, int, int] | None:
+    """`(a, lo, hi)`: `v` is `a * index + r` with r in [lo, hi] for every value of the loops inside
+    (`scf.for` of constant bounds), when it is computed from `index`, their indices and constants
+    alone; else None.
 
-        (%b * 8) floordiv 8  ->  (1, 0)        %b + %h  ->  None
+        (%b * 8) floordiv 8  ->  (1, 0, 0)      (%g * 8 + %ci) floordiv 8, %ci in [0, 8)  ->  (1, 0, 0)
+        %b * 4 + %co, %co in [0, 4)  ->  (4, 0, 3)      %b + 1  ->  (1, 1, 1)      %b * %h  ->  None
     """
     if v is index:
-        return 1, 0
+        return 1, 0, 0
     c = _constant(v)
     if c is not None:
-        return 0, c
+        return 0, c, c
+    if isinstance(v, BlockArgument):
+        op = v.owner.parent_op()
+        if isinstance(op, scf.ForOp) and v is op.body.block.args[0]:
+            lb, ub, step = _constant(op.lb), _constant(op.ub), _constant(op.step)
+            if lb is not None and ub is not None and step is not None and step > 0 and ub > lb:
+                return 0, lb, ub - 1
+        return None
     op = v.owner
     if isinstance(op, arith.IndexCastOp):
-        return _affine(op.input, index)
+        return _span(op.input, index)
     if not isinstance(op, (arith.AddiOp, arith.SubiOp, arith.MuliOp, arith.FloorDivSIOp, arith.DivSIOp)):
         return None
-    lhs, rhs = _affine(op.lhs, index), _affine(op.rhs, index)
+    lhs, rhs = _span(op.lhs, index), _span(op.rhs, index)
     if lhs is None or rhs is None:
         return None
-    (a, b), (c, d) = lhs, rhs
+    (a, lo, hi), (b, lo2, hi2) = lhs, rhs
     if isinstance(op, arith.AddiOp):
-        return a + c, b + d
+        return a + b, lo + lo2, hi + hi2
     if isinstance(op, arith.SubiOp):
-        return a - c, b - d
+        return a - b, lo - hi2, hi - lo2
     if isinstance(op, arith.MuliOp):
-        return (a * d, b * d) if c == 0 else (c * b, d * b) if a == 0 else None
-    # (a * i + b) / d with d dividing a: a / d * i + b / d (i, b >= 0: floor and truncation agree)
-    if c != 0 or d <= 0 or a % d or b < 0:
+        if b == 0 and lo2 == hi2:
+            k, (a, lo, hi) = lo2, lhs
+        elif a == 0 and lo == hi:
+            k, (a, lo, hi) = lo, rhs
+        else:
+            return None
+        return (a * k, lo * k, hi * k) if k >= 0 else (a * k, hi * k, lo * k)
+    # (a * i + r) / d with d dividing a: a / d * i + r / d (truncation: the dividend >= 0, as floor)
+    if b != 0 or lo2 != hi2 or (d := lo2) <= 0 or a % d or (isinstance(op, arith.DivSIOp) and (a < 0 or lo < 0)):
         return None
-    return a // d, b // d
+    return a // d, lo // d, hi // d
 
 
 @dataclass(frozen=True)
@@ -190,7 +222,7 @@ def _meet(a: tuple[Buffer, ChunkAccess], b: tuple[Buffer, ChunkAccess]) -> bool:
     (x, p), (y, q) = a, b
     if not (p.write or q.write) or not x.overlaps(y):
         return False
-    return not (x.key == y.key and p.axis is not None and p.axis == q.axis)
+    return not (x.key == y.key and p.axis is not None and (p.axis, p.scale) == (q.axis, q.scale))
 
 
 def call_accesses(call: func.CallOp, accesses: dict[int, ChunkAccess]) -> list[tuple[Buffer, ChunkAccess]]:
