@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from xdsl.dialects import arith, func, memref, scf, vector
 from xdsl.dialects.builtin import MemRefType
 from xdsl.ir import BlockArgument, Operation, SSAValue
-from xdsl.traits import is_side_effect_free
 
 from nasir.dialects.loops import PrefetchOp
 
@@ -51,17 +50,19 @@ class ChunkAccess:
 
 def chunk_accesses(fn: func.FuncOp) -> dict[int, ChunkAccess] | None:
     """Each memref argument's access (by argument number; arguments not touched are left out) of a
-    kernel whose body is one `scf.parallel` from 0 (step 1) and ops without effects; None for any
-    other kernel, or one whose loop touches memory otherwise than by loads and stores of its
-    arguments (a vector along the chunked axis would cross chunks: not chunked)."""
+    kernel of @main's team (`parallel.team_safe`: its body runs parallel loops and ops without
+    effects) whose body is one `scf.parallel` from 0 to a constant (step 1); None for any other
+    kernel, or one whose loop touches memory otherwise than by loads and stores of its arguments
+    (a vector along the chunked axis would cross chunks: not chunked)."""
     loops = [op for op in fn.body.block.ops if isinstance(op, scf.ParallelOp)]
-    if len(loops) != 1 or not all(isinstance(op, (scf.ParallelOp, func.ReturnOp)) or is_side_effect_free(op)
-                                  for op in fn.body.block.ops):
+    if len(loops) != 1:
         return None
     loop = loops[0]
     if len(loop.lowerBound) != 1 or _constant(loop.lowerBound[0]) != 0 or _constant(loop.step[0]) != 1:
         return None
     trips, index = _constant(loop.upperBound[0]), loop.body.block.args[0]
+    if trips is None:  # convert-loops-to-llvm refuses it (`parallel._constant_bound`)
+        return None
     args = {a: k for k, a in enumerate(fn.body.block.args)}
     axes: dict[int, set[tuple[int, int] | None]] = {}
     writes: set[int] = set()
