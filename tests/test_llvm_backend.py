@@ -1211,6 +1211,25 @@ def test_channel_blocks_go_inside_the_rows_when_re_reading_the_weights_moves_few
     assert sched.vector == "co.i" and (sched.order.index(blocks) > sched.order.index("oh")) == inside, sched
 
 
+@pytest.mark.parametrize("channels,l2_kib,vectors", [
+    (512, 2048, 2),  # 4 vectors: blocks of 1.18 MB, two of them pass 2 MiB
+    (128, 2048, 4),  # 4 vectors: blocks of 295 KB
+    (512, 1024, 2),  # 2 vectors: one block of 590 KB fits (Zen 4's L2)
+])
+def test_a_tile_of_more_than_two_channel_vectors_leaves_l2_room_for_the_next_block(channels, l2_kib, vectors):
+    """A 3x3 conv on 4 x 4 at 16 lanes takes a channel tile of 4 vectors only where its block of
+    weights and the next (`prefetch_next_block`) fit L2 together (`weight_block_fits`), else 2."""
+    from nasir.lowering.target import cpu_target, set_target
+
+    model = build([(1, channels, 4, 4)], lambda a, W: [
+        nn.Conv2DOp.new(a[0], W("w", rand(channels, channels, 3, 3)), pads=(1,) * 4).named("conv")])
+    level = model.transform("convert-nn-to-nest")
+    set_target(level.module, cpu_target("x86-64-v4").with_overrides(l2_bytes=l2_kib * 1024))
+    [conv] = [op for op in level.transform("default-schedule").module.walk() if isinstance(op, nest.ComputeOp)]
+    sched = conv.get_schedule()
+    assert sched.vector == "co.i" and sched.unroll.get("co.o.i", 1) == vectors, sched
+
+
 BROADCAST_READERS = [  # (groups of the 3x3 conv, 1x1 conv's out channels, its stride, its groups, residual)
     (2, 256, 1, 1, False),  # ResNeXt's grouped 3x3 -> 1x1 128 -> 256
     (2, 128, 1, 1, True),  # the 1x1 conv adds the 3x3 conv's input (a residual read across its lanes)

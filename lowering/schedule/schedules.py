@@ -44,6 +44,7 @@ from nasir.lowering.analysis.cost_model import (
     rows_hold_blocks,
     spatial_score,
     tile_input1_bytes,
+    weight_block_fits,
 )
 from nasir.lowering.schedule.winograd import WinogradPlan
 from nasir.lowering.target import CPUTarget
@@ -304,7 +305,7 @@ def channel_vector_plans(n: NestView, target: CPUTarget, blocked: bool = False) 
         rows.append((f"{par[outer][0]}*{row[0]}", par[outer][1] * row[1]))
     plans = []
     for r_col in (4, 3, 2, 1):
-        if (col[1] // width) % r_col or (r_col > 1 and r_col * width * red * 4 > target.l2_bytes):
+        if (col[1] // width) % r_col or not weight_block_fits(r_col, r_col * width * red * 4, target):
             continue
         streaming = input_stream_bound(n, col[1] // width, r_col, target)
         for name, extent in rows:
