@@ -19,6 +19,7 @@ from nasir.dialects.context import parse_module
 from nasir.frontend.onnx_import import import_onnx
 from nasir.lowering.loops_to_llvm.chunks import Buffer, ChunkAccess, Unsynced, chunk_accesses
 from nasir.lowering.pipeline import llvm_pipeline
+from nasir.lowering.target import CPU_ENV
 from nasir.runtime.llvm_executable import compile_llvm
 
 
@@ -179,12 +180,13 @@ def torch_chain(path, x: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("threads", [2, 3])
-def test_depthwise_blocks_run_without_most_barriers_and_compute_what_torch_does(threads, tmp_path):
+def test_depthwise_blocks_run_without_most_barriers_and_compute_what_torch_does(threads, tmp_path, monkeypatch):
     """48 channels (6 blocks of 8: 3 threads take 2 each, 2 threads 3), 16 x 16 images: the
     depthwise convs and their residual adds go without barriers between them, as do the two
     grouped convs (a loop over the 2 groups, 48 channels each); the stride-2 one with its
     multiplier and the dense 1x1 conv wait. 20 calls 10 ms apart (a thread woken late): with no
-    barriers at all 19-20 of 20 calls were wrong."""
+    barriers at all 19-20 of 20 calls were wrong. AVX2 code (8 lanes) on any machine."""
+    monkeypatch.setenv(CPU_ENV, "x86-64-v3")
     depthwise_chain(tmp_path / "chain.onnx", 48, 16)
     model = import_onnx(tmp_path / "chain.onnx")
     lowered = model.transform(str(llvm_pipeline().until("convert-loops-to-llvm"))).module
