@@ -275,9 +275,9 @@ def channel_vector_plan(n: NestView, target: CPUTarget) -> ChannelPlan | None:
 def channel_vector_plans(n: NestView, target: CPUTarget, blocked: bool = False) -> list[ChannelPlan]:
     """The channel-vector plans of a contraction whose input 1 is a weight with output channels on
     its first axis (conv, gemm), the cost model's choice first, the others by score; empty when
-    the nest has no such shape. A channel block's packed weights stream from L2 (at most its size
-    of them). `blocked`: scored as storing its result channel-blocked, each accumulator a whole
-    vector of the result (`epilogue_cost`), not transposed into NCHW rows."""
+    the nest has no such shape. A channel block's packed weights stream from L2 row after row
+    (`weight_block_fits`). `blocked`: scored as storing its result channel-blocked, each
+    accumulator a whole vector of the result (`epilogue_cost`), not transposed into NCHW rows."""
     width = target.lanes
     if n.combiner != "mac" or len(n.maps) < 2 or not n.dims[n.npar:]:
         return []
