@@ -39,7 +39,8 @@ def test_mobilenet_v2s_1x1_convs_on_14x14_keep_their_broadcasts_in_registers():
     on any machine), in the JIT's code: its hottest FMA loop touches no vector on the stack. Its
     AVX-512 tile is 14 points x 2 channel vectors; reading its input channel-blocked it unrolled 16
     channels of it, 448 FMAs whose broadcasts LLVM loaded first and spilled (428 stack accesses an
-    iteration, 46% of the 16-lane peak), so it reads NCHW (`broadcast_channel`: MAX_UNROLLED_BODY)."""
+    iteration, 46% of the 16-lane peak), so that block stays a loop (`split_channel_loop`:
+    MAX_UNROLLED_BODY)."""
     from test_llvm_backend import hottest_loop
 
     from nasir.lowering.loops_to_llvm.llvm_ir import optimize, to_llvm_ir

@@ -6,6 +6,7 @@ builder and the loops these methods read."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from xdsl.dialects import arith
 from xdsl.dialects.builtin import (
@@ -23,7 +24,8 @@ from xdsl.ir.affine import (
     AffineMap,
 )
 
-from nasir.dialects.affine import expr_bounds
+from nasir.dialects.affine import expr_bounds, linear_form
+from nasir.dialects.schedule import Loop
 from nasir.errors import LoweringError
 from nasir.lowering.nest_to_loops.builder import Lin, LoopBuilder
 from nasir.lowering.nest_to_loops.spec import Shape, Spec
@@ -40,7 +42,7 @@ class Accesses:
     """Whether the lanes being read and written run along a flat fusion's row (`flat_fusion`),
     across the ends of image rows: set by a transposed store of such a row."""
 
-    def eval(self, expr: AffineExpr, dims: list[Lin]) -> Lin:
+    def eval(self, expr: AffineExpr, dims: Sequence[Lin]) -> Lin:
         b = self.b
         if isinstance(expr, AffineConstantExpr):
             return Lin(None, expr.value)
@@ -60,6 +62,8 @@ class Accesses:
         if not isinstance(expr.rhs, AffineConstantExpr):
             raise LoweringError(f"nest '{self.spec.name}': non-affine '{expr}'")
         split = self.split_lanes(lhs, expr.rhs.value, expr.kind)
+        if split is None:
+            split = self.split_loop(expr.lhs, expr.rhs.value, expr.kind, dims)
         if split is not None:
             return split
         if lhs.c:
@@ -82,6 +86,36 @@ class Accesses:
             return Lin(s, a.k // f, 0, a.align // f)
         return None
 
+    def split_loop(self, expr: AffineExpr, f: int, kind: AffineBinaryOpKind, dims: Sequence[Lin]) -> Lin | None:
+        """`expr floordiv f` / `expr mod f` without division ops when `expr` is a dim that the
+        schedule splits by `f`, plus multiples of `f` (a grouped conv's `g * 64 + ci`): the split's
+        outer loop plus the multiples over `f`, and its inner loop. A 1x1 conv reading a
+        channel-blocked input whose channel loop, split by the block, runs partly rolled
+        (`split_channel_loop`): `ci mod 16` is `ci.i`, a loop of 16 where `split_lanes` needs a
+        constant."""
+        form = linear_form(expr)
+        if form is None or form[1] % f or kind not in (AffineBinaryOpKind.FloorDiv, AffineBinaryOpKind.Mod):
+            return None
+        rest = [(d, c) for d, c in form[0].items() if c % f]
+        if len(rest) != 1 or rest[0][1] != 1:
+            return None
+        d = rest[0][0]
+        name = self.spec.dims[d][0]
+        extent, factor = self.split_extents.get(name, (0, 0))
+        if factor != f or extent % f or not self._loops_of(name) <= self.ivs.keys():
+            return None
+        b = self.b
+        outer, inner = self.value(Loop.outer(name)), self.value(Loop.inner(name))
+        if b.lin_add(b.lin_scale(outer, f), inner) != dims[d]:  # a caller's own value of the dim
+            return None
+        if kind == AffineBinaryOpKind.Mod:
+            return inner
+        quotient = b.lin_add(outer, Lin(None, form[1] // f))
+        for q, c in form[0].items():
+            if q != d:
+                quotient = b.lin_add(quotient, b.lin_scale(dims[q], c // f))
+        return quotient
+
     def read_bounds(self, k: int) -> list[tuple[int, int, int]]:
         """Per axis of input `k`: the lowest and highest index read at the current point, and the
         axis's size."""
@@ -103,7 +137,7 @@ class Accesses:
     def mask(self, conds: list[tuple[Lin, int]]) -> SSAValue | None:
         return self.b.all_of([self.b.below(a, size, self.width) for a, size in conds])
 
-    def read(self, k: int, dims: list[Lin], extra: list[tuple[Lin, int]], identity: float) -> tuple[SSAValue, SSAValue | None]:
+    def read(self, k: int, dims: Sequence[Lin], extra: list[tuple[Lin, int]], identity: float) -> tuple[SSAValue, SSAValue | None]:
         """Input k at the current point (lanes), and the in-bounds mask when reads may leave the input."""
         b, spec = self.b, self.spec
         shape = spec.in_shapes[k]
@@ -186,7 +220,7 @@ class Accesses:
         wide = b.shared_vload(ref, at, w * stride, None, 0.0)
         return b.pure(("lanes", wide, phase, stride), lambda: b.shuffle(wide, wide, [j * stride + phase for j in range(w)]))
 
-    def write(self, value: SSAValue, dims: list[Lin], conds: list[tuple[Lin, int]]) -> None:
+    def write(self, value: SSAValue, dims: Sequence[Lin], conds: list[tuple[Lin, int]]) -> None:
         b, spec = self.b, self.spec
         shape = spec.out_shape
         idx = [self.eval(e, dims) for e in spec.out_map.results]

@@ -5,6 +5,8 @@ builder and the loops these methods read."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from xdsl.dialects import arith
 from xdsl.ir import SSAValue
 
@@ -21,13 +23,13 @@ class Epilogue:
     b: LoopBuilder
     target: CPUTarget
 
-    def _steps(self, v: SSAValue, dims: list[Lin], conds: list[tuple[Lin, int]], steps) -> SSAValue:
+    def _steps(self, v: SSAValue, dims: Sequence[Lin], conds: list[tuple[Lin, int]], steps) -> SSAValue:
         for kind, refs, params in steps:
             operands = [self.read(k, dims, conds, 0.0)[0] for k in refs]
             v = epilogue(self.b, kind, v, operands, params)
         return v
 
-    def _finish(self, v: SSAValue, dims: list[Lin], conds: list[tuple[Lin, int]], done: int = 0) -> None:
+    def _finish(self, v: SSAValue, dims: Sequence[Lin], conds: list[tuple[Lin, int]], done: int = 0) -> None:
         """The epilogue steps from `done` on, then the store."""
         self.write(self._steps(v, dims, conds, self.spec.steps[done:]), dims, conds)
 

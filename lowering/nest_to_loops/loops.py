@@ -5,7 +5,7 @@ builder and the loops these methods read."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from xdsl.dialects import arith
@@ -16,6 +16,26 @@ from nasir.errors import LoweringError
 from nasir.lowering.nest_to_loops.builder import Lin, LoopBuilder
 from nasir.lowering.nest_to_loops.spec import Spec
 from nasir.lowering.target import CPUTarget
+
+
+class DimValues(Sequence[Lin]):
+    """The values of a nest's dims at the current point, each computed when first read: an
+    epilogue after the reduction loops reads only parallel dims, and the value of a reduction dim
+    there would use the values of loops that have ended (a channel loop split by a block and left
+    rolled: `ci.o * 16 + ci.i` outside the loop of `ci.i`)."""
+
+    def __init__(self, loops: LoopStructure):
+        self.loops = loops
+        self.names = [n for n, _ in loops.spec.dims]
+        self.known: dict[int, Lin] = {}
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __getitem__(self, i: int) -> Lin:
+        if i not in self.known:
+            self.known[i] = self.loops.value(self.names[i])
+        return self.known[i]
 
 
 class LoopStructure:
@@ -179,8 +199,8 @@ class LoopStructure:
         """
         self._versions(self.box)
 
-    def _dims(self) -> list[Lin]:
-        return [self.value(n) for n, _ in self.spec.dims]
+    def _dims(self) -> DimValues:
+        return DimValues(self)
 
     def _vector_dim(self) -> str:
         return Loop(self.vec).parent

@@ -42,7 +42,8 @@ MobileNetV2 0.975x:
                                            unroll = {ci.i = 8, ...}, ...}}
 
 Where its register tile times the block would pass MAX_UNROLLED_BODY FMAs (AVX-512's 14 x 2 tiles
-on 14 x 14: 448), the 1x1 conv reads NCHW instead (`broadcast_channel`).
+on 14 x 14: 448), the block's loop stays a loop (`split_channel_loop`), and `ci mod 16` is its value
+(`Accesses.split_loop`).
 
 A reader with a window (3x3) keeps its input NCHW: split so, its unrolled window and channels ran
 ResNeXt-29's grouped 3x3 convs 2.3x slower.
@@ -171,12 +172,8 @@ def broadcast_channel(op: nest.ComputeOp, k: int, shape) -> tuple[int, int] | No
     over its output channels that reads its NCHW input `k` (its main input, 0) by broadcasts over a
     reduction dim of input channels whose extent the lanes divide: the map's channel index is that
     dim plus multiples of the lanes (a grouped conv's `g * 64 + ci`), no other index uses it, the
-    other reduction dims have extent 1, the schedule has not split that dim, and its register tile
-    times the block stays within MAX_UNROLLED_BODY FMAs (`split_channel_loop` unrolls the block:
-    at AVX-512 MobileNetV2 imagenet's 1x1 convs on 14 x 14, 28 points x 16 channels = 448 FMAs in
-    one body, had LLVM load every broadcast first and spill them, 440 stack accesses an iteration;
-    they ran at 46-53% of the 16-lane peak so, 96-97% reading NCHW, the network 7.85 -> 6.10 ms on
-    Zen 4). None otherwise (`op` then needs the input NCHW)."""
+    other reduction dims have extent 1 and the schedule has not split that dim. None otherwise
+    (`op` then needs the input NCHW)."""
     lanes = lane_dim(op)
     amap = op.access_maps[k]
     if lanes is None or k != 0 or len(shape) != 4 or len(amap.results) != 4:
@@ -191,8 +188,6 @@ def broadcast_channel(op: nest.ComputeOp, k: int, shape) -> tuple[int, int] | No
     if channel is None or any(e > 1 for q, e in enumerate(extents[npar:], npar) if q != channel):
         return None
     if op.domain.dim_names[channel] not in op.get_schedule().order:  # already split (a tuned schedule)
-        return None
-    if tile_points(op) * block > MAX_UNROLLED_BODY:
         return None
     if any(c % block for q, c in form[0].items() if q != channel):
         return None
@@ -209,9 +204,18 @@ def tile_points(op: nest.ComputeOp) -> int:
 
 def split_channel_loop(op: nest.ComputeOp, channel: int, block: int) -> None:
     """Split `op`'s input-channel loop (domain dim `channel`; a 1x1 conv reading a blocked input by
-    broadcasts, `broadcast_channel`) by the block, the inner part unrolled after the other
-    reduction loops: its `c floordiv block` is then the outer loop and `c mod block` a constant. A
-    channel loop already unrolled whole is left as it is."""
+    broadcasts, `broadcast_channel`) by the block, the inner part after the other reduction loops:
+    its `c floordiv block` is then the outer loop and `c mod block` the inner one. The inner part
+    is unrolled where the register tile times the block stays within MAX_UNROLLED_BODY FMAs, and
+    left a loop otherwise: AVX-512's 14 x 2 tiles on 14 x 14 times 16 channels, 448 FMAs in one
+    body, had LLVM load every broadcast first and spill them (MobileNetV2 imagenet's 1x1 convs on
+    14 x 14 ran at 46-53% of the 16-lane peak so); unrolled in runs of 4 or 8 channels they still
+    took 1.6-2.2x the time of the loop, which runs as fast as reading NCHW (Zen 4). A channel loop
+    already unrolled whole is left as it is.
+
+        order = [..., "ow.o", "ci", "kh", "kw", "ow.i", "co.o.i", "co.i"], unroll = {ow.i = 6, co.o.i = 2}
+        -> splits += [["ci", 8]], order = [..., "ow.o", "ci.o", "kh", "kw", "ci.i", "ow.i", ...], unroll = {ci.i = 8, ...}
+    """
     names = op.domain.dim_names
     name, sched = names[channel], op.get_schedule()
     if name in sched.unroll:
@@ -223,7 +227,8 @@ def split_channel_loop(op: nest.ComputeOp, channel: int, block: int) -> None:
     order.insert(last + 1, Loop.inner(name))
     sched.splits.append((name, block))
     sched.order = order
-    sched.unroll[Loop.inner(name)] = block
+    if tile_points(op) * block <= MAX_UNROLLED_BODY:
+        sched.unroll[Loop.inner(name)] = block
     sched.verify(op.domain)
     op.properties["schedule"] = sched.to_attr()
 
