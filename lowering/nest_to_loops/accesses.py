@@ -90,7 +90,7 @@ class Accesses:
         """`expr floordiv f` / `expr mod f` without division ops when `expr` is a dim that the
         schedule splits by `f`, plus multiples of `f` (a grouped conv's `g * 64 + ci`): the split's
         outer loop plus the multiples over `f`, and its inner loop. A 1x1 conv reading a
-        channel-blocked input whose channel loop, split by the block, runs partly rolled
+        channel-blocked input whose block of channels, split off its channel loop, stays a loop
         (`split_channel_loop`): `ci mod 16` is `ci.i`, a loop of 16 where `split_lanes` needs a
         constant."""
         form = linear_form(expr)

@@ -687,8 +687,8 @@ def channel_transpose_schedule(n: NestView, target: CPUTarget) -> Schedule | Non
     channels and rows of 2 points or more, on 8 lanes (`TRANSPOSE_LANES`) and planes of more than
     a cache line. At 16 lanes the readers' tiles (14 points x 2 channel vectors) ran 1.1-2.2x slower
     from the blocked input (Zen 4, 7 x 7 to 28 x 28): their unrolled channel block spilled its
-    broadcasts (it is a loop there now, `split_channel_loop`; not measured with a transposing
-    writer since); on 4 x 4 planes
+    broadcasts. With that block a loop (`split_channel_loop`) 16 lanes gained nothing either:
+    DenseNet-121 0.99x (cifar10) and 1.01x (imagenet) the time, Zen 4; on 4 x 4 planes
     (DenseNet-121 cifar10's block 4: one line a plane) the 1x1 convs ran alike and the batch norms
     2.7x the time."""
     width = target.lanes
