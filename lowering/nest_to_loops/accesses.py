@@ -68,9 +68,9 @@ class Accesses:
             return split
         if lhs.c:
             raise LoweringError(f"nest '{self.spec.name}': '{expr}' of the vector loop is not supported")
-        kind = {AffineBinaryOpKind.FloorDiv: arith.FloorDivSIOp, AffineBinaryOpKind.CeilDiv: arith.CeilDivSIOp,
-                AffineBinaryOpKind.Mod: arith.RemSIOp}[expr.kind]
-        return Lin(b.add(kind(b.scalar(lhs), b.idx(expr.rhs.value))))
+        if expr.kind == AffineBinaryOpKind.CeilDiv:
+            return Lin(b.add(arith.CeilDivSIOp(b.scalar(lhs), b.idx(expr.rhs.value))))
+        return b.divide(lhs, expr.rhs.value, mod=expr.kind == AffineBinaryOpKind.Mod)
 
     def split_lanes(self, a: Lin, f: int, kind: AffineBinaryOpKind) -> Lin | None:
         """`a floordiv f` / `a mod f` without division ops when `f` divides `a.s` and the lanes
@@ -82,7 +82,7 @@ class Accesses:
         if kind == AffineBinaryOpKind.Mod:
             return Lin(None, a.k % f, a.c)
         if kind == AffineBinaryOpKind.FloorDiv:
-            s = None if a.s is None else self.b.add(arith.FloorDivSIOp(a.s, self.b.idx(f)))
+            s = None if a.s is None else self.b.divide(Lin(a.s), f).s
             return Lin(s, a.k // f, 0, a.align // f)
         return None
 

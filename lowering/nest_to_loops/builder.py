@@ -193,6 +193,33 @@ class LoopBuilder:
     def muli(self, a: SSAValue, b: SSAValue) -> SSAValue:
         return self.pure(("muli", a, b), lambda: self.add(arith.MuliOp(a, b)))
 
+    def divide(self, a: Lin, f: int, mod: bool = False) -> Lin:
+        """`a floordiv f` (`mod`: `a mod f`) of a scalar index, as `arith.floordivsi` / `arith.remsi`
+        compute it once lowered (sdiv, srem: the same for the non-negative indices of nest maps),
+        without an op where the quotient is known: a constant folded, `(x * 16 + 32) floordiv 16`
+        read as `x + 2`; a repeat in the block reused (the unrolled points of a register tile).
+
+            (%ci * 8) floordiv 8  ->  %ci           1020 floordiv 32  ->  31 (no op)
+        """
+        assert a.c == 0 and f > 0, "a scalar index over a positive divisor"
+        if a.s is None:
+            quotient = abs(a.k) // f * (1 if a.k >= 0 else -1)  # truncated, as sdiv
+            return Lin(None, a.k - quotient * f if mod else quotient)
+        if not mod and a.k % f == 0 and (scaled := self._scaled(a.s)) is not None and scaled[1] % f == 0:
+            x, m = scaled
+            return self.lin_add(self.lin_scale(Lin(x), m // f), Lin(None, a.k // f))
+        kind = arith.RemSIOp if mod else arith.FloorDivSIOp
+        scalar = self.scalar(a)
+        return Lin(self.pure((kind, scalar, f), lambda: self.add(kind(scalar, self.idx(f)))))
+
+    def _scaled(self, s: SSAValue) -> tuple[SSAValue, int] | None:
+        """(x, m) when `s` is `x * m` for a constant m built by `lin_scale`."""
+        op = s.owner
+        if isinstance(op, arith.MuliOp) and isinstance(c := op.rhs.owner, arith.ConstantOp) \
+                and self._consts.get((c.value.value.data, index)) is op.rhs:
+            return op.lhs, c.value.value.data
+        return None
+
     def lin_add(self, a: Lin, b: Lin) -> Lin:
         s = a.s if b.s is None else b.s if a.s is None else self.addi(a.s, b.s)
         return Lin(s, a.k + b.k, a.c + b.c, gcd(a.align, b.align))

@@ -8,8 +8,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-from xdsl.dialects import arith
-
 from nasir.dialects.affine import stride_of
 from nasir.dialects.schedule import Loop
 from nasir.errors import LoweringError
@@ -71,10 +69,9 @@ class LoopStructure:
             f = self.value(fused)
             if f.c and not self.flat_fusion(fused):
                 raise LoweringError(f"nest '{self.spec.name}': fused loop '{fused}' cannot be vectorised")
-            kind = arith.FloorDivSIOp if name == outer else arith.RemSIOp
-            part = b.add(kind(b.scalar(Lin(f.s, f.k, 0, f.align)), b.idx(inner_extent)))
+            part = b.divide(Lin(f.s, f.k, 0, f.align), inner_extent, mod=name != outer)
             # lanes of a flat fusion run on along its inner dim, into the next rows (see `flat_fusion`)
-            return Lin(part, 0, 0 if name == outer else f.c)
+            return Lin(part.s, part.k, 0 if name == outer else f.c)
         _, factor = self.split_extents[name]
         return b.lin_add(b.lin_scale(self.value(Loop.outer(name)), factor), self.value(Loop.inner(name)))
 
