@@ -339,8 +339,9 @@ def _print_verified(result, args) -> int:
         closest = verified.closest
         near = (f"; the closest: trial {closest.candidate.number} at {closest.accuracy:.2f}%" if closest else
                 "; no fine-tuning run finished")
-        out.print(f"no candidate came within {verified.max_drop:g} point(s) of the original's "
-                  f"{verified.original_accuracy:.2f}% on the validation half{near}")
+        out.print("no candidate was estimated faster than the original: nothing to fine-tune" if not verified.rows
+                  else f"no candidate came within {verified.max_drop:g} point(s) of the original's "
+                       f"{verified.original_accuracy:.2f}% on the validation half{near}")
     out.print(f"results: {args.out}/results.jsonl, plot: {args.out}/pareto.png, runs: {args.out}/finetune/")
     return 0
 
