@@ -145,3 +145,15 @@ def test_more_variants_apply_to_the_variant_models(model_name, dataset):
         assert chosen > 0, name
         expected = summary.total_macs - chosen * (1 - KEPT_MACS[name])
         assert base.transform(pipeline).summary().total_macs == pytest.approx(expected, rel=1e-12), name
+
+
+def test_variants_none_skips_the_realisation_table(monkeypatch):
+    """`--variants none` (as its help says) and the flag alone both run no variant; `none` beside a
+    variant is refused."""
+    ran = []
+    monkeypatch.setattr(benchmark, "run", lambda jobs, threads, repeat, model, datasets, names, *a, **k: ran.append(names))
+    benchmark.main(["--models", "resnet18", "--variants", "none"])
+    benchmark.main(["--models", "resnet18", "--variants"])
+    assert ran == [[], []]
+    with pytest.raises(SystemExit):
+        benchmark.main(["--variants", "none", "base"])

@@ -348,9 +348,9 @@ def main(argv: list[str] | None = None) -> dict:
                         help="default: both (quick: cifar10, plus ResNet-34 imagenet)")
     parser.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     parser.add_argument("--repeat", type=int, default=None, help="timed runs per median (default 10; quick 3)")
-    parser.add_argument("--variants", nargs="*", choices=list(ALL_VARIANTS), default=list(VARIANTS),
+    parser.add_argument("--variants", nargs="*", choices=[*ALL_VARIANTS, "none"], default=list(VARIANTS),
                         help=f"ResNet variants (default: {' '.join(VARIANTS)}; also: {' '.join(MORE_VARIANTS)}; "
-                             "none: skip the realisation table)")
+                             "none, or the flag alone: skip the realisation table)")
     parser.add_argument("--variant-model", default="resnet34", choices=["resnet18", "resnet34"])
     parser.add_argument("--variant-datasets", nargs="+", choices=["cifar10", "imagenet"], default=None,
                         help="default: both (quick: imagenet)")
@@ -372,6 +372,10 @@ def main(argv: list[str] | None = None) -> dict:
                         help="also tune each model (nasir.tune, the user's database) and time the tuned code; "
                              "the untuned column is then the cost model's alone")
     args = parser.parse_args(argv)
+    if "none" in args.variants:
+        if args.variants != ["none"]:
+            parser.error("--variants none skips the realisation table: it takes no variants beside it")
+        args.variants = []
     if args.tune and args.target != "llvm":
         parser.error(f"--tune tunes the llvm backend's schedules; it does not apply to --target {args.target} "
                      "(--target cuda: --tune-trials)")
