@@ -151,7 +151,8 @@ def test_variants_none_skips_the_realisation_table(monkeypatch):
     """`--variants none` (as its help says) and the flag alone both run no variant; `none` beside a
     variant is refused."""
     ran = []
-    monkeypatch.setattr(benchmark, "run", lambda jobs, threads, repeat, model, datasets, names, *a, **k: ran.append(names))
+    monkeypatch.setattr(benchmark, "run",
+                        lambda jobs, threads, repeat, model, datasets, names, *a, **k: ran.append(names))
     benchmark.main(["--models", "resnet18", "--variants", "none"])
     benchmark.main(["--models", "resnet18", "--variants"])
     assert ran == [[], []]

@@ -335,13 +335,14 @@ def _print_verified(result, args) -> int:
                   f"the held-out half against the original's {verified.original_test_accuracy:.2f}% (chosen on the "
                   f"validation half: {row.accuracy:.2f}% against {verified.original_accuracy:.2f}%); pipeline in "
                   f"{args.out}/best.pipeline, network with its fine-tuned weights in {args.out}/best.onnx")
+    elif not verified.rows:
+        out.print("no candidate was estimated faster than the original: nothing to fine-tune")
     else:
         closest = verified.closest
         near = (f"; the closest: trial {closest.candidate.number} at {closest.accuracy:.2f}%" if closest else
                 "; no fine-tuning run finished")
-        out.print("no candidate was estimated faster than the original: nothing to fine-tune" if not verified.rows
-                  else f"no candidate came within {verified.max_drop:g} point(s) of the original's "
-                       f"{verified.original_accuracy:.2f}% on the validation half{near}")
+        out.print(f"no candidate came within {verified.max_drop:g} point(s) of the original's "
+                  f"{verified.original_accuracy:.2f}% on the validation half{near}")
     out.print(f"results: {args.out}/results.jsonl, plot: {args.out}/pareto.png, runs: {args.out}/finetune/")
     return 0
 
