@@ -232,6 +232,57 @@ def test_tune_times_at_most_trials_schedules_a_conv_the_cost_models_first(tmp_pa
     assert sqlite3.connect(kernels).execute("select count(*) from kernels").fetchone()[0] == 4
 
 
+@pytest.mark.parametrize("whole", [1.9, 2.1], ids=["faster-whole", "slower-whole"])
+def test_a_schedule_that_won_alone_and_runs_slower_inside_the_network_leaves_the_cost_models(tmp_path, cpu,
+                                                                                            monkeypatch, whole):
+    """Tuning times a conv alone; a winner there is kept only where its layers run faster inside the
+    whole model, and the whole model with the kept ones too. Times stubbed: the second candidate of
+    each conv wins alone; inside the network conv1's runs slower, conv2's faster; the whole model
+    with conv2's takes `whole` ms against the cost model's 2.0."""
+    import nasir.tuning.host as host
+    from nasir.measure.kernels import TOTAL, KernelTimes
+
+    if foreign(cpu):
+        return  # nothing is timed (test_tune_keeps_the_fastest_timed_schedule_and_a_second_run_times_nothing)
+    alone = iter([1.0, 0.5, 1.0, 0.5])
+    monkeypatch.setattr(KernelTimes, "kernel_ms", lambda self, model, calls_only=False: next(alone))
+    inside = iter([({"conv1": 1.3, "conv2": 0.6, TOTAL: 1.9}, {"conv1": 1.0, "conv2": 1.0, TOTAL: 2.0}),
+                   ({"conv1": 1.0, "conv2": 0.6, TOTAL: whole}, {"conv1": 1.0, "conv2": 1.0, TOTAL: 2.0})])
+    monkeypatch.setattr(host, "in_network", lambda *args, **kwargs: next(inside))
+    model, db = two_convs(), tmp_path / "tuning.db"
+    report = tune(model, database=db, kernel_cache=tmp_path / "kernels.db", trials=2)
+    conv1, conv2 = report.nests
+    assert (conv1.layers, conv2.layers) == (["conv1"], ["conv2"])
+    assert (conv1.network, conv1.rejected, conv1.chosen, conv1.ms) == ((1.3, 1.0), 1, 0, 1.0)
+    kept = whole < 2.0
+    assert (conv2.network, conv2.rejected, conv2.chosen, conv2.ms) == (
+        ((0.6, 1.0), None, 1, 0.5) if kept else ((0.6, 1.0), 1, 0, 1.0))
+    assert report.network == (whole, 2.0) and report.network_gain == pytest.approx(2.0 / whole)
+    level, groups = tunable_nests(model, cpu)
+    target = resolve_target(cpu)
+    first, second = ([str(s.to_attr()) for s in candidate_schedules(tunable(ops[0], target), target, 4, tiles=True)[:2]]
+                     for ops in groups.values())
+    stored = TuningDatabase(db)
+    assert [str(stored.lookup(target.cpu, ops[0]).to_attr()) for ops in groups.values()] == [
+        first[0], second[1] if kept else second[0]]
+    rows = sqlite3.connect(db).execute("select ms, default_ms from schedules").fetchall()
+    assert sorted(rows) == ([(0.5, 1.0), (1.0, 1.0)] if kept else [(1.0, 1.0), (1.0, 1.0)])
+
+
+def test_in_network_profiles_every_tuned_layer_inside_the_model(tmp_path, cpu):
+    """The check inside the network times the layers tuning names (its keys are their names)."""
+    from nasir.measure.kernels import TIMING_LOCK
+    from nasir.tuning.host import in_network
+
+    if foreign(cpu):
+        return  # the CPU's code does not run here
+    model, db = two_convs(), tmp_path / "tuning.db"
+    report = tune(model, database=db, kernel_cache=tmp_path / "kernels.db", trials=2)
+    tuned, default = in_network(model, resolve_target(cpu).cpu, 1, db, TIMING_LOCK, rounds=2)
+    for n in report.nests:
+        assert all(tuned[layer] > 0 and default[layer] > 0 for layer in n.layers), (n.layers, tuned)
+
+
 def test_tune_is_an_llvm_option():
     with pytest.raises(NasirError, match="target 'torch' takes no option 'tune'"):
         nasir.compile(two_convs(), target="torch", tune=True)
@@ -253,3 +304,22 @@ def test_the_cli_tunes_a_model_and_names_its_database(tmp_path, cpu):
     timed = [line.split("│")[2].strip() for line in done.stdout.splitlines() if line.startswith("│ conv")]
     assert timed == ["3", "3"], "--trials 3: three schedules timed a conv"
     assert str(db) in done.stdout.replace("\n", "")
+
+
+def test_the_cli_says_what_the_checks_inside_the_network_found():
+    from nasir.cli.main import network_verdict
+    from nasir.tuning.host import TunedNest, TuningReport
+
+    def report(network, *nests):
+        return TuningReport("znver3", "t.db", list(nests), 1.0, network)
+
+    plain = TunedNest(["a"], "s0", 1.0, 1.0, [1.0, 1.2])
+    assert network_verdict(report(None, plain)) == ""
+    slower = TunedNest(["b"], "s1", 1.0, 1.0, [1.0, 0.5], network=(1.3, 1.0), rejected=1)
+    faster = TunedNest(["c"], "s2", 0.5, 1.0, [1.0, 0.5], network=(0.6, 1.0))
+    assert network_verdict(report((1.9, 2.0), plain, slower, faster)) == (
+        "; of the 2 winners alone that were not the cost model's, 1 ran their layers slower inside the network; "
+        "with the 1 other, the whole network runs 1.053x as fast")
+    undone = TunedNest(["c"], "s2", 1.0, 1.0, [1.0, 0.5], network=(0.6, 1.0), rejected=1)
+    assert network_verdict(report((2.1, 2.0), slower, undone)).endswith(
+        "; the 1 other ran the whole network 0.952x as fast: all left to the cost model")

@@ -272,7 +272,7 @@ def cmd_tune(args) -> int:
     timed = sum(1 for n in report.nests if n.timed)
     out.print(f"{len(report.nests)} distinct convs ({timed} timed, {len(report.nests) - timed} from the database) "
               f"in {report.seconds:.0f} s; alone, the cost model's schedules take {report.gain:.3f}x the tuned "
-              f"ones' time; database {report.database} ({report.cpu})")
+              f"ones' time{network_verdict(report)}; database {report.database} ({report.cpu})")
     return 0
 
 
@@ -365,16 +365,40 @@ def _import_tuning(args) -> int:
     return 0
 
 
+def network_verdict(report) -> str:
+    """What the checks inside the network found, for `nasir tune`'s last line ("" if nothing was checked)."""
+    checked = [n for n in report.nests if n.network]
+    if not checked:
+        return ""
+    slower = sum(1 for n in checked if n.slower_inside)
+    verdict = (f"; of the {len(checked)} winners alone that were not the cost model's, {slower} ran their layers "
+               "slower inside the network")
+    if report.network is None:
+        return verdict
+    kept = len(checked) - slower
+    others = f"the {kept} other{'s' * (kept != 1)}" if slower else "they"
+    if all(n.rejected is not None for n in checked):
+        return (f"{verdict}; {others} ran the whole network {report.network_gain:.3f}x as fast: "
+                "all left to the cost model")
+    return f"{verdict}; with {others}, the whole network runs {report.network_gain:.3f}x as fast"
+
+
 def tuning_table(report) -> Table:
+    """One row per distinct conv: its schedules' times alone, the gain alone, inside the network
+    (where a schedule other than the cost model's won alone) and the one kept."""
     table = Table(title=f"tuned schedules for {report.cpu}")
     for column, justify in (("layers", "left"), ("timed", "right"), ("cost model ms", "right"),
-                            ("tuned ms", "right"), ("gain", "right"), ("chosen", "right")):
+                            ("tuned ms", "right"), ("gain", "right"), ("in network", "right"), ("chosen", "right")):
         table.add_column(column, justify=justify)
     for n in report.nests:
         layers = n.layers[0] + (f" (+{len(n.layers) - 1})" if len(n.layers) > 1 else "")
         chosen = "database" if n.chosen is None else "cost model" if n.chosen == 0 else f"#{n.chosen + 1}"
-        table.add_row(layers, str(len(n.timed)), f"{n.default_ms:.4f}", f"{n.ms:.4f}", f"{n.default_ms / n.ms:.3f}x",
-                      chosen)
+        if n.rejected is not None:
+            chosen = f"cost model, not #{n.rejected + 1}"
+        best = min(n.timed) if n.timed else n.ms
+        network = f"{n.network_gain:.3f}x" if n.network else "-"
+        table.add_row(layers, str(len(n.timed)), f"{n.default_ms:.4f}", f"{best:.4f}", f"{n.default_ms / best:.3f}x",
+                      network, chosen)
     return table
 
 

@@ -11,6 +11,16 @@ database (`nasir.lowering.schedule.tuned`) under the target CPU's name, where de
 finds it in every later compile of any model with that nest. A nest the database already holds
 for the CPU is not timed again.
 
+Alone is not inside the network: a schedule that won alone is kept only where the model's own
+layers with it run faster, profiled inside the whole model compiled with the new schedules and
+with the cost model's, in turn (`in_network`); elsewhere the database gets the cost model's
+schedule. Then the whole model is timed so again, and where the kept ones run it slower, every
+one of them is left to the cost model. On Zen 4, ResNeXt-29's 8-lane convs tuned alone ran the
+network 1.08x slower: its grouped 3x3 convs on 8 x 8 won alone (1.05-1.14x) and ran 1.18x slower
+inside it, and its 1x1 convs on 16 x 16 that won alone with lanes along the rows (1.03-1.20x)
+ran 1.42-1.51x slower there, between convs that store their results channel-blocked; two runs of
+the same tuning chose differently for 13 of its 18 convs, times alone moving as much as the gains.
+
     report = nasir.tune(nasir.load("resnet34.onnx"))       # about 15 distinct convs, about 15 schedules each
     report.gain                                            # sum of cost-model times / tuned, alone
 """
@@ -21,24 +31,31 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from nasir.console import step
 from nasir.dialects import nest
 from nasir.lowering.pipeline import LLVM
 from nasir.lowering.schedule.default_schedule import tunable
 from nasir.lowering.schedule.schedules import candidate_schedules
-from nasir.lowering.schedule.tuned import TuningDatabase, default_tuning_db, nest_signature
+from nasir.lowering.schedule.tuned import NO_TUNING, TuningDatabase, default_tuning_db, nest_signature
 from nasir.lowering.target import CPUTarget, resolve_target, runnable_target, set_target, target_of
-from nasir.measure.kernels import KernelTimes, default_kernel_cache, standalone
+from nasir.measure.kernels import REPEAT, TOTAL, KernelTimes, default_kernel_cache, standalone, timing_lock
 from nasir.model import Model
+from nasir.reference import seeded_inputs
+from nasir.runtime.llvm_executable import compile_llvm
 
 TOP = 4
 """Schedules of the cost model's ranking timed per nest (its choice and the next three), before
 the other register tiles of the spatial schedule and of the channel plan."""
 MARGIN = 0.02
-"""How much faster than the cost model's choice another schedule must run alone to be kept (a
-closer time is within the noise of a median of seven)."""
+"""How much faster than the cost model's choice another schedule must run alone to be kept, and its
+layers inside the network (a closer time is within the noise of a median of seven)."""
+NETWORK_ROUNDS = 5
+"""Rounds of `in_network`: each profiles the model with the tuned schedules and with the cost
+model's, `REPEAT` runs each; a layer's time is the median of its rounds' medians."""
 SCHEDULED = str(LLVM.before("default-schedule"))
 """The passes before default-schedule: the nests tuning times are those it schedules."""
 
@@ -53,11 +70,27 @@ class TunedNest:
     ms: float
     default_ms: float
     timed: list[float] = field(default_factory=list)
+    network: tuple[float, float] | None = None
+    """Its layers' ms inside the whole model with the schedule that won alone and with the cost
+    model's (`in_network`); None where none but the cost model's won alone."""
+    rejected: int | None = None
+    """The candidate that won alone and ran its layers, or the whole network, slower inside it (the
+    cost model's is kept)."""
 
     @property
     def chosen(self) -> int | None:
-        """Which candidate won (0: the cost model's), None if it came from the database."""
+        """Which candidate is kept (0: the cost model's), None if it came from the database."""
         return self.timed.index(self.ms) if self.timed else None
+
+    @property
+    def slower_inside(self) -> bool:
+        """Whether its layers ran slower inside the network with its winner alone (within `MARGIN`)."""
+        return self.network is not None and self.network[0] > self.network[1] * (1 - MARGIN)
+
+    @property
+    def network_gain(self) -> float | None:
+        """Its layers inside the network: the cost model's time over the winner's alone."""
+        return self.network[1] / self.network[0] if self.network else None
 
 
 @dataclass
@@ -66,6 +99,10 @@ class TuningReport:
     database: Path
     nests: list[TunedNest]
     seconds: float = 0.0
+    network: tuple[float, float] | None = None
+    """The whole model's ms with the schedules kept after the check of each inside it and with the
+    cost model's (`in_network`); None where none but the cost model's won alone. Where the kept
+    ones ran it slower, every one of them was left to the cost model."""
 
     @property
     def gain(self) -> float:
@@ -73,6 +110,12 @@ class TuningReport:
         default = sum(n.default_ms * len(n.layers) for n in self.nests)
         tuned = sum(n.ms * len(n.layers) for n in self.nests)
         return default / tuned if tuned else 1.0
+
+    @property
+    def network_gain(self) -> float | None:
+        """The whole model: its time with the cost model's schedules over its time with the kept ones
+        (`network`), None where nothing was checked."""
+        return self.network[1] / self.network[0] if self.network else None
 
 
 def tunable_nests(model: Model, cpu: str | None) -> tuple[Model, dict[str, list[nest.ComputeOp]]]:
@@ -111,8 +154,10 @@ def tune(model: Model, cpu: str | None = None, threads: int = 1, database: str |
     level, groups = tunable_nests(model, target.cpu)
     nests = []
     columns = (TextColumn("tuning {task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    with Progress(*columns, disable=not progress, transient=True, console=Console(stderr=True)) as bar:
+    console = Console(stderr=True, quiet=not progress)
+    with Progress(*columns, disable=not progress, transient=True, console=console) as bar:
         task = bar.add_task(f"{len(groups)} distinct nests", total=len(groups))
+        defaults = {}  # the nests whose winner alone is not the cost model's: op, its schedule
         for signature, ops in groups.items():
             layers = [op.layer_name for op in ops]
             row = db.row(target.cpu, signature)
@@ -125,8 +170,62 @@ def tune(model: Model, cpu: str | None = None, threads: int = 1, database: str |
                 best = best if timed[best] < timed[0] * (1 - MARGIN) else 0
                 db.store(target.cpu, ops[0], schedules[best], timed[best], timed[0])
                 nests.append(TunedNest(layers, signature, timed[best], timed[0], timed))
+                if best:
+                    defaults[signature] = (ops[0], schedules[0])
             bar.advance(task)
-    return TuningReport(target.cpu, db.path, nests, time.perf_counter() - start)
+    network = None
+    if defaults:
+        with step(console, f"checking {len(defaults)} schedules inside the network"):
+            tuned_ms, default_ms = in_network(model, target.cpu, threads, db.path, kernels.lock)
+        for n in (n for n in nests if n.signature in defaults):
+            n.network = (sum(tuned_ms.get(layer, 0.0) for layer in n.layers),
+                         sum(default_ms.get(layer, 0.0) for layer in n.layers))
+            if n.slower_inside:
+                _keep_cost_model(db, target.cpu, n, defaults[n.signature])
+        kept = [n for n in nests if n.signature in defaults and n.rejected is None]
+        if kept:
+            with step(console, f"timing the network with the {len(kept)} kept"):
+                tuned_ms, default_ms = in_network(model, target.cpu, threads, db.path, kernels.lock)
+            network = (tuned_ms[TOTAL], default_ms[TOTAL])
+            if network[0] > network[1]:  # slower whole: the cost model's everywhere
+                for n in kept:
+                    _keep_cost_model(db, target.cpu, n, defaults[n.signature])
+    return TuningReport(target.cpu, db.path, nests, time.perf_counter() - start, network)
+
+
+def _keep_cost_model(db: TuningDatabase, cpu: str, n: TunedNest, default: tuple[nest.ComputeOp, object]) -> None:
+    """Store the cost model's schedule for `n` (its winner alone ran slower inside the network)."""
+    op, schedule = default
+    db.store(cpu, op, schedule, n.default_ms, n.default_ms)
+    n.rejected, n.ms = n.chosen, n.default_ms
+
+
+def in_network(model: Model, cpu: str, threads: int, database: Path, lock: Path,
+               rounds: int = NETWORK_ROUNDS) -> tuple[dict[str, float], dict[str, float]]:
+    """Each layer's ms inside `model` compiled whole for `cpu` with the tuning `database` and with
+    the cost model alone, profiled in turn for `rounds` (per-call timers, `REPEAT` runs a round):
+    the medians, tuned then cost model's, the whole call's under `TOTAL`. A conv runs after its
+    producer in the network, its input and weights where that left them (in L2, in L3, stored
+    channel-blocked or not), which its standalone timing does not see.
+
+        tuned, default = in_network(model, "znver3", 1, Path("tuning.db"), TIMING_LOCK)
+        tuned["layer2_layer2.1_conv1_Conv"], default["layer2_layer2.1_conv1_Conv"]   # 0.951, 0.668
+    """
+    builds = [compile_llvm(model.module, threads=threads, profile=True, cpu=cpu, tuning=tuning)
+              for tuning in (str(database), NO_TUNING)]
+    inputs = seeded_inputs(model)
+    samples: list[dict[str, list[float]]] = [{}, {}]
+    with timing_lock(lock):
+        for _ in range(rounds):
+            for build, layers in zip(builds, samples):
+                profile = build.profile(*inputs, repeat=REPEAT, warmup=2)
+                round_ms = {TOTAL: profile.total_ms}
+                for row in profile.rows:
+                    round_ms[row.layer] = round_ms.get(row.layer, 0.0) + row.ms
+                for layer, ms in round_ms.items():
+                    layers.setdefault(layer, []).append(ms)
+    tuned, default = ({layer: float(np.median(ms)) for layer, ms in layers.items()} for layers in samples)
+    return tuned, default
 
 
 def with_schedule(model: Model, op: nest.ComputeOp, schedule) -> Model:
