@@ -220,6 +220,46 @@ def test_tuning_times_kernel_calls_not_whole_calls(tmp_path, cpu, monkeypatch):
     assert len(report.nests) == 2 and all(n.ms > 0 for n in report.nests)
 
 
+def test_a_nests_candidates_are_profiled_in_turn_and_cached_together(tmp_path, monkeypatch):
+    """`calls_ms_together` compiles every candidate first, then profiles them round by round (a
+    load that comes and goes slows each alike); where the cache lacks one, all are timed again."""
+    import nasir.measure.kernels as kernels
+    from nasir.runtime.profile import Profile, ProfileRow
+
+    runs = []
+
+    class Fake:
+        def __init__(self, name):
+            self.name = name
+
+        def profile(self, *inputs, repeat, warmup):
+            runs.append(self.name)
+            ms = {"a": 2.0, "b": 1.0}[self.name] + 0.01 * len(runs)
+            return Profile([ProfileRow("conv", "k", 1, ms, 1.0)], ms, 0.0, 1)
+
+    compiled = []
+
+    def compile_llvm(module, **options):
+        compiled.append(module)
+        return Fake("ab"[len(compiled) - 1])
+
+    monkeypatch.setattr(kernels, "compile_llvm", compile_llvm)
+    model = two_convs()
+    level, groups = tunable_nests(model, None)
+    target = resolve_target(None)
+    op = next(iter(groups.values()))[0]
+    alones = [with_schedule(level, op, s) for s in candidate_schedules(tunable(op, target), target, 2, tiles=True)[:2]]
+    times = kernels.KernelTimes(tmp_path / "kernels.db", target.cpu, 1)
+    first = times.calls_ms_together(alones, rounds=3)
+    assert runs == ["a", "b"] * 3 and len(compiled) == 2
+    assert first == [pytest.approx(2.03), pytest.approx(1.04)], "each candidate's median round"
+    runs.clear(), compiled.clear()
+    assert times.calls_ms_together(alones, rounds=3) == first and runs == [] and compiled == [], "cached: nothing timed"
+    times.db.execute("delete from kernels where rowid = (select min(rowid) from kernels)")
+    times.calls_ms_together(alones, rounds=3)
+    assert runs == ["a", "b"] * 3, "one missing: both timed again, together"
+
+
 def test_tune_times_at_most_trials_schedules_a_conv_the_cost_models_first(tmp_path, cpu):
     if foreign(cpu):
         return  # nothing is timed (test_tune_keeps_the_fastest_timed_schedule_and_a_second_run_times_nothing)
@@ -244,8 +284,7 @@ def test_a_schedule_that_won_alone_and_runs_slower_inside_the_network_leaves_the
 
     if foreign(cpu):
         return  # nothing is timed (test_tune_keeps_the_fastest_timed_schedule_and_a_second_run_times_nothing)
-    alone = iter([1.0, 0.5, 1.0, 0.5])
-    monkeypatch.setattr(KernelTimes, "kernel_ms", lambda self, model, calls_only=False: next(alone))
+    monkeypatch.setattr(KernelTimes, "calls_ms_together", lambda self, alones: [1.0, 0.5])
     inside = iter([({"conv1": 1.3, "conv2": 0.6, TOTAL: 1.9}, {"conv1": 1.0, "conv2": 1.0, TOTAL: 2.0}),
                    ({"conv1": 1.0, "conv2": 0.6, TOTAL: whole}, {"conv1": 1.0, "conv2": 1.0, TOTAL: 2.0})])
     monkeypatch.setattr(host, "in_network", lambda *args, **kwargs: next(inside))

@@ -5,8 +5,8 @@ epilogue), the few schedules the cost model ranks highest, the spatial schedule 
 register tile (a grouped conv with fewer channels a group than lanes has only those) and the
 channel plan with its other register tiles, up to all registers but 4 in accumulators
 (`candidate_schedules(..., tiles=True)`), are compiled alone and their kernel calls timed by
-per-call timers, without the copies of a whole call (`nasir.measure.kernels.KernelTimes`, the
-search's kernel cache), and the fastest goes into the tuning
+per-call timers, without the copies of a whole call, the candidates of a nest in turn round by
+round (`KernelTimes.calls_ms_together`, the search's kernel cache), and the fastest goes into the tuning
 database (`nasir.lowering.schedule.tuned`) under the target CPU's name, where default-schedule
 finds it in every later compile of any model with that nest. A nest the database already holds
 for the CPU is not timed again.
@@ -165,7 +165,7 @@ def tune(model: Model, cpu: str | None = None, threads: int = 1, database: str |
                 nests.append(TunedNest(layers, signature, row[1], row[2]))
             else:
                 schedules = candidate_schedules(tunable(ops[0], target), target, top, tiles=True)[:trials]
-                timed = [kernels.kernel_ms(with_schedule(level, ops[0], s), calls_only=True) for s in schedules]
+                timed = kernels.calls_ms_together([with_schedule(level, ops[0], s) for s in schedules])
                 best = min(range(len(timed)), key=timed.__getitem__)
                 best = best if timed[best] < timed[0] * (1 - MARGIN) else 0
                 db.store(target.cpu, ops[0], schedules[best], timed[best], timed[0])
