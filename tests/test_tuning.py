@@ -308,6 +308,22 @@ def test_a_schedule_that_won_alone_and_runs_slower_inside_the_network_leaves_the
     assert sorted(rows) == ([(0.5, 1.0), (1.0, 1.0)] if kept else [(1.0, 1.0), (1.0, 1.0)])
 
 
+def test_where_every_winner_runs_faster_inside_the_network_it_is_profiled_once(tmp_path, cpu, monkeypatch):
+    """The first check's build is then the network with the kept schedules: its whole time is the
+    verdict, no second build."""
+    import nasir.tuning.host as host
+    from nasir.measure.kernels import TOTAL, KernelTimes
+
+    if foreign(cpu):
+        return  # nothing is timed
+    monkeypatch.setattr(KernelTimes, "calls_ms_together", lambda self, alones: [1.0, 0.5])
+    checks = iter([({"conv1": 0.7, "conv2": 0.6, TOTAL: 1.5}, {"conv1": 1.0, "conv2": 1.0, TOTAL: 2.0})])
+    monkeypatch.setattr(host, "in_network", lambda *args, **kwargs: next(checks))
+    report = tune(two_convs(), database=tmp_path / "tuning.db", kernel_cache=tmp_path / "kernels.db", trials=2)
+    assert [(n.chosen, n.rejected) for n in report.nests] == [(1, None), (1, None)]
+    assert report.network == (1.5, 2.0)
+
+
 def test_in_network_profiles_every_tuned_layer_inside_the_model(tmp_path, cpu):
     """The check inside the network times the layers tuning names (its keys are their names)."""
     from nasir.measure.kernels import TIMING_LOCK
@@ -317,7 +333,8 @@ def test_in_network_profiles_every_tuned_layer_inside_the_model(tmp_path, cpu):
         return  # the CPU's code does not run here
     model, db = two_convs(), tmp_path / "tuning.db"
     report = tune(model, database=db, kernel_cache=tmp_path / "kernels.db", trials=2)
-    tuned, default = in_network(model, resolve_target(cpu).cpu, 1, db, TIMING_LOCK, rounds=2)
+    cost_model = compile_llvm(model.module, profile=True, cpu=cpu, tuning="none")
+    tuned, default = in_network(model, cost_model, db, TIMING_LOCK, rounds=2)
     for n in report.nests:
         assert all(tuned[layer] > 0 and default[layer] > 0 for layer in n.layers), (n.layers, tuned)
 

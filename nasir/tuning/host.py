@@ -45,7 +45,7 @@ from nasir.lowering.target import CPUTarget, resolve_target, runnable_target, se
 from nasir.measure.kernels import REPEAT, TOTAL, KernelTimes, default_kernel_cache, standalone, timing_lock
 from nasir.model import Model
 from nasir.reference import seeded_inputs
-from nasir.runtime.llvm_executable import compile_llvm
+from nasir.runtime.llvm_executable import LLVMExecutable, compile_llvm
 
 TOP = 4
 """Schedules of the cost model's ranking timed per nest (its choice and the next three), before
@@ -176,16 +176,18 @@ def tune(model: Model, cpu: str | None = None, threads: int = 1, database: str |
     network = None
     if defaults:
         with step(console, f"checking {len(defaults)} schedules inside the network"):
-            tuned_ms, default_ms = in_network(model, target.cpu, threads, db.path, kernels.lock)
+            cost_model = compile_llvm(model.module, threads=threads, profile=True, cpu=target.cpu, tuning=NO_TUNING)
+            tuned_ms, default_ms = in_network(model, cost_model, db.path, kernels.lock)
         for n in (n for n in nests if n.signature in defaults):
             n.network = (sum(tuned_ms.get(layer, 0.0) for layer in n.layers),
                          sum(default_ms.get(layer, 0.0) for layer in n.layers))
             if n.slower_inside:
                 _keep_cost_model(db, target.cpu, n, defaults[n.signature])
         kept = [n for n in nests if n.signature in defaults and n.rejected is None]
-        if kept:
+        if kept and len(kept) < len(defaults):  # the network without those slower inside it
             with step(console, f"timing the network with the {len(kept)} kept"):
-                tuned_ms, default_ms = in_network(model, target.cpu, threads, db.path, kernels.lock)
+                tuned_ms, default_ms = in_network(model, cost_model, db.path, kernels.lock)
+        if kept:
             network = (tuned_ms[TOTAL], default_ms[TOTAL])
             if network[0] > network[1]:  # slower whole: the cost model's everywhere
                 for n in kept:
@@ -200,19 +202,22 @@ def _keep_cost_model(db: TuningDatabase, cpu: str, n: TunedNest, default: tuple[
     n.rejected, n.ms = n.chosen, n.default_ms
 
 
-def in_network(model: Model, cpu: str, threads: int, database: Path, lock: Path,
+def in_network(model: Model, cost_model: LLVMExecutable, database: Path, lock: Path,
                rounds: int = NETWORK_ROUNDS) -> tuple[dict[str, float], dict[str, float]]:
-    """Each layer's ms inside `model` compiled whole for `cpu` with the tuning `database` and with
-    the cost model alone, profiled in turn for `rounds` (per-call timers, `REPEAT` runs a round):
-    the medians, tuned then cost model's, the whole call's under `TOTAL`. A conv runs after its
-    producer in the network, its input and weights where that left them (in L2, in L3, stored
-    channel-blocked or not), which its standalone timing does not see.
+    """Each layer's ms inside `model` compiled whole with the tuning `database`, for the CPU and
+    threads of `cost_model` (the model compiled with per-call timers and the cost model's
+    schedules alone), and inside `cost_model`, profiled in turn for `rounds` (`REPEAT` runs a
+    round): the medians, tuned then cost model's, the whole call's under `TOTAL`. A conv runs
+    after its producer in the network, its input and weights where that left them (in L2, in
+    L3, stored channel-blocked or not), which its standalone timing does not see.
 
-        tuned, default = in_network(model, "znver3", 1, Path("tuning.db"), TIMING_LOCK)
+        cost_model = compile_llvm(model.module, profile=True, cpu="znver3", tuning="none")
+        tuned, default = in_network(model, cost_model, Path("tuning.db"), TIMING_LOCK)
         tuned["layer2_layer2.1_conv1_Conv"], default["layer2_layer2.1_conv1_Conv"]   # 0.951, 0.668
     """
-    builds = [compile_llvm(model.module, threads=threads, profile=True, cpu=cpu, tuning=tuning)
-              for tuning in (str(database), NO_TUNING)]
+    tuned = compile_llvm(model.module, threads=cost_model.threads, profile=True, cpu=cost_model.compiled_for,
+                         tuning=str(database))
+    builds = [tuned, cost_model]
     inputs = seeded_inputs(model)
     samples: list[dict[str, list[float]]] = [{}, {}]
     with timing_lock(lock):
