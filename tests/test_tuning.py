@@ -324,6 +324,36 @@ def test_where_every_winner_runs_faster_inside_the_network_it_is_profiled_once(t
     assert report.network == (1.5, 2.0)
 
 
+def test_a_tuning_stopped_during_the_check_inside_the_network_stores_no_unchecked_winner(tmp_path, cpu,
+                                                                                         monkeypatch):
+    """Ctrl-C while the network is checked: the winners alone are not in the database, so the same
+    command times those nests again (the cost model's choices, stored as timed, are kept)."""
+    import nasir.tuning.host as host
+    from nasir.measure.kernels import KernelTimes
+
+    if foreign(cpu):
+        return  # nothing is timed
+    timings = []
+
+    def alone(self, alones):  # conv1's second candidate wins alone the first time, nothing after
+        timings.append(len(alones))
+        return [1.0, 0.5] if len(timings) == 1 else [1.0, 1.0]
+
+    monkeypatch.setattr(KernelTimes, "calls_ms_together", alone)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(host, "in_network", interrupted)
+    db = tmp_path / "tuning.db"
+    with pytest.raises(KeyboardInterrupt):
+        tune(two_convs(), database=db, kernel_cache=tmp_path / "kernels.db", trials=2)
+    assert sqlite3.connect(db).execute("select ms, default_ms from schedules").fetchall() == [(1.0, 1.0)]
+    again = tune(two_convs(), database=db, kernel_cache=tmp_path / "kernels.db", trials=2)
+    assert timings == [2, 2, 2], "conv1 timed again, conv2 from the database"
+    assert [n.timed for n in again.nests] == [[1.0, 1.0], []]
+
+
 def test_in_network_profiles_every_tuned_layer_inside_the_model(tmp_path, cpu):
     """The check inside the network times the layers tuning names (its keys are their names)."""
     from nasir.measure.kernels import TIMING_LOCK

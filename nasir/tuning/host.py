@@ -15,7 +15,8 @@ Alone is not inside the network: a schedule that won alone is kept only where th
 layers with it run faster, profiled inside the whole model compiled with the new schedules and
 with the cost model's, in turn (`in_network`); elsewhere the database gets the cost model's
 schedule. Then the whole model is timed so again, and where the kept ones run it slower, every
-one of them is left to the cost model. On Zen 4, ResNeXt-29's 8-lane convs tuned alone ran the
+one of them is left to the cost model. The winners go into the database once checked (the check
+compiles with a copy): a tuning stopped before leaves their nests to be timed again. On Zen 4, ResNeXt-29's 8-lane convs tuned alone ran the
 network 1.08x slower: its grouped 3x3 convs on 8 x 8 won alone (1.05-1.14x) and ran 1.18x slower
 inside it, and its 1x1 convs on 16 x 16 that won alone with lanes along the rows (1.03-1.20x)
 ran 1.42-1.51x slower there, between convs that store their results channel-blocked; two runs of
@@ -27,6 +28,7 @@ the same tuning chose differently for 13 of its 18 convs, times alone moving as 
 
 from __future__ import annotations
 
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +39,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from nasir.console import step
 from nasir.dialects import nest
+from nasir.dialects.schedule import Schedule
 from nasir.lowering.pipeline import LLVM
 from nasir.lowering.schedule.default_schedule import tunable
 from nasir.lowering.schedule.schedules import candidate_schedules
@@ -157,7 +160,9 @@ def tune(model: Model, cpu: str | None = None, threads: int = 1, database: str |
     console = Console(stderr=True, quiet=not progress)
     with Progress(*columns, disable=not progress, transient=True, console=console) as bar:
         task = bar.add_task(f"{len(groups)} distinct nests", total=len(groups))
-        defaults = {}  # the nests whose winner alone is not the cost model's: op, its schedule
+        # the nests whose winner alone is not the cost model's: op, the two schedules; stored once
+        # checked inside the network (an interrupted tuning leaves them to be timed again)
+        pending: dict[str, tuple[nest.ComputeOp, Schedule, Schedule]] = {}
         for signature, ops in groups.items():
             layers = [op.layer_name for op in ops]
             row = db.row(target.cpu, signature)
@@ -168,37 +173,58 @@ def tune(model: Model, cpu: str | None = None, threads: int = 1, database: str |
                 timed = kernels.calls_ms_together([with_schedule(level, ops[0], s) for s in schedules])
                 best = min(range(len(timed)), key=timed.__getitem__)
                 best = best if timed[best] < timed[0] * (1 - MARGIN) else 0
-                db.store(target.cpu, ops[0], schedules[best], timed[best], timed[0])
                 nests.append(TunedNest(layers, signature, timed[best], timed[0], timed))
                 if best:
-                    defaults[signature] = (ops[0], schedules[0])
+                    pending[signature] = (ops[0], schedules[0], schedules[best])
+                else:
+                    db.store(target.cpu, ops[0], schedules[0], timed[0], timed[0])
             bar.advance(task)
     network = None
-    if defaults:
-        with step(console, f"checking {len(defaults)} schedules inside the network"):
-            cost_model = compile_llvm(model.module, threads=threads, profile=True, cpu=target.cpu, tuning=NO_TUNING)
-            tuned_ms, default_ms = in_network(model, cost_model, db.path, kernels.lock)
-        for n in (n for n in nests if n.signature in defaults):
-            n.network = (sum(tuned_ms.get(layer, 0.0) for layer in n.layers),
-                         sum(default_ms.get(layer, 0.0) for layer in n.layers))
-            if n.slower_inside:
-                _keep_cost_model(db, target.cpu, n, defaults[n.signature])
-        kept = [n for n in nests if n.signature in defaults and n.rejected is None]
-        if kept and len(kept) < len(defaults):  # the network without those slower inside it
-            with step(console, f"timing the network with the {len(kept)} kept"):
-                tuned_ms, default_ms = in_network(model, cost_model, db.path, kernels.lock)
-        if kept:
-            network = (tuned_ms[TOTAL], default_ms[TOTAL])
-            if network[0] > network[1]:  # slower whole: the cost model's everywhere
-                for n in kept:
-                    _keep_cost_model(db, target.cpu, n, defaults[n.signature])
+    if pending:
+        with tempfile.TemporaryDirectory(prefix="nasir-tune-") as tmp:
+            network = _check_in_network(model, target.cpu, threads, db, TuningDatabase(Path(tmp) / "trial.db"),
+                                        [n for n in nests if n.signature in pending], pending, kernels.lock, console)
+        for n in (n for n in nests if n.signature in pending):
+            op, cost_model, winner = pending[n.signature]
+            db.store(target.cpu, op, cost_model if n.rejected is not None else winner, n.ms, n.default_ms)
     return TuningReport(target.cpu, db.path, nests, time.perf_counter() - start, network)
 
 
-def _keep_cost_model(db: TuningDatabase, cpu: str, n: TunedNest, default: tuple[nest.ComputeOp, object]) -> None:
-    """Store the cost model's schedule for `n` (its winner alone ran slower inside the network)."""
-    op, schedule = default
-    db.store(cpu, op, schedule, n.default_ms, n.default_ms)
+def _check_in_network(model: Model, cpu: str, threads: int, db: TuningDatabase, trial: TuningDatabase,
+                      checked: list[TunedNest], pending: dict, lock: Path,
+                      console: Console) -> tuple[float, float] | None:
+    """Check `checked`, the nests whose winner alone (`pending`) is not the cost model's, inside the
+    network (`in_network`), in `trial`, a copy of `db` with the winners: a nest whose layers run
+    slower there is left to the cost model (`rejected`), then all of them where the network with
+    the others runs slower whole. Returns the whole network's ms with the kept ones and with the
+    cost model's, None where none is kept."""
+    db.db.backup(trial.db)
+    for op, _, winner in (pending[n.signature] for n in checked):
+        trial.store(cpu, op, winner, 0.0, 0.0)
+    with step(console, f"checking {len(checked)} schedules inside the network"):
+        cost_model = compile_llvm(model.module, threads=threads, profile=True, cpu=cpu, tuning=NO_TUNING)
+        tuned_ms, default_ms = in_network(model, cost_model, trial.path, lock)
+    for n in checked:
+        n.network = (sum(tuned_ms.get(layer, 0.0) for layer in n.layers),
+                     sum(default_ms.get(layer, 0.0) for layer in n.layers))
+        if n.slower_inside:
+            _reject(n, trial, cpu, pending[n.signature])
+    kept = [n for n in checked if n.rejected is None]
+    if not kept:
+        return None
+    if len(kept) < len(checked):  # the network without those slower inside it
+        with step(console, f"timing the network with the {len(kept)} kept"):
+            tuned_ms, default_ms = in_network(model, cost_model, trial.path, lock)
+    if tuned_ms[TOTAL] > default_ms[TOTAL]:  # slower whole: the cost model's everywhere
+        for n in kept:
+            _reject(n, trial, cpu, pending[n.signature])
+    return tuned_ms[TOTAL], default_ms[TOTAL]
+
+
+def _reject(n: TunedNest, trial: TuningDatabase, cpu: str, schedules: tuple) -> None:
+    """Leave `n` to the cost model: its winner alone ran slower inside the network."""
+    op, cost_model, _ = schedules
+    trial.store(cpu, op, cost_model, n.default_ms, n.default_ms)
     n.rejected, n.ms = n.chosen, n.default_ms
 
 
