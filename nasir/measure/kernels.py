@@ -37,6 +37,7 @@ from nasir.lowering.target import CPU_ENV, host_target, set_target
 from nasir.model import Model
 from nasir.reference import seeded_inputs
 from nasir.runtime.llvm_executable import compile_llvm
+from nasir.runtime.profile import Profile
 from nasir.transforms.nest_spec import is_weight
 from nasir.transforms.rebatch import nest_at_batch
 
@@ -177,13 +178,9 @@ class KernelTimes:
         if all(row is not None for row in rows):
             return [row[0] for row in rows]
         exes = [compile_llvm(alone.module, threads=self.threads, cpu=self.cpu, profile=True) for alone in alones]
-        inputs = [seeded_inputs(alone) for alone in alones]
-        samples: list[list[float]] = [[] for _ in alones]
-        with timing_lock(self.lock):
-            for _ in range(rounds):
-                for exe, x, times in zip(exes, inputs, samples):
-                    times.append(sum(row.ms for row in exe.profile(*x, repeat=REPEAT, warmup=1).rows))
-        ms = [float(np.median(times)) for times in samples]
+        samples = profiled_in_turn(exes, [seeded_inputs(alone) for alone in alones], rounds, self.lock, warmup=1)
+        ms = [float(np.median([sum(v for layer, v in layers.items() if layer != TOTAL) for layers in rounds_of]))
+              for rounds_of in samples]
         self.db.executemany("insert or replace into kernels values (?, ?)", list(zip(keys, ms)))
         return ms
 
@@ -191,11 +188,7 @@ class KernelTimes:
         """Each layer's time (ms) inside `model` compiled whole, and the whole (`TOTAL`)."""
         exe = compile_llvm(model.module, threads=self.threads, cpu=self.cpu, profile=True)
         with timing_lock(self.lock):
-            profile = exe.profile(*seeded_inputs(model), repeat=REPEAT, warmup=2)
-        layers: dict[str, float] = {TOTAL: profile.total_ms}
-        for row in profile.rows:
-            layers[row.layer] = layers.get(row.layer, 0.0) + row.ms
-        return layers
+            return layer_ms(exe.profile(*seeded_inputs(model), repeat=REPEAT, warmup=2))
 
     def measure(self, model: Model) -> float:
         """Median ms of `model` compiled whole, timed under the machine's timing lock."""
@@ -203,6 +196,27 @@ class KernelTimes:
         inputs = seeded_inputs(model)
         with timing_lock(self.lock):
             return exe.benchmark(*inputs, repeat=REPEAT, warmup=2)["median_ms"]
+
+def layer_ms(profile: Profile) -> dict[str, float]:
+    """Each layer's ms in `profile` (the calls of a layer summed), and the whole call's (`TOTAL`)."""
+    layers = {TOTAL: profile.total_ms}
+    for row in profile.rows:
+        layers[row.layer] = layers.get(row.layer, 0.0) + row.ms
+    return layers
+
+
+def profiled_in_turn(exes: list, inputs: list[list[np.ndarray]], rounds: int, lock: Path,
+                     warmup: int = 2) -> list[list[dict[str, float]]]:
+    """Executables compiled with per-call timers, profiled in turn (`REPEAT` runs each) for `rounds`,
+    under the machine's timing `lock`: a load that comes and goes slows each alike. For each
+    executable, its rounds' `layer_ms`."""
+    samples: list[list[dict[str, float]]] = [[] for _ in exes]
+    with timing_lock(lock):
+        for _ in range(rounds):
+            for exe, x, rounds_of in zip(exes, inputs, samples):
+                rounds_of.append(layer_ms(exe.profile(*x, repeat=REPEAT, warmup=warmup)))
+    return samples
+
 
 @contextmanager
 def timing_lock(path: Path) -> Iterator[None]:

@@ -45,7 +45,7 @@ from nasir.lowering.schedule.default_schedule import tunable
 from nasir.lowering.schedule.schedules import candidate_schedules
 from nasir.lowering.schedule.tuned import NO_TUNING, TuningDatabase, default_tuning_db, nest_signature
 from nasir.lowering.target import CPUTarget, resolve_target, runnable_target, set_target, target_of
-from nasir.measure.kernels import REPEAT, TOTAL, KernelTimes, default_kernel_cache, standalone, timing_lock
+from nasir.measure.kernels import TOTAL, KernelTimes, default_kernel_cache, profiled_in_turn, standalone
 from nasir.model import Model
 from nasir.reference import seeded_inputs
 from nasir.runtime.llvm_executable import LLVMExecutable, compile_llvm
@@ -58,7 +58,7 @@ MARGIN = 0.02
 layers inside the network (a closer time is within the noise of a median of seven)."""
 NETWORK_ROUNDS = 5
 """Rounds of `in_network`: each profiles the model with the tuned schedules and with the cost
-model's, `REPEAT` runs each; a layer's time is the median of its rounds' medians."""
+model's (`profiled_in_turn`); a layer's time is the median of its rounds' medians."""
 SCHEDULED = str(LLVM.before("default-schedule"))
 """The passes before default-schedule: the nests tuning times are those it schedules."""
 
@@ -232,10 +232,10 @@ def in_network(model: Model, cost_model: LLVMExecutable, database: Path, lock: P
                rounds: int = NETWORK_ROUNDS) -> tuple[dict[str, float], dict[str, float]]:
     """Each layer's ms inside `model` compiled whole with the tuning `database`, for the CPU and
     threads of `cost_model` (the model compiled with per-call timers and the cost model's
-    schedules alone), and inside `cost_model`, profiled in turn for `rounds` (`REPEAT` runs a
-    round): the medians, tuned then cost model's, the whole call's under `TOTAL`. A conv runs
-    after its producer in the network, its input and weights where that left them (in L2, in
-    L3, stored channel-blocked or not), which its standalone timing does not see.
+    schedules alone), and inside `cost_model`, profiled in turn for `rounds` (`profiled_in_turn`):
+    the medians, tuned then cost model's, the whole call's under `TOTAL`. A conv runs after its
+    producer in the network, its input and weights where that left them (in L2, in L3, stored
+    channel-blocked or not), which its standalone timing does not see.
 
         cost_model = compile_llvm(model.module, profile=True, cpu="znver3", tuning="none")
         tuned, default = in_network(model, cost_model, Path("tuning.db"), TIMING_LOCK)
@@ -243,20 +243,11 @@ def in_network(model: Model, cost_model: LLVMExecutable, database: Path, lock: P
     """
     tuned = compile_llvm(model.module, threads=cost_model.threads, profile=True, cpu=cost_model.compiled_for,
                          tuning=str(database))
-    builds = [tuned, cost_model]
     inputs = seeded_inputs(model)
-    samples: list[dict[str, list[float]]] = [{}, {}]
-    with timing_lock(lock):
-        for _ in range(rounds):
-            for build, layers in zip(builds, samples):
-                profile = build.profile(*inputs, repeat=REPEAT, warmup=2)
-                round_ms = {TOTAL: profile.total_ms}
-                for row in profile.rows:
-                    round_ms[row.layer] = round_ms.get(row.layer, 0.0) + row.ms
-                for layer, ms in round_ms.items():
-                    layers.setdefault(layer, []).append(ms)
-    tuned, default = ({layer: float(np.median(ms)) for layer, ms in layers.items()} for layers in samples)
-    return tuned, default
+    samples = profiled_in_turn([tuned, cost_model], [inputs, inputs], rounds, lock)
+    tuned_ms, default_ms = ({layer: float(np.median([r[layer] for r in rounds_of])) for layer in rounds_of[0]}
+                            for rounds_of in samples)
+    return tuned_ms, default_ms
 
 
 def with_schedule(model: Model, op: nest.ComputeOp, schedule) -> Model:
