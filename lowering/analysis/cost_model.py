@@ -212,7 +212,7 @@ STRIDED_TAPS = 3
 (`channel_tile_rows`): a 3x3 conv's, not a 7x7 stem's."""
 
 
-def channel_tile_rows(r_col: int, window: Window | None, target: CPUTarget) -> int:
+def channel_tile_rows(r_col: int, window: Window | None, target: CPUTarget, input_in_l2: bool = True) -> int:
     """Most points a channel tile of `r_col` weight vectors holds in `channel_tile_registers`: each
     point's accumulators, beside the weight vectors and the points' broadcast inputs. Without a
     window (1x1 conv) a broadcast feeds its r_col FMAs and dies. With one (conv's kw) LLVM keeps
@@ -228,11 +228,15 @@ def channel_tile_rows(r_col: int, window: Window | None, target: CPUTarget) -> i
     of the two is the bound; 2 x 6 spilled: 38-82 stack accesses per 108 FMAs). On ResNet-34
     imagenet's 3x3 convs 2 x 5 ran 0.93-0.96x the time of 1 x 8 and 2 x 4 on 56- and 28-wide rows,
     0.83-0.87x of 1 x 7 on the stride-2 conv on 14 (Zen 3 and Zen 4). A strided window (stride 2)
-    may take as many points as a 1x1 conv: its neighbouring points share fewer inputs, so its tile
-    loads more per FMA, and 2 x 6 (12 accumulators) ran 0.95-0.98x the time of 2 x 4 and 2 x 5 though
-    LLVM spills in it (31 stack accesses beside 57 loads per 108 FMAs, within the load ports): the
-    stride-2 3x3 convs onto 16 x 16 of ResNet-18, WRN-40-2 and ResNeXt-29 (grouped) and onto 28 x 28
-    of ResNet-34 imagenet (znver3 code on Zen 4). Not a wider window (`STRIDED_TAPS`): the 7x7
+    may take as many points as a 1x1 conv where its input stays in L2 (`input_in_l2`, see
+    `l2_input_bytes`): its neighbouring points share fewer inputs, so its tile loads more per FMA,
+    and 2 x 6 (12 accumulators) ran 0.96-0.98x the time of 2 x 4 and 0.88x of 2 x 5 though LLVM
+    spills in it (31 stack accesses beside 57 loads per 108 FMAs), inside the network: the stride-2
+    3x3 convs onto 16 x 16 of ResNet-18 (256 KiB of input) and WRN-40-2 (128 KiB). Where the input
+    comes from beyond L2, the spills' loads and stores cost more than the accumulators gain: 2 x 4
+    ran 0.87-0.88x the time of 2 x 6 (2 x 5 0.95x) on ResNeXt-29's grouped one (1 MiB), 2 x 4 and
+    2 x 5 0.94-0.95x on ResNet-34 imagenet's onto 28 x 28 (784 KiB); znver3 code on Zen 4, each
+    network profiled in turn with the other tile. Not a wider window (`STRIDED_TAPS`): the 7x7
     stem's 2 x 6 left LLVM no register to spare, and where the stem runs inside its max pool's kernel
     (`nasir.fuse_rows`) the JIT's code spilled an accumulator, carried through the stack at every tap:
     2.2x the time of 2 x 4 in ResNet-34 and DenseNet-121 imagenet (2.4 -> 5.0 ms; standalone 0.98x)."""
@@ -243,7 +247,7 @@ def channel_tile_rows(r_col: int, window: Window | None, target: CPUTarget) -> i
         return registers // (r_col + 1)
     if r_col == 1:
         return registers - window.taps
-    if window.stride > 1 and window.taps <= STRIDED_TAPS:
+    if window.stride > 1 and window.taps <= STRIDED_TAPS and input_in_l2:
         return registers // r_col
     return max(registers // (r_col + 1), (target.registers - r_col - window.taps - 1) // r_col)
 

@@ -38,7 +38,9 @@ from nasir.lowering.analysis.cost_model import (
     depthwise_points,
     epilogue_cost,
     flat_row,
+    input_bytes_read,
     input_stream_bound,
+    l2_input_bytes,
     max_accumulators,
     row_window,
     rows_hold_blocks,
@@ -304,12 +306,13 @@ def channel_vector_plans(n: NestView, target: CPUTarget, blocked: bool = False) 
     if (outer := flat_row(n, pos)) is not None:  # the image rows as one row (a 1x1 conv's 8 x 8 points)
         rows.append((f"{par[outer][0]}*{row[0]}", par[outer][1] * row[1]))
     plans = []
+    in_l2 = input_bytes_read(n) <= l2_input_bytes(target)
     for r_col in (4, 3, 2, 1):
         if (col[1] // width) % r_col or not weight_block_fits(r_col, r_col * width * red * 4, target):
             continue
         streaming = input_stream_bound(n, col[1] // width, r_col, target)
         for name, extent in rows:
-            for r_row in range(1, min(extent, channel_tile_rows(r_col, window, target)) + 1):
+            for r_row in range(1, min(extent, channel_tile_rows(r_col, window, target, in_l2)) + 1):
                 used = extent / (-(-extent // r_row) * r_row)
                 score = channel_tile_score(r_col, r_row, used, red, target, window, blocked) * streaming
                 plans.append((score, r_col, r_row, used, name, extent))
