@@ -228,18 +228,18 @@ def channel_tile_rows(r_col: int, window: Window | None, target: CPUTarget, inpu
     of the two is the bound; 2 x 6 spilled: 38-82 stack accesses per 108 FMAs). On ResNet-34
     imagenet's 3x3 convs 2 x 5 ran 0.93-0.96x the time of 1 x 8 and 2 x 4 on 56- and 28-wide rows,
     0.83-0.87x of 1 x 7 on the stride-2 conv on 14 (Zen 3 and Zen 4). A strided window (stride 2)
-    may take as many points as a 1x1 conv where its input stays in L2 (`input_in_l2`, see
-    `l2_input_bytes`): its neighbouring points share fewer inputs, so its tile loads more per FMA,
-    and 2 x 6 (12 accumulators) ran 0.96-0.98x the time of 2 x 4 and 0.88x of 2 x 5 though LLVM
-    spills in it (31 stack accesses beside 57 loads per 108 FMAs), inside the network: the stride-2
-    3x3 convs onto 16 x 16 of ResNet-18 (256 KiB of input) and WRN-40-2 (128 KiB). Where the input
-    comes from beyond L2, the spills' loads and stores cost more than the accumulators gain: 2 x 4
-    ran 0.87-0.88x the time of 2 x 6 (2 x 5 0.95x) on ResNeXt-29's grouped one (1 MiB), 2 x 4 and
-    2 x 5 0.94-0.95x on ResNet-34 imagenet's onto 28 x 28 (784 KiB); znver3 code on Zen 4, each
-    network profiled in turn with the other tile. Not a wider window (`STRIDED_TAPS`): the 7x7
-    stem's 2 x 6 left LLVM no register to spare, and where the stem runs inside its max pool's kernel
-    (`nasir.fuse_rows`) the JIT's code spilled an accumulator, carried through the stack at every tap:
-    2.2x the time of 2 x 4 in ResNet-34 and DenseNet-121 imagenet (2.4 -> 5.0 ms; standalone 0.98x)."""
+    may take as many points as a 1x1 conv where its input stays in L2 (`input_in_l2`): its neighbouring
+    points share fewer inputs, so its tile loads more per FMA, and 2 x 6 (12 accumulators) ran
+    0.96-0.98x the time of 2 x 4 and 0.88x of 2 x 5 though LLVM spills in it (31 stack accesses
+    beside 57 loads per 108 FMAs), inside the network: the stride-2 3x3 convs onto 16 x 16 of
+    ResNet-18 (256 KiB of input) and WRN-40-2 (128 KiB). Where the input comes from beyond L2, the
+    spills' loads and stores cost more than the accumulators gain: 2 x 4 ran 0.87-0.88x the time of
+    2 x 6 (2 x 5 0.95x) on ResNeXt-29's grouped one (1 MiB), 2 x 4 and 2 x 5 0.94-0.95x on ResNet-34
+    imagenet's onto 28 x 28 (784 KiB); znver3 code on Zen 4, each network profiled in turn with the
+    other tile. Not a wider window (`STRIDED_TAPS`): the 7x7 stem's 2 x 6 left LLVM no register to
+    spare, and where the stem runs inside its max pool's kernel (`nasir.fuse_rows`) the JIT's code
+    spilled an accumulator, carried through the stack at every tap: 2.2x the time of 2 x 4 in
+    ResNet-34 and DenseNet-121 imagenet (2.4 -> 5.0 ms; standalone 0.98x)."""
     registers = channel_tile_registers(target) - r_col
     if window is None:
         return registers // r_col
@@ -311,11 +311,10 @@ def input_stream_bound(n: NestView, col_vectors: int, r_col: int, target: CPUTar
     when the bytes it reads (`read_fraction`) do not stay in L2: a strided 1x1 conv does few FMAs
     per input byte. (ResNeXt-29's 256 -> 512 shortcut reads half of its 1 MiB input, the odd rows
     untouched: 2 x 8 tiles, 0.986x the model's time of 4 x 4.)"""
-    in_bytes = input_bytes_read(n)
-    if in_bytes <= l2_input_bytes(target):
+    if input_in_l2(n, target):
         return 1.0
     vector_fmas = math.prod(e for _, e in n.dims) / target.lanes
-    return min(1.0, target.l3_bytes_per_fma * vector_fmas / (in_bytes * col_vectors / r_col))
+    return min(1.0, target.l3_bytes_per_fma * vector_fmas / (input_bytes_read(n) * col_vectors / r_col))
 
 
 def weight_block_fits(r_col: int, block_bytes: int, target: CPUTarget) -> bool:
@@ -330,6 +329,11 @@ def weight_block_fits(r_col: int, block_bytes: int, target: CPUTarget) -> bool:
     if r_col == 1:
         return True
     return (block_bytes if r_col == 2 else 2 * block_bytes) <= target.l2_bytes
+
+
+def input_in_l2(n: NestView, target: CPUTarget) -> bool:
+    """Whether the bytes of input 0 a nest reads (`input_bytes_read`) stay in L2 (`l2_input_bytes`)."""
+    return input_bytes_read(n) <= l2_input_bytes(target)
 
 
 def input_bytes_read(n: NestView) -> float:

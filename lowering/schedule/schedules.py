@@ -38,9 +38,8 @@ from nasir.lowering.analysis.cost_model import (
     depthwise_points,
     epilogue_cost,
     flat_row,
-    input_bytes_read,
+    input_in_l2,
     input_stream_bound,
-    l2_input_bytes,
     max_accumulators,
     row_window,
     rows_hold_blocks,
@@ -306,7 +305,7 @@ def channel_vector_plans(n: NestView, target: CPUTarget, blocked: bool = False) 
     if (outer := flat_row(n, pos)) is not None:  # the image rows as one row (a 1x1 conv's 8 x 8 points)
         rows.append((f"{par[outer][0]}*{row[0]}", par[outer][1] * row[1]))
     plans = []
-    in_l2 = input_bytes_read(n) <= l2_input_bytes(target)
+    in_l2 = input_in_l2(n, target)
     for r_col in (4, 3, 2, 1):
         if (col[1] // width) % r_col or not weight_block_fits(r_col, r_col * width * red * 4, target):
             continue

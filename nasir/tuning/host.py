@@ -11,16 +11,17 @@ database (`nasir.lowering.schedule.tuned`) under the target CPU's name, where de
 finds it in every later compile of any model with that nest. A nest the database already holds
 for the CPU is not timed again.
 
-Alone is not inside the network: a schedule that won alone is kept only where the model's own
-layers with it run faster, profiled inside the whole model compiled with the new schedules and
-with the cost model's, in turn (`in_network`); elsewhere the database gets the cost model's
-schedule. Then the whole model is timed so again, and where the kept ones run it slower, every
-one of them is left to the cost model. The winners go into the database once checked (the check
-compiles with a copy): a tuning stopped before leaves their nests to be timed again. On Zen 4, ResNeXt-29's 8-lane convs tuned alone ran the
-network 1.08x slower: its grouped 3x3 convs on 8 x 8 won alone (1.05-1.14x) and ran 1.18x slower
-inside it, and its 1x1 convs on 16 x 16 that won alone with lanes along the rows (1.03-1.20x)
-ran 1.42-1.51x slower there, between convs that store their results channel-blocked; two runs of
-the same tuning chose differently for 13 of its 18 convs, times alone moving as much as the gains.
+Alone is not inside the network: a schedule that won alone is kept only where the model's own layers
+with it run faster, profiled inside the whole model compiled with the new schedules and with the
+cost model's, in turn (`in_network`); elsewhere the database gets the cost model's schedule. Then
+the whole model is timed so again, and where the kept ones run it slower, every one of them is left
+to the cost model. The winners go into the database once checked (the check compiles with a copy): a
+tuning stopped before leaves their nests to be timed again. On Zen 4, ResNeXt-29's 8-lane convs
+tuned alone ran the network 1.08x slower: its grouped 3x3 convs on 8 x 8 won alone (1.05-1.14x) and
+ran 1.18x slower inside it, and its 1x1 convs on 16 x 16 that won alone with lanes along the rows
+(1.03-1.20x) ran 1.42-1.51x slower there, between convs that store their results channel-blocked;
+two runs of the same tuning chose differently for 13 of its 18 convs, times alone moving as much as
+the gains.
 
     report = nasir.tune(nasir.load("resnet34.onnx"))       # about 15 distinct convs, about 15 schedules each
     report.gain                                            # sum of cost-model times / tuned, alone
