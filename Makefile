@@ -31,7 +31,8 @@ pytest: $(STAMP)
 # the both-width tests' AVX-512 half again, with this machine treated as an AVX2 CPU (NASIR_HOST_CPU):
 # the code is compiled and its kernels' vectors checked, not run, as on an AVX2-only machine. On a
 # host without AVX-512 (or one already named by NASIR_HOST_CPU) `make pytest` ran exactly that: not again.
-# test_differential's generators draw only AVX-512 cases there, as many as they drew in `make pytest`
+# the tests `make pytest` ran at the width this host runs are deselected there (conftest.py), and the
+# generators (test_differential, test_graphs) draw only AVX-512 cases, a sixth as many as in `make pytest`
 pytest-avx2: $(STAMP)
 	@if [ -z "$$NASIR_HOST_CPU" ] && grep -qw avx512f /proc/cpuinfo; then \
 	  echo "NASIR_HOST_CPU=x86-64-v3 pytest -m widths -k 'not avx2'"; \

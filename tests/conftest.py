@@ -31,6 +31,8 @@ from nasir.lowering.target import CPU_ENV, host_target, machine_target
 
 WIDTHS = {"avx2": ("x86-64-v3", 8), "avx512": ("x86-64-v4", 16)}
 """Test id -> (LLVM CPU name, float32 lanes)."""
+WIDTH_CPUS = [cpu for cpu, _ in WIDTHS.values()]
+"""WIDTHS' LLVM CPU names, narrowest first."""
 
 CASES = "differential case"
 """user_properties key of each case a differential test (test_differential.py) ran; its value the op."""
@@ -72,14 +74,23 @@ def shared_cache_holds_no_tuning(user_cache):
         f"a test tuned into the tests' shared cache {user_cache}: give it its own NASIR_CACHE_DIR"
 
 
-def pytest_collection_modifyitems(items):
-    """A test that takes the `cpu` fixture (or a `cpu` parameter) is a both-width test: marked `widths`."""
+def pytest_collection_modifyitems(config, items):
+    """A test that takes the `cpu` fixture (or a `cpu` parameter) is a both-width test: marked
+    `widths`. In the `narrowed` pass a test whose `cpu` is one of WIDTHS' that runs there is
+    deselected: `make pytest` ran exactly it (the same code, run on this machine)."""
+    repeats = []
     for item in items:
         if "cpu" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.widths)
+            cpu = getattr(item, "callspec", None) and item.callspec.params.get("cpu")
+            if narrowed() and cpu in WIDTH_CPUS and not foreign(cpu):
+                repeats.append(item)
+    if repeats:
+        config.hook.pytest_deselected(items=repeats)
+        items[:] = [item for item in items if item not in repeats]
 
 
-@pytest.fixture(params=[cpu for cpu, _ in WIDTHS.values()], ids=list(WIDTHS))
+@pytest.fixture(params=WIDTH_CPUS, ids=list(WIDTHS))
 def cpu(request, monkeypatch) -> str:
     """The CPU every compile of the test is for (see the module docstring)."""
     monkeypatch.setenv(CPU_ENV, request.param)
@@ -100,14 +111,19 @@ def drawn_cpus() -> list[str]:
     """The CPUs a generator test draws from: WIDTHS', and in the `narrowed` pass only those whose
     code cannot run there: the draws of the others would repeat `make pytest`'s, which ran them on
     this machine."""
-    every = [cpu for cpu, _ in WIDTHS.values()]
-    return [cpu for cpu in every if foreign(cpu)] if narrowed() else every
+    return [cpu for cpu in WIDTH_CPUS if foreign(cpu)] if narrowed() else WIDTH_CPUS
+
+
+NARROWED_DRAWS = 6
+"""In the `narrowed` pass a generator draws a sixth of its examples: its draws there are compiled,
+not run, and `make pytest` compiled and ran cases of the same generator for those CPUs; what the
+pass adds, the foreign-code path on drawn cases (`compiled_only`), a few draws exercise."""
 
 
 def draws(n: int) -> int:
-    """Examples for a generator test that draws `n` over all of WIDTHS' CPUs: its share of them
-    when it draws from fewer (`drawn_cpus`), so that each CPU keeps the draws it had."""
-    return max(1, n * len(drawn_cpus()) // len(WIDTHS))
+    """Examples for a generator test that draws `n` over all of WIDTHS' CPUs (`NARROWED_DRAWS` in
+    the `narrowed` pass)."""
+    return max(1, n // NARROWED_DRAWS if narrowed() else n)
 
 
 def foreign(cpu_name: str) -> bool:

@@ -1,5 +1,6 @@
 """End to end: every zoo model compiled for llvm matches ONNX Runtime, with 1 and 2 threads, at
-both vector widths (AVX2 and AVX-512, conftest's `cpu`). In `make pytest-avx2`'s pass
+both vector widths (AVX2 and AVX-512, conftest's `cpu`), at each of its datasets but DenseNet-161's
+cifar10 (`LEFT_OUT`). In `make pytest-avx2`'s pass
 (`conftest.narrowed`) the AVX-512 code of the FAST models alone is compiled and checked, not run:
 every model's was compiled and run on this machine by `make pytest` (CI: 150 s of compiles)."""
 
@@ -15,8 +16,13 @@ from conftest import narrowed
 from nasir.runtime.llvm_executable import compile_llvm
 
 FAST = {("resnet18", "cifar10"), ("mobilenet_v2", "cifar10")}
+LEFT_OUT = {("densenet161", "cifar10")}
+"""DenseNet-161 at cifar10 has the layer kinds of DenseNet-121 at cifar10 (its 3x3 stem, the same
+dense blocks and transitions on the same planes), wider and deeper; DenseNet-161 at imagenet keeps
+its channel counts here (it took 70 s of CI at both widths)."""
 CASES = [pytest.param(name, ds, marks=() if (name, ds) in FAST else pytest.mark.slow, id=f"{name}-{ds}")
-         for name in zoo.names() for ds in zoo.datasets(name) if (name, ds) in FAST or not narrowed()]
+         for name in zoo.names() for ds in zoo.datasets(name)
+         if (name, ds) not in LEFT_OUT and ((name, ds) in FAST or not narrowed())]
 
 
 @pytest.mark.parametrize("name,dataset", CASES)

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import WIDTHS
+from conftest import WIDTH_CPUS, WIDTHS
 from test_llvm_backend import build, rand, run
 
 from nasir.dialects import nest, nn
@@ -126,7 +126,7 @@ def test_every_candidate_schedule_keeps_the_numbers(cpu, conv, monkeypatch):
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4, err_msg=f"{conv}: {name} {schedule}")
 
 
-@pytest.mark.parametrize("cpu", [cpu for cpu, _ in WIDTHS.values()], ids=list(WIDTHS))
+@pytest.mark.parametrize("cpu", WIDTH_CPUS, ids=list(WIDTHS))
 def test_channel_vector_schedule_is_chosen_where_spatial_lanes_idle(cpu):
     """7x7 images and stride 2 leave most lanes over ow idle: the scheduler vectorises channels there,
     and keeps lanes over ow for a wide stride-1 image whose 1x1 reduction is too short to pay for
