@@ -78,12 +78,12 @@ def pytest_collection_modifyitems(config, items):
     """A test that takes the `cpu` fixture (or a `cpu` parameter) is a both-width test: marked
     `widths`. In the `narrowed` pass a test whose `cpu` is one of WIDTHS' that runs there is
     deselected: `make pytest` ran exactly it (the same code, run on this machine)."""
+    ran_by_make_pytest = set(WIDTH_CPUS) - set(drawn_cpus())  # none outside the `narrowed` pass
     repeats = []
     for item in items:
         if "cpu" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.widths)
-            cpu = getattr(item, "callspec", None) and item.callspec.params.get("cpu")
-            if narrowed() and cpu in WIDTH_CPUS and not foreign(cpu):
+            if getattr(item, "callspec", None) and item.callspec.params.get("cpu") in ran_by_make_pytest:
                 repeats.append(item)
     if repeats:
         config.hook.pytest_deselected(items=repeats)

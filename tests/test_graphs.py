@@ -26,7 +26,7 @@ from pathlib import Path
 
 import onnx
 import pytest
-from conftest import CASES, CHOICE, TRANSITION, WIDTH_CPUS, compiled_only, draws, drawn_cpus, foreign, narrowed
+from conftest import CASES, CHOICE, TRANSITION, WIDTH_CPUS, compiled_only, draws, drawn_cpus, narrowed
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -106,10 +106,10 @@ def covering_cases() -> list[Case]:
 
 
 def covering_examples(test):
-    """The covering cases as @examples; in the `narrowed` pass those of the CPUs it cannot run
-    alone (`make pytest` ran the others, exactly these)."""
+    """The covering cases as @examples, of the CPUs `drawn_cpus` names (in the `narrowed` pass those
+    it cannot run: `make pytest` ran the others, exactly these)."""
     for case in reversed(covering_cases()):
-        if not narrowed() or foreign(case.cpu):
+        if case.cpu in drawn_cpus():
             test = example(case=case)(test)
     return test
 
