@@ -76,18 +76,21 @@ def shared_cache_holds_no_tuning(user_cache):
 
 def pytest_collection_modifyitems(config, items):
     """A test that takes the `cpu` fixture (or a `cpu` parameter) is a both-width test: marked
-    `widths`. In the `narrowed` pass a test whose `cpu` is one of WIDTHS' that runs there is
-    deselected: `make pytest` ran exactly it (the same code, run on this machine)."""
+    `widths`. Deselected: a case marked `one_width(name)` at the other width, and in the `narrowed`
+    pass a test whose `cpu` is one of WIDTHS' that runs there (`make pytest` ran exactly it: the
+    same code, run on this machine)."""
     ran_by_make_pytest = set(WIDTH_CPUS) - set(drawn_cpus())  # none outside the `narrowed` pass
-    repeats = []
+    left_out = []
     for item in items:
         if "cpu" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.widths)
-            if getattr(item, "callspec", None) and item.callspec.params.get("cpu") in ran_by_make_pytest:
-                repeats.append(item)
-    if repeats:
-        config.hook.pytest_deselected(items=repeats)
-        items[:] = [item for item in items if item not in repeats]
+            cpu = item.callspec.params.get("cpu") if getattr(item, "callspec", None) else None
+            one = item.get_closest_marker("one_width")
+            if cpu in ran_by_make_pytest or (one is not None and cpu is not None and cpu != WIDTHS[one.args[0]][0]):
+                left_out.append(item)
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = [item for item in items if item not in left_out]
 
 
 @pytest.fixture(params=WIDTH_CPUS, ids=list(WIDTHS))

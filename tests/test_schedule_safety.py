@@ -31,6 +31,7 @@ from nasir.lowering.schedule.schedules import (
     channel_vector_schedule,
     schedule_for,
     spatial_vector_schedule,
+    tile_registers,
 )
 from nasir.lowering.target import CPU_ENV, cpu_target
 
@@ -93,10 +94,12 @@ def candidate_schedules(shape, target):
         return
     blocks = plan.col_extent // width
     # row tiles: 1, odd, an image row (the whole row, or on a fused row `oh*ow` a tile that divides
-    # it: a 961-point tile takes minutes to compile), width/2 + 1 points (a full transpose, with a
-    # tail) and the one the plan picked
+    # it), width/2 + 1 points (a full transpose, with a tail) and the one the plan picked; none of
+    # more points than a tile may hold accumulators (`tile_registers`: neither the cost model nor
+    # tuning makes one; a 57-point row took 40 s to compile at AVX-512, a 961-point one minutes)
     image_row = dict(shape.dims)["ow"]
-    rows = sorted(r for r in {1, 3, 5, width // 2 + 1, image_row, plan.r_row} if r <= plan.row_extent)
+    most = min(plan.row_extent, max(tile_registers(target), plan.r_row))
+    rows = sorted(r for r in {1, 3, 5, width // 2 + 1, image_row, plan.r_row} if r <= most)
     for r_col, r_row in itertools.product([r for r in (1, 2, 3, 4) if blocks % r == 0], rows):
         tile = ChannelPlan(plan.col, plan.col_extent, r_col, plan.row, plan.row_extent, r_row, plan.efficiency)
         yield f"channel {r_col}x{r_row}", channel_vector_schedule(shape, tile, target)
