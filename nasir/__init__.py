@@ -11,7 +11,6 @@
     trained = nasir.train(model, "cifar-10-batches-bin/", epochs=200)   # accuracy: the evidence
 """
 
-import importlib
 import os
 from importlib.metadata import PackageNotFoundError, version
 
@@ -33,29 +32,32 @@ if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
 from nasir.errors import NasirError
 
 _API = {"check_capacity", "compile", "fisher_potential", "load", "synthesize", "train", "transform", "tune"}
-_SUBPACKAGES = {"search", "zoo"}
 
 
 def __getattr__(name: str):
-    """The API's names and subpackages, imported on first use (PEP 562): a module of nasir imported
-    alone does not load the API, the zoo and the search (`import nasir.errors`: 0.07 s, 0.8 s when
-    `import nasir` loaded them; `nasir --help` 0.83 s, 0.96)."""
+    """The API's names and subpackages, imported on first use (PEP 562), then kept in the module
+    (the next lookup does not come here): a module of nasir imported alone does not load the API,
+    the zoo and the search (`import nasir.errors`: 0.07 s, 0.8 s when `import nasir` loaded them;
+    `nasir --help` 0.83 s, 0.96)."""
     if name in _API:
         from nasir import api
 
-        return getattr(api, name)
-    if name in _SUBPACKAGES:
-        return importlib.import_module(f"nasir.{name}")
-    if name == "Model":
-        from nasir.model import Model
-
-        return Model
-    if name == "__version__":
+        value = getattr(api, name)
+    elif name == "Model":
+        from nasir.model import Model as value
+    elif name == "search":
+        import nasir.search as value
+    elif name == "zoo":
+        import nasir.zoo as value
+    elif name == "__version__":
         try:
-            return version("nasir")
+            value = version("nasir")
         except PackageNotFoundError:  # run from a source tree that was never installed
-            return "0+unknown"
-    raise AttributeError(f"module 'nasir' has no attribute {name!r}")
+            value = "0+unknown"
+    else:
+        raise AttributeError(f"module 'nasir' has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
 
 __all__ = ["SPIN_COUNT", "Model", "NasirError", "check_capacity", "compile", "fisher_potential", "load", "search", "synthesize", "train", "transform", "tune", "zoo"]

@@ -86,7 +86,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.widths)
             cpu = item.callspec.params.get("cpu") if getattr(item, "callspec", None) else None
             one = item.get_closest_marker("one_width")
-            if cpu in ran_by_make_pytest or (one is not None and cpu is not None and cpu != WIDTHS[one.args[0]][0]):
+            if cpu in ran_by_make_pytest or (one is not None and cpu != WIDTHS[one.args[0]][0]):
                 left_out.append(item)
     if left_out:
         config.hook.pytest_deselected(items=left_out)

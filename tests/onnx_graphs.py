@@ -38,8 +38,13 @@ def save_graph(path, name: str, nodes, inits: Initializers, x_shape, y_shape) ->
     onnx.save(model, path)
 
 
+def onnxruntime(path, x: np.ndarray) -> np.ndarray:
+    """ONNX Runtime's (CPU) first output of the ONNX file at `path` for the input `x`: the oracle."""
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run(None, {session.get_inputs()[0].name: x})[0]
+
+
 def onnxruntime_case(path, x_shape, seed: int = 1) -> tuple[str, np.ndarray, np.ndarray]:
     """(path, a seeded standard-normal x of `x_shape`, ONNX Runtime's y for it): the oracle's case."""
     x = np.random.default_rng(seed).standard_normal(x_shape).astype(np.float32)
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    return str(path), x, session.run(None, {"x": x})[0]
+    return str(path), x, onnxruntime(path, x)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 import torch
+from onnx_graphs import onnxruntime
 
 import nasir
 from nasir.lowering.nest_to_torch import nest_ops, program
@@ -25,11 +25,6 @@ MODELS = ("resnet18", "mobilenet_v2", "densenet121")  # conv, pools, residual ad
 
 def samples(batch: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal((batch, 3, 32, 32)).astype(np.float32)
-
-
-def onnxruntime(path, x: np.ndarray) -> np.ndarray:
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    return session.run(None, {session.get_inputs()[0].name: x})[0]
 
 
 def run(module: torch.nn.Module, x: np.ndarray) -> np.ndarray:

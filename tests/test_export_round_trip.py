@@ -14,8 +14,8 @@ import inspect
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
+from onnx_graphs import onnxruntime
 from search_fixtures import tiny_resnet_onnx
 
 import nasir
@@ -96,11 +96,6 @@ def test_every_architecture_transform_and_composition_is_a_case():
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
     return nasir.load(str(tiny_resnet_onnx(tmp_path_factory.mktemp("round-trip") / "tiny.onnx")))
-
-
-def onnxruntime(path, x: np.ndarray) -> np.ndarray:
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    return session.run(None, {session.get_inputs()[0].name: x})[0]
 
 
 @pytest.mark.parametrize("case", CASES)

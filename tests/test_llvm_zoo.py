@@ -7,12 +7,12 @@ every model's was compiled and run on this machine by `make pytest` (CI: 150 s o
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 
 import nasir
 import nasir.zoo as zoo
 from conftest import narrowed
+from onnx_graphs import onnxruntime
 from nasir.runtime.llvm_executable import compile_llvm
 
 FAST = {("resnet18", "cifar10"), ("mobilenet_v2", "cifar10")}
@@ -35,8 +35,7 @@ def test_zoo_model_matches_onnxruntime(name, dataset, cpu, tmp_path):
     path = zoo.export_onnx(name, tmp_path / f"{name}.onnx", dataset=dataset)
     model = nasir.load(path)
     x = np.random.default_rng(0).standard_normal(model.input_shapes[0]).astype(np.float32)
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    expected = session.run(None, {session.get_inputs()[0].name: x})[0]
+    expected = onnxruntime(path, x)
     exe = compile_llvm(model.module, threads=1)
     one = exe(x)
     np.testing.assert_allclose(one, expected, rtol=1e-4, atol=1e-4)
