@@ -132,7 +132,7 @@ WORKSPACE_BYTES = IntKey("nasir.workspace_bytes", "bytes of the workspace @main 
 WEIGHTS_BYTES = IntKey("nasir.weights_bytes", "bytes of the one weights buffer (nest-bufferize)")
 WEIGHT_OFFSETS = IntMapKey("nasir.weight_offsets", "byte offset of each weight in that buffer")
 NUM_OUTPUTS = IntKey("nasir.num_outputs", "outputs among @main's memref arguments, after its inputs")
-PROFILE = RecordsKey("nasir.profile", "profiled kernel calls of @main in order: {layer, kernel, macs}")
+PROFILE = RecordsKey("nasir.profile", "profiled kernel calls of @main in order: {layer, kernel, macs, class}")
 PROFILE_OFFSET = IntKey("nasir.profile_offset", "workspace offset of the calls' tick counters")
 BOUNDS_CHECKS = RecordsKey("nasir.bounds_checks", "what each checked access is: {kernel, access, operand, type}")
 
@@ -148,5 +148,7 @@ SCRATCH_OFFSET = IntKey("nasir.scratch_offset", "arena offset of a bufferized op
 WEIGHT = StrKey("nasir.weight", "the weight a view of the weights buffer is (nest-bufferize)")
 LAYER = StrKey("nasir.layer", "the layer a kernel call computes (convert-nest-to-loops)")
 MACS = IntKey("nasir.macs", "multiply-accumulates of a kernel call")
+LAYER_CLASS = StrKey("nasir.layer_class", "what kind of layer a kernel call computes: 'conv 3x3', "
+                     "'depthwise conv 3x3 s2', 'gemm' (NestView.layer_class; convert-nest-to-loops)")
 VECTORS = RecordsKey("nasir.vectors", "the vectorised nests of each kernel: {kernel, layer, lanes}, lanes the "
                      "extent of the nest's vector loop as its schedule gives it (convert-nest-to-loops)")

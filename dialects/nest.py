@@ -61,7 +61,7 @@ from xdsl.printer import Printer
 from xdsl.traits import Pure
 from xdsl.utils.exceptions import VerifyException
 
-from nasir.dialects.affine import expr_range, map_dims
+from nasir.dialects.affine import expr_range, linear_form, map_dims, used_dims
 from nasir.dialects.attributes import PAD_ROWS
 from nasir.dialects.nn import Conv2DOp, GemmOp, MatMulOp
 from nasir.dialects.schedule import Schedule
@@ -371,6 +371,42 @@ class NestView:
     def macs(self) -> int:
         """Multiply-accumulates (see `macs`)."""
         return math.prod(e for _, e in self.dims) if self.combiner == "mac" else 0
+
+    @property
+    def layer_class(self) -> str:
+        """What kind of layer the nest computes, in words (the rows of `nasir profile --by class`):
+        the window and stride along the image axes of an NCHW input (blocked or not) and how the
+        input channel is indexed: by reduction dims alone (a conv), by parallel ones alone
+        (depthwise: a channel's own outputs) or by both (grouped, `g * 64 + ci`):
+
+            (n, co, oh, ow | ci, kh, kw) reading (n, ci, oh + kh - 1, ow + kw - 1)   ->  "conv 3x3"
+            (n, g, co, oh, ow | ci) reading (n, g * 64 + ci, oh * 2, ow * 2)          ->  "grouped conv 1x1 s2"
+            (n, c, oh, ow | kh, kw), combiner max, (n, c, oh * 2 + kh, ow * 2 + kw)   ->  "max pool 2x2 s2"
+            a mac nest of 2-D operands -> "gemm"; an elementwise nest -> "elementwise"
+        """
+        if self.combiner == "copy":
+            return "elementwise"
+        names = [d for d, _ in self.dims]
+        extent = dict(self.dims)
+        parallel = set(range(self.npar))
+        results = self.maps[0].results if self.maps else ()
+        if len(results) < 4:
+            return "gemm" if self.combiner == "mac" and len(self.maps) > 1 else self.combiner
+        window, stride = [], 1
+        for expr in results[2:4]:
+            form = linear_form(expr)
+            if form is None:
+                return self.combiner
+            window.append(math.prod(extent[names[d]] for d in form[0] if d not in parallel))
+            stride = max([stride] + [c for d, c in form[0].items() if d in parallel])
+        shape = f"{window[0]}x{window[1]}" + (f" s{stride}" if stride > 1 else "")
+        if self.combiner != "mac":
+            return f"{self.combiner} pool {shape}"
+        channel = used_dims(results[1]).union(*(used_dims(e) for e in results[4:]))
+        channel = {d for d in channel if extent[names[d]] > 1}
+        if not channel & parallel:
+            return f"conv {shape}"
+        return f"{'grouped' if channel - parallel else 'depthwise'} conv {shape}"
 
 
 def macs(op: Operation) -> int:

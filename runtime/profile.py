@@ -17,7 +17,9 @@
     total (1 thread)            22 calls       555.42 12.563   100.0   100.0     88.4
 
 A call's ms is its median ticks over the runs as a share of @main's median ticks, times the median
-latency of the same runs; calls of one shared kernel are rows of their own.
+latency of the same runs; calls of one shared kernel are rows of their own. `profile.by_class()`
+(`nasir profile --by class`) sums the calls of each layer class ("conv 3x3", "grouped conv 1x1 s2",
+"gemm": `NestView.layer_class`): each class's share of the FMA peak, as the AVX2 work reports it.
 "time % / MACs %" above 1 marks the layers that run below the model's average rate.
 """
 
@@ -38,6 +40,9 @@ class ProfileRow:
     ms: float
     share: float
     """Fraction of @main's time."""
+    layer_class: str = "other"
+    """What kind of layer the call computes: "conv 3x3", "grouped conv 1x1 s2", "gemm", ...
+    (`NestView.layer_class`)."""
 
 
 @dataclass(frozen=True)
@@ -56,7 +61,7 @@ class Profile:
     def from_ticks(cls, calls: list[dict], ticks: list[float], total_ms: float, threads: int) -> "Profile":
         """`ticks`: one count per call, then @main's own (the last)."""
         main = max(ticks[-1], 1)
-        rows = [ProfileRow(c["layer"], c["kernel"], c["macs"], total_ms * t / main, t / main)
+        rows = [ProfileRow(c["layer"], c["kernel"], c["macs"], total_ms * t / main, t / main, c.get("class", "other"))
                 for c, t in zip(calls, ticks)]
         return cls(rows, total_ms, max(0.0, total_ms - sum(r.ms for r in rows)), threads)
 
@@ -64,8 +69,20 @@ class Profile:
     def total_macs(self) -> int:
         return sum(r.macs for r in self.rows)
 
-    def by_time(self) -> list[ProfileRow]:
-        return sorted(self.rows, key=lambda r: -r.ms)
+    def by_class(self) -> list[ProfileRow]:
+        """One row per layer class (`ProfileRow.layer_class`), in the order the classes are first
+        called: its calls' MACs, ms and shares summed, named with its number of calls
+        (`nasir profile --by class`; a class's GFLOP/s is its MACs over its time):
+
+            conv 3x3 (29 calls)    3352.70  59.175  ...  113.3  96
+            conv 1x1 s2 (3 calls)    19.27   0.364  ...  105.9  90
+        """
+        groups: dict[str, list[ProfileRow]] = {}
+        for r in self.rows:
+            groups.setdefault(r.layer_class, []).append(r)
+        return [ProfileRow(f"{name} ({len(rows)} call{'s' if len(rows) > 1 else ''})", name,
+                           sum(r.macs for r in rows), sum(r.ms for r in rows), sum(r.share for r in rows), name)
+                for name, rows in groups.items()]
 
     HEADER = ("layer", "shares kernel", "MMACs", "ms", "time %", "MACs %", "GFLOP/s")
     """"shares kernel": the kernel of an earlier layer this call runs (identical nests share one)."""
@@ -84,10 +101,10 @@ class Profile:
                 cells += (f"{100 * gflops / self.peak_gflops:.0f}" if gflops else "-",)
             return cells
 
-        first = {}  # kernel -> the first layer (in call order) that runs it
+        first = {}  # kernel -> the first layer (in call order) that runs it (a class row shares none)
         for r in self.rows:
             first.setdefault(r.kernel, r.layer)
-        body = [(r.layer, "" if first[r.kernel] == r.layer else r.kernel,
+        body = [(r.layer, "" if first.get(r.kernel, r.layer) == r.layer else r.kernel,
                  f"{r.macs / 1e6:.2f}" if r.macs else "-", f"{r.ms:.3f}",
                  f"{100 * r.share:.1f}", f"{100 * r.macs / macs:.1f}" if r.macs else "-", *rate(r.macs, r.ms))
                 for r in rows]

@@ -1,7 +1,8 @@
 """Profile builds (`compile(model, profile=True)`, `exe.profile`, `nasir profile`).
 
 Oracles: PyTorch for the outputs (timers must not change them), the convolution MAC formula
-N*Co*OH*OW*(Ci/G)*KH*KW for the per-call MACs, and the calls' relative work: a conv with 36 times
+N*Co*OH*OW*(Ci/G)*KH*KW for the per-call MACs, each layer's class written by hand from its
+definition (kernel, stride, groups), and the calls' relative work: a conv with 36 times
 the MACs of another must take the larger share of the time on one thread (the ratio is far beyond
 the noise of a shared machine)."""
 
@@ -106,3 +107,60 @@ def test_cli_profile_gives_each_layer_its_share_of_the_same_width_peak(tmp_path,
     mmacs, ms, gflops, share = float(rows[0][-6]), float(rows[0][-5]), float(rows[0][-2]), float(rows[0][-1])
     assert gflops == pytest.approx(2 * mmacs / ms, rel=0.03)  # MACs and ms as printed, rounded
     assert share == pytest.approx(100 * gflops / float(peak.group(1)), abs=1.0)
+
+
+CLASSES = {"dense": "conv 3x3", "strided": "conv 1x1 s2", "grouped": "grouped conv 3x3",
+           "depthwise": "depthwise conv 3x3 s2", "pool": "max pool 2x2 s2", "gap": "avg pool 2x2", "fc": "gemm"}
+"""Each layer of `every_class` and its class, by hand from the layer's definition."""
+CLASS_MACS = {"dense": 32 * 16 * 16 * 16 * 9, "strided": 32 * 8 * 8 * 32, "grouped": 32 * 8 * 8 * 16 * 9,
+              "depthwise": 32 * 4 * 4 * 9, "fc": 10 * 32}
+"""The conv MAC formula N*Co*OH*OW*(Ci/G)*KH*KW of each, and the gemm's M*N*K."""
+
+
+def every_class():
+    """A conv 3x3, a strided 1x1, a grouped 3x3, a strided depthwise 3x3, a max pool, a global
+    average pool and a gemm: one of each layer class."""
+    return build([(1, 16, 16, 16)], lambda a, W: [
+        d := nn.Conv2DOp.new(a[0], W("w0", rand(32, 16, 3, 3)), None, (1, 1), (1,) * 4).named("dense"),
+        s := nn.Conv2DOp.new(d.results[0], W("w1", rand(32, 32, 1, 1)), None, (2, 2)).named("strided"),
+        g := nn.Conv2DOp.new(s.results[0], W("w2", rand(32, 16, 3, 3)), None, (1, 1), (1,) * 4, (1, 1),
+                             2).named("grouped"),
+        dw := nn.Conv2DOp.new(g.results[0], W("w3", rand(32, 1, 3, 3)), None, (2, 2), (1,) * 4, (1, 1),
+                              32).named("depthwise"),
+        p := nn.MaxPoolOp.new(dw.results[0], (2, 2), (2, 2)).named("pool"),
+        gap := nn.GlobalAvgPoolOp.new(p.results[0]).named("gap"),
+        flat := nn.ReshapeOp.new(gap.results[0], (1, 32)).named("flat"),
+        nn.GemmOp.new(flat.results[0], W("w4", rand(10, 32)), None, trans_b=True).named("fc"),
+    ])
+
+
+@pytest.mark.parametrize("cpu", ["x86-64-v3", "host"])
+def test_each_call_names_its_layer_class_and_by_class_sums_them(cpu):
+    """A call's class is its layer's (a kernel that computes two layers, a pool fused with its
+    producer, joins theirs with '+'); `by_class` sums each class's calls."""
+    profile = compile_llvm(every_class().module, profile=True, cpu=cpu).profile(rand(1, 16, 16, 16), repeat=3)
+    for row in profile.rows:
+        assert row.layer_class == "+".join(CLASSES[layer] for layer in row.layer.split("+")), row
+    assert {layer for row in profile.rows for layer in row.layer.split("+")} == set(CLASSES)
+    classes = profile.by_class()
+    assert [c.layer_class for c in classes] == list(dict.fromkeys(r.layer_class for r in profile.rows))
+    for c in classes:
+        calls = [r for r in profile.rows if r.layer_class == c.layer_class]
+        assert c.layer == f"{c.layer_class} ({len(calls)} call{'s' if len(calls) > 1 else ''})"
+        assert c.macs == sum(CLASS_MACS.get(layer, 0) for r in calls for layer in r.layer.split("+"))
+        assert c.ms == pytest.approx(sum(r.ms for r in calls)) and c.share == pytest.approx(sum(r.share for r in calls))
+
+
+def test_cli_profile_by_class_prints_a_row_per_class(tmp_path, capsys):
+    """Two 3x3 convs of the same class are one row: their MACs summed (the conv formula)."""
+    model = build([(1, C, H, H)], lambda a, W: [
+        c1 := nn.Conv2DOp.new(a[0], W("w1", rand(C, C, 3, 3)), None, (1, 1), (1,) * 4).named("c1"),
+        nn.Conv2DOp.new(c1.results[0], W("w2", rand(C, C, 3, 3)), None, (1, 1), (1,) * 4).named("c2"),
+    ])
+    path = model.to_onnx(tmp_path / "two.onnx")
+    with pytest.raises(SystemExit) as done:
+        cli.main(["profile", str(path), "--repeat", "3", "--by", "class"])
+    out = capsys.readouterr().out
+    assert done.value.code == 0
+    row = next(line for line in out.splitlines() if "conv 3x3 (2 calls)" in line)
+    assert f" {2 * C * H * H * C * 9 / 1e6:.2f} " in row

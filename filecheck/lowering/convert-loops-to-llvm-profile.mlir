@@ -4,11 +4,12 @@
 // A profile build: @main reads the time-stamp counter at its start, around each kernel call and
 // at its return, and adds the ticks to one i64 counter per call in the workspace, after the
 // 100-byte arena rounded up to 64 bytes: call 0 at byte 128, call 1 at 136, @main's own at 144
-// (the workspace grows to 152). The calls' layers, kernels and MACs go to `nasir.profile`.
+// (the workspace grows to 152). The calls' layers, kernels, MACs and classes go to `nasir.profile`
+// ("other" for a call without a class).
 
 builtin.module attributes {nasir.workspace_bytes = 100 : i64} {
   func.func @main(%x: memref<16xf32>, %y: memref<16xf32>, %w: memref<0xi8>, %ws: memref<100xi8>) {
-    func.call @k(%x, %y) {nasir.layer = "first", nasir.macs = 7 : i64} : (memref<16xf32>, memref<16xf32>) -> ()
+    func.call @k(%x, %y) {nasir.layer = "first", nasir.macs = 7 : i64, nasir.layer_class = "conv 3x3"} : (memref<16xf32>, memref<16xf32>) -> ()
     func.call @k(%y, %x) {nasir.layer = "second", nasir.macs = 9 : i64} : (memref<16xf32>, memref<16xf32>) -> ()
     func.return
   }
@@ -20,7 +21,7 @@ builtin.module attributes {nasir.workspace_bytes = 100 : i64} {
   }
 }
 
-// CHECK:      builtin.module attributes {nasir.workspace_bytes = 152 : i64, nasir.profile = [{layer = "first", kernel = "k", macs = 7 : i64}, {layer = "second", kernel = "k", macs = 9 : i64}], nasir.profile_offset = 128 : i64}
+// CHECK:      builtin.module attributes {nasir.workspace_bytes = 152 : i64, nasir.profile = [{layer = "first", kernel = "k", macs = 7 : i64, class = "conv 3x3"}, {layer = "second", kernel = "k", macs = 9 : i64, class = "other"}], nasir.profile_offset = 128 : i64}
 // The counters are added by the first thread alone (with more threads @main's body runs on each
 // thread of one team), and @k, a kernel without a parallel loop, is called by it alone too, the
 // others waiting at the barrier after it:

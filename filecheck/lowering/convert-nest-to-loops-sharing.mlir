@@ -19,10 +19,10 @@ builtin.module {
 // CHECK:      func.func @main(%[[X:[0-9]+]]: memref<1x4x4x4xf32>, %[[Y:[0-9]+]]: memref<1x4x4x4xf32>, %{{.*}}: memref<1x12x4x4xf32>, %{{.*}}: memref<0xi8>, %[[WS:[0-9]+]]: memref<768xi8>)
 // CHECK-NEXT: %[[C0:[0-9]+]] = arith.constant 0 : index
 // CHECK-NEXT: %[[A:[0-9]+]] = memref.view %[[WS]][%[[C0]]][] : memref<768xi8> to memref<1x4x4x4xf32>
-// CHECK-NEXT: func.call @first(%[[X]], %[[A]]) {nasir.layer = "first", nasir.macs = 0 : i64} : (memref<1x4x4x4xf32>, memref<1x4x4x4xf32>) -> ()
+// CHECK-NEXT: func.call @first(%[[X]], %[[A]]) {nasir.layer = "first", nasir.macs = 0 : i64, nasir.layer_class = "elementwise"} : (memref<1x4x4x4xf32>, memref<1x4x4x4xf32>) -> ()
 // CHECK-NEXT: %[[C1:[0-9]+]] = arith.constant 256 : index
 // CHECK-NEXT: %[[B:[0-9]+]] = memref.view %[[WS]][%[[C1]]][] : memref<768xi8> to memref<1x4x4x4xf32>
-// CHECK-NEXT: func.call @first(%[[Y]], %[[B]]) {nasir.layer = "second", nasir.macs = 0 : i64} : (memref<1x4x4x4xf32>, memref<1x4x4x4xf32>) -> ()
+// CHECK-NEXT: func.call @first(%[[Y]], %[[B]]) {nasir.layer = "second", nasir.macs = 0 : i64, nasir.layer_class = "elementwise"} : (memref<1x4x4x4xf32>, memref<1x4x4x4xf32>) -> ()
 // CHECK-NEXT: %[[C:[0-9]+]] = arith.constant 0 : index
 // CHECK-NEXT: %[[CAT:[0-9]+]] = memref.view %[[WS]][%[[C]]][] : memref<768xi8> to memref<1x12x4x4xf32>
 // CHECK-NEXT: %[[S2:[0-9]+]] = arith.constant 512 : index

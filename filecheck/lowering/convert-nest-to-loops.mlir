@@ -15,7 +15,7 @@ builtin.module {
 }
 
 // CHECK: func.func @main(%[[X:.*]]: memref<1x4x6x6xf32>, %[[OUT:.*]]: memref<1x8x6x6xf32>, %{{.*}}: memref<{{.*}}xi8>, %{{.*}}: memref<0xi8>)
-// CHECK: func.call @conv(%[[X]], %{{.*}}, %{{.*}}, %[[OUT]]) {nasir.layer = "conv", nasir.macs = 10368 : i64}
+// CHECK: func.call @conv(%[[X]], %{{.*}}, %{{.*}}, %[[OUT]]) {nasir.layer = "conv", nasir.macs = 10368 : i64, nasir.layer_class = "conv 3x3"}
 // CHECK: func.func private @conv(%{{.*}}: memref<1x4x6x6xf32> {llvm.noalias}, %{{.*}}: memref<8x4x3x3xf32> {llvm.noalias}, %{{.*}}: memref<8xf32> {llvm.noalias}, %{{.*}}: memref<1x8x6x6xf32> {llvm.noalias})
 // CHECK: scf.for %[[CO:.*]] =
 // CHECK: scf.for %[[OH:.*]] =

@@ -111,7 +111,8 @@ class ConvertLoopsToLLVMPass(ModulePass):
         op.attributes["nasir.profile"] = ArrayAttr([DictionaryAttr({
             "layer": c.attributes.get("nasir.layer", StringAttr(c.callee.root_reference.data)),
             "kernel": StringAttr(c.callee.root_reference.data),
-            "macs": c.attributes.get("nasir.macs", IntegerAttr(0, i64))}) for c in calls])
+            "macs": c.attributes.get("nasir.macs", IntegerAttr(0, i64)),
+            "class": c.attributes.get("nasir.layer_class", StringAttr("other"))}) for c in calls])
         op.attributes["nasir.profile_offset"] = IntegerAttr(offset, i64)
         WORKSPACE_BYTES.set(op, offset + 8 * (len(calls) + 1))
         return {c: k for k, c in enumerate(calls)}, offset

@@ -1,9 +1,9 @@
 """convert-nest-to-loops: each bufferized compute op becomes a kernel function of scf loops.
 
 Runs after nest-bufferize. Every `to_tensor -> op -> materialize_in_destination` group in @main
-becomes `func.call @<layer>(%inputs..., %dest) {nasir.layer = "<layer>", nasir.macs = <MACs>}` of a
-private kernel whose arguments are the memrefs (the attributes name what the call computes, for
-profiles: `convert-loops-to-llvm{profile=true}`);
+becomes `func.call @<layer>(%inputs..., %dest) {nasir.layer = "<layer>", nasir.macs = <MACs>,
+nasir.layer_class = "conv 3x3"}` of a private kernel whose arguments are the memrefs (the attributes
+name what the call computes, for profiles: `convert-loops-to-llvm{profile=true}`);
 ops that would give identical kernels (same nest, schedule and memref types) share one, named after
 the first such layer, so compile time grows with the distinct layer shapes, not the depth.
 A kernel follows the nest's schedule (data, see `nasir.dialects.schedule.Schedule`):
@@ -52,7 +52,7 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from nasir.dialects import nest
-from nasir.dialects.attributes import FUSE_ROWS, LAYER, MACS, SCRATCH_OFFSET, VECTORS
+from nasir.dialects.attributes import FUSE_ROWS, LAYER, LAYER_CLASS, MACS, SCRATCH_OFFSET, VECTORS
 from nasir.dialects.module import main_func, sanitize
 from nasir.dialects.nest import macs
 from nasir.errors import LoweringError
@@ -135,6 +135,7 @@ class ConvertNestToLoopsPass(ModulePass):
             call = func.CallOp(name, args.refs, [])
             LAYER.set(call, layer)
             MACS.set(call, count)
+            LAYER_CLASS.set(call, "+".join(s.layer_class for _, s in specs) or "other")
             fn.body.block.insert_op_before(call, mat)
             erase_group(mat, compute)
         if held:  # a producer no kernel computed: its readers would read whatever the bytes hold

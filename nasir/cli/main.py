@@ -198,7 +198,9 @@ def cmd_profile(args) -> int:
         profile = dataclasses.replace(profile, peak_gflops=peak["peak_gflops"] * args.threads)
         out.print(f"peak: {peak['peak_gflops']:.1f} GFLOP/s a thread ({peak['vector_width']}-lane FMAs, "
                   f"{peak['cpu']}), measured now")
-    rows = profile.by_time() if args.sort == "time" else profile.rows
+    rows = profile.by_class() if args.by == "class" else profile.rows
+    if args.sort == "time":
+        rows = sorted(rows, key=lambda r: -r.ms)
     out.print(profile.table(rows[: args.top] if args.top else rows))
     return 0
 
@@ -489,6 +491,9 @@ def parser() -> argparse.ArgumentParser:
     cpu_arg(c)
     c.add_argument("--repeat", type=int, default=20, help="timed runs (default 20)")
     c.add_argument("--sort", choices=("order", "time"), default="order", help="rows in call order or slowest first")
+    c.add_argument("--by", choices=("layer", "class"), default="layer",
+                   help="a row per kernel call, or per layer class ('conv 3x3', 'depthwise conv 3x3 s2', 'gemm'): "
+                        "its calls summed")
     c.add_argument("--top", type=int, default=0, help="print only the first N rows")
     c.add_argument("--seed", type=int, default=0, help="seed of the random input")
     search_args(command("search", cmd_search, "search architecture transforms for faster networks of the same capacity"))
