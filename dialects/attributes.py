@@ -150,5 +150,7 @@ LAYER = StrKey("nasir.layer", "the layer a kernel call computes (convert-nest-to
 MACS = IntKey("nasir.macs", "multiply-accumulates of a kernel call")
 LAYER_CLASS = StrKey("nasir.layer_class", "what kind of layer a kernel call computes: 'conv 3x3', "
                      "'depthwise conv 3x3 s2', 'gemm' (NestView.layer_class; convert-nest-to-loops)")
+UNCLASSIFIED = "other"
+"""The class of a kernel call that has none (a call no nest made, a profile saved before classes)."""
 VECTORS = RecordsKey("nasir.vectors", "the vectorised nests of each kernel: {kernel, layer, lanes}, lanes the "
                      "extent of the nest's vector loop as its schedule gives it (convert-nest-to-loops)")

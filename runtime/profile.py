@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from nasir.dialects.attributes import UNCLASSIFIED
 from nasir.runtime.tables import plain_table, rich_table
 
 
@@ -40,7 +41,7 @@ class ProfileRow:
     ms: float
     share: float
     """Fraction of @main's time."""
-    layer_class: str = "other"
+    layer_class: str = UNCLASSIFIED
     """What kind of layer the call computes: "conv 3x3", "grouped conv 1x1 s2", "gemm", ...
     (`NestView.layer_class`)."""
 
@@ -61,7 +62,7 @@ class Profile:
     def from_ticks(cls, calls: list[dict], ticks: list[float], total_ms: float, threads: int) -> "Profile":
         """`ticks`: one count per call, then @main's own (the last)."""
         main = max(ticks[-1], 1)
-        rows = [ProfileRow(c["layer"], c["kernel"], c["macs"], total_ms * t / main, t / main, c.get("class", "other"))
+        rows = [ProfileRow(c["layer"], c["kernel"], c["macs"], total_ms * t / main, t / main, c.get("class", UNCLASSIFIED))
                 for c, t in zip(calls, ticks)]
         return cls(rows, total_ms, max(0.0, total_ms - sum(r.ms for r in rows)), threads)
 

@@ -49,7 +49,7 @@ from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, IntegerAttr, Module
 from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 
-from nasir.dialects.attributes import WORKSPACE_BYTES
+from nasir.dialects.attributes import UNCLASSIFIED, WORKSPACE_BYTES
 from nasir.dialects.module import main_func
 from nasir.errors import LoweringError
 from nasir.lowering.bufferize import aligned
@@ -112,7 +112,7 @@ class ConvertLoopsToLLVMPass(ModulePass):
             "layer": c.attributes.get("nasir.layer", StringAttr(c.callee.root_reference.data)),
             "kernel": StringAttr(c.callee.root_reference.data),
             "macs": c.attributes.get("nasir.macs", IntegerAttr(0, i64)),
-            "class": c.attributes.get("nasir.layer_class", StringAttr("other"))}) for c in calls])
+            "class": c.attributes.get("nasir.layer_class", StringAttr(UNCLASSIFIED))}) for c in calls])
         op.attributes["nasir.profile_offset"] = IntegerAttr(offset, i64)
         WORKSPACE_BYTES.set(op, offset + 8 * (len(calls) + 1))
         return {c: k for k, c in enumerate(calls)}, offset

@@ -52,7 +52,7 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from nasir.dialects import nest
-from nasir.dialects.attributes import FUSE_ROWS, LAYER, LAYER_CLASS, MACS, SCRATCH_OFFSET, VECTORS
+from nasir.dialects.attributes import FUSE_ROWS, LAYER, LAYER_CLASS, MACS, SCRATCH_OFFSET, UNCLASSIFIED, VECTORS
 from nasir.dialects.module import main_func, sanitize
 from nasir.dialects.nest import macs
 from nasir.errors import LoweringError
@@ -135,7 +135,7 @@ class ConvertNestToLoopsPass(ModulePass):
             call = func.CallOp(name, args.refs, [])
             LAYER.set(call, layer)
             MACS.set(call, count)
-            LAYER_CLASS.set(call, "+".join(s.layer_class for _, s in specs) or "other")
+            LAYER_CLASS.set(call, "+".join(s.layer_class for _, s in specs) or UNCLASSIFIED)
             fn.body.block.insert_op_before(call, mat)
             erase_group(mat, compute)
         if held:  # a producer no kernel computed: its readers would read whatever the bytes hold
