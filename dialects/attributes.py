@@ -149,7 +149,8 @@ WEIGHT = StrKey("nasir.weight", "the weight a view of the weights buffer is (nes
 LAYER = StrKey("nasir.layer", "the layer a kernel call computes (convert-nest-to-loops)")
 MACS = IntKey("nasir.macs", "multiply-accumulates of a kernel call")
 LAYER_CLASS = StrKey("nasir.layer_class", "what kind of layer a kernel call computes: 'conv 3x3', "
-                     "'depthwise conv 3x3 s2', 'gemm' (NestView.layer_class; convert-nest-to-loops)")
+                     "'depthwise conv 3x3 s2', 'gemm' (ComputeOp.layer_class; convert-nest-to-loops); on a "
+                     "nest.compute, the class of the layer a pass rewrote it from (subsample-strided-1x1)")
 UNCLASSIFIED = "other"
 """The class of a kernel call that has none (a call no nest made, a profile saved before classes)."""
 VECTORS = RecordsKey("nasir.vectors", "the vectorised nests of each kernel: {kernel, layer, lanes}, lanes the "

@@ -62,7 +62,7 @@ from xdsl.traits import Pure
 from xdsl.utils.exceptions import VerifyException
 
 from nasir.dialects.affine import expr_range, linear_form, map_dims, used_dims
-from nasir.dialects.attributes import PAD_ROWS
+from nasir.dialects.attributes import LAYER_CLASS, PAD_ROWS
 from nasir.dialects.nn import Conv2DOp, GemmOp, MatMulOp
 from nasir.dialects.schedule import Schedule
 from nasir.dialects.shapes import Shape, shape_of, tensor
@@ -247,6 +247,13 @@ class ComputeOp(IRDLOperation):
     @property
     def layer_name(self) -> str:
         return self.layer.data
+
+    @property
+    def layer_class(self) -> str:
+        """What kind of layer the nest computes: the class a pass that rewrote it recorded
+        (`LAYER_CLASS`: subsample-strided-1x1 gives a strided 1x1 conv's copy and its conv at stride
+        1 the class "conv 1x1 s2" of the layer they compute), else its view's (`NestView.layer_class`)."""
+        return LAYER_CLASS.get(self) if LAYER_CLASS.on(self) else NestView.of(self).layer_class
 
     @property
     def access_maps(self) -> list[AffineMap]:

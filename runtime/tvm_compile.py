@@ -17,7 +17,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 from nasir.dialects import nest, nn
 from nasir.dialects.module import io_names, io_shapes, main_func, weights_of
-from nasir.dialects.nest import NestView, macs
+from nasir.dialects.nest import macs
 from nasir.errors import NasirError
 from nasir.lowering.nest_to_tvm.build import build, cuda_archs, tvm_target_of
 from nasir.lowering.nest_to_tvm.program import lower_to_nest, symbol, to_relax, tunable_funcs, unfused, weight_keys
@@ -32,7 +32,7 @@ def _calls(module: ModuleOp) -> list[dict]:
     for op in main_func(module).body.block.ops:
         if isinstance(op, nest.ComputeOp):
             calls.append({"layer": op.layer_name, "kernel": symbol(op.layer_name), "macs": macs(op),
-                          "class": NestView.of(op).layer_class})
+                          "class": op.layer_class})
         elif isinstance(op, nn.NNOp) and not isinstance(op, (nn.WeightOp, nn.ReshapeOp)):
             calls.append({"layer": op.layer_name, "kernel": op.name, "macs": 0, "class": op.name})
     return calls

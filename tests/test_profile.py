@@ -151,6 +151,26 @@ def test_each_call_names_its_layer_class_and_by_class_sums_them(cpu):
         assert c.ms == pytest.approx(sum(r.ms for r in calls)) and c.share == pytest.approx(sum(r.share for r in calls))
 
 
+@pytest.mark.parametrize("cpu", ["x86-64-v3", "host"])
+def test_a_subsampled_strided_conv_keeps_its_layers_class(cpu):
+    """ResNet's downsample, a 1x1 stride-2 conv of the block input that a 3x3 stride-2 conv reads
+    too: at 8 lanes subsample-strided-1x1 runs it as a copy and a conv at stride 1; both calls
+    are still of the layer's class, "conv 1x1 s2", and the class row holds its MACs by the formula."""
+    model = build([(1, 16, 16, 16)], lambda a, W: [
+        c := nn.Conv2DOp.new(a[0], W("w0", rand(32, 16, 3, 3)), None, (2, 2), (1,) * 4).named("conv"),
+        ds := nn.Conv2DOp.new(a[0], W("w1", rand(32, 16, 1, 1)), None, (2, 2)).named("ds"),
+        nn.AddOp.new(c.results[0], ds.results[0]).named("add"),
+    ])
+    exe = compile_llvm(model.module, profile=True, cpu=cpu)
+    profile = exe.profile(rand(1, 16, 16, 16), repeat=3)
+    calls = {r.layer: r.layer_class for r in profile.rows}
+    subsampled = exe.meta["lanes"] == 8  # the pass's width (TRANSPOSE_LANES): AVX2's, or this host's if it has no AVX-512
+    assert calls == {**({"ds.subsample": "conv 1x1 s2"} if subsampled else {}), "ds": "conv 1x1 s2",
+                     "conv": "conv 3x3 s2"}
+    row = next(c for c in profile.by_class() if c.layer_class == "conv 1x1 s2")
+    assert row.macs == 32 * 8 * 8 * 16 and row.layer == f"conv 1x1 s2 ({2 if subsampled else 1} call{'s' if subsampled else ''})"
+
+
 def test_cli_profile_by_class_prints_a_row_per_class(tmp_path, capsys):
     """Two 3x3 convs of the same class are one row: their MACs summed (the conv formula)."""
     model = build([(1, C, H, H)], lambda a, W: [

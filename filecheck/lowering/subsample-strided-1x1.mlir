@@ -6,7 +6,8 @@
 // it uses, then runs at stride 1; the block's 3x3 stride-2 conv (a window of 9 taps) and a 1x1
 // conv with padding (its taps read before the row) keep their input. At AVX2 the copy transposes
 // its tiles into a channel-blocked result, which the 1x1 conv broadcasts its channels from; at
-// AVX-512 the downsample stays strided.
+// AVX-512 the downsample stays strided. The copy and the conv keep the layer's class
+// (nasir.layer_class: profiles count both as the strided 1x1 conv they compute).
 
 builtin.module {
   func.func @main(%x: tensor<1x64x14x14xf32>) -> tensor<1x128x7x7xf32> {
@@ -20,11 +21,11 @@ builtin.module {
   }
 }
 
-// CHECK:      %[[Z:.*]] = nest.compute %x {name = "ds.subsample", domain = #nest.domain<[n = 1, c = 64, h = 7, w = 7]>
+// CHECK:      %[[Z:.*]] = nest.compute %x {nasir.layer_class = "conv 1x1 s2", name = "ds.subsample", domain = #nest.domain<[n = 1, c = 64, h = 7, w = 7]>
 // CHECK-SAME: maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, (d2 * 2), (d3 * 2))>]
 // CHECK-SAME: combiner = "copy"
 // CHECK-SAME: -> tensor<1x64x7x7xf32>
-// CHECK-NEXT: nest.compute %[[Z]], %w, %b {name = "ds", domain = #nest.domain<[n = 1, co = 128, oh = 7, ow = 7], [ci = 64, kh = 1, kw = 1]>
+// CHECK-NEXT: nest.compute %[[Z]], %w, %b {nasir.layer_class = "conv 1x1 s2", name = "ds", domain = #nest.domain<[n = 1, co = 128, oh = 7, ow = 7], [ci = 64, kh = 1, kw = 1]>
 // CHECK-SAME: maps = [affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d0, d4, (d2 + d5), (d3 + d6))>
 // CHECK-SAME: epilogue = ["add 2"]
 // CHECK-NOT:  subsample
@@ -39,5 +40,6 @@ builtin.module {
 // AVX2-SAME: maps = [affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d0, (d4 floordiv 8), (d2 + d5), (d3 + d6), (d4 mod 8))>
 
 // AVX512-NOT: subsample
+// AVX512-NOT: nasir.layer_class
 // AVX512:     name = "ds"
 // AVX512-SAME: maps = [affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d0, d4, ((d2 * 2) + d5), ((d3 * 2) + d6))>

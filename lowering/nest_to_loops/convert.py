@@ -105,7 +105,7 @@ class ConvertNestToLoopsPass(ModulePass):
             layer = getattr(compute, "layer_name", "") or compute.name.split(".")[1]
             if mat.dest in fused_inputs:
                 held[mat.dest] = (nest_spec(compute), args, kernel_key(compute, [r.type for r in args.refs]), layer,
-                                  macs(compute))
+                                  macs(compute), compute.layer_class)
                 erase_group(mat, compute)
                 continue
             key = kernel_key(compute, [r.type for r in args.refs])
@@ -113,8 +113,9 @@ class ConvertNestToLoopsPass(ModulePass):
             if FUSE_ROWS.on(compute):
                 if args.refs[0] not in held:
                     raise LoweringError(f"nest '{layer}': {FUSE_ROWS.name} needs its input written by a nest")
-                spec, producer_args, producer_key, producer_layer, producer_macs = held.pop(args.refs[0])
+                spec, producer_args, producer_key, producer_layer, producer_macs, producer_class = held.pop(args.refs[0])
                 specs = [(producer_layer, spec), (layer, nest_spec(compute))]
+                classes = [producer_class, compute.layer_class]
                 made = len(producer_args.refs)
                 args = producer_args.then(args)  # the pool's other operands (an epilogue's) and result
                 key, layer, count = (producer_key, key), f"{producer_layer}+{layer}", producer_macs + count
@@ -123,6 +124,7 @@ class ConvertNestToLoopsPass(ModulePass):
                     target.mask_registers)
             else:
                 specs = [(layer, nest_spec(compute))] if isinstance(compute, nest.ComputeOp) else []
+                classes = [compute.layer_class] if specs else []
                 kernel = lambda name, types, aliased, c=compute: kernel_for(  # noqa: E731
                     name, c, types, aliased, target)
             args.check_disjoint(layer)
@@ -135,7 +137,7 @@ class ConvertNestToLoopsPass(ModulePass):
             call = func.CallOp(name, args.refs, [])
             LAYER.set(call, layer)
             MACS.set(call, count)
-            LAYER_CLASS.set(call, "+".join(s.layer_class for _, s in specs) or UNCLASSIFIED)
+            LAYER_CLASS.set(call, "+".join(classes) or UNCLASSIFIED)
             fn.body.block.insert_op_before(call, mat)
             erase_group(mat, compute)
         if held:  # a producer no kernel computed: its readers would read whatever the bytes hold

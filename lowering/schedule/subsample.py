@@ -11,6 +11,9 @@ onto short rows reads its input through a copy of the points it uses, then runs 
     %y = nest.compute %z, %w, %b {name = "ds",
         maps = [(n, co, oh, ow, ci, kh, kw) -> (n, ci, oh + kh, ow + kw), ...], ...}
 
+Both keep the layer's class (`nasir.layer_class = "conv 1x1 s2"`, `ComputeOp.layer_class`), so a
+profile counts the copy and the conv as the strided 1x1 conv they compute.
+
 The strided conv's input stays NCHW (the block's 3x3 conv reads it with a window too), so each
 step of its channel loop broadcasts from another plane, a quarter of each line used, along image
 rows too short for its register tile (7 points: a tile of 6 and a tail of 1). Subsampled, the
@@ -41,6 +44,7 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
 from nasir.dialects import nest
+from nasir.dialects.attributes import LAYER_CLASS
 from nasir.dialects.nest_maps import amap, elementwise_domain, identity
 from nasir.dialects.shapes import shape_of
 from nasir.lowering.schedule.schedules import TRANSPOSE_LANES
@@ -110,6 +114,7 @@ def subsample(op: nest.ComputeOp, target: CPUTarget) -> bool:
     extents = dict(spec.dims)
     if axes is None or extents[axes[IMAGE_AXES[-1]][0]] >= SHORT_ROW or not read_by_a_window(spec.inputs[0], op):
         return False
+    layer_class = op.layer_class
     x = spec.inputs[0]
     shape = list(shape_of(x))
     for a, (dim, _) in axes.items():
@@ -124,6 +129,8 @@ def subsample(op: nest.ComputeOp, target: CPUTarget) -> bool:
         spec.forms[0][a] = Form({**spec.forms[0][a].terms, dim: 1})
     conv = spec.build()
     conv.attributes.update(op.attributes)
+    for part in (copy, conv):  # the layer's class, not a copy's and a conv's at stride 1
+        LAYER_CLASS.set(part, layer_class)
     Rewriter.replace_op(op, conv)
     return True
 
