@@ -19,7 +19,7 @@
 A call's ms is its median ticks over the runs as a share of @main's median ticks, times the median
 latency of the same runs; calls of one shared kernel are rows of their own. `profile.by_class()`
 (`nasir profile --by class`) sums the calls of each layer class ("conv 3x3", "grouped conv 1x1 s2",
-"gemm": `NestView.layer_class`): each class's share of the FMA peak, as the AVX2 work reports it.
+"gemm": `ComputeOp.layer_class`): each class's share of the FMA peak, as the AVX2 work reports it.
 "time % / MACs %" above 1 marks the layers that run below the model's average rate.
 """
 
@@ -43,7 +43,7 @@ class ProfileRow:
     """Fraction of @main's time."""
     layer_class: str = UNCLASSIFIED
     """What kind of layer the call computes: "conv 3x3", "grouped conv 1x1 s2", "gemm", ...
-    (`NestView.layer_class`)."""
+    (`ComputeOp.layer_class`)."""
 
 
 @dataclass(frozen=True)
