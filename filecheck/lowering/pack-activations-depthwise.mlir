@@ -42,8 +42,11 @@ builtin.module {
 // AVX2: %[[P:.*]] = nest.compute %{{.*}} {{{.*}}name = "pool"
 // AVX2-SAME: out_map = affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, (d1 floordiv 8), d2, d3, (d1 mod 8))>
 // AVX2-SAME: -> tensor<1x4x8x8x8xf32>
+// At 8 lanes too the row's 8 points are one register tile (`depthwise_points`: 8 accumulators
+// beside a 3x3 window's weights in AVX2's 16 registers):
 // AVX2: %[[A:.*]] = nest.compute %[[P]], %{{.*}} {name = "dwa"
-// AVX2-SAME: splits = [["g", 8 : i64], ["ow", 4 : i64]]
+// AVX2-SAME: splits = [["g", 8 : i64]], order = ["n", "g.o", "co", "oh", "kh", "kw", "ow", "g.i"]
+// AVX2-SAME: unroll = {ow = 8 : i64
 // AVX2-SAME: pack = {"1" = "OIHW8o"}
 // AVX2-SAME: -> tensor<1x4x8x8x8xf32>
 // AVX2: nest.compute %[[A]], %{{.*}}, %[[P]] {name = "dwb"

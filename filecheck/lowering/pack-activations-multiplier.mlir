@@ -28,7 +28,7 @@ builtin.module {
 // CHECK: %[[M:.*]] = nest.compute %[[P]], %[[W]] {name = "dwm"
 // CHECK-SAME: affine_map<(d0, d1, d2, d3, d4, d5, d6) -> ((d1 floordiv 8), d2, d5, d6, (d1 mod 8))>]
 // CHECK-SAME: out_map = affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d0, (((d1 * 2) + d2) floordiv 8), d3, d4, (((d1 * 2) + d2) mod 8))>
-// CHECK-SAME: order = ["n", "g.o", "oh", "ow.o", "kh", "kw", "ow.i", "co", "g.i"], vector = "g.i"
+// CHECK-SAME: order = ["n", "g.o", "oh", "kh", "kw", "ow", "co", "g.i"], vector = "g.i"
 // CHECK-SAME: co = 2 : i64
 // CHECK-SAME: -> tensor<1x4x4x4x8xf32>
 // CHECK: nest.compute %[[M]], %{{.*}} {name = "dw"

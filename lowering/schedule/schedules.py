@@ -626,9 +626,9 @@ def depthwise_channel_schedule(n: NestView, target: CPUTarget) -> Schedule | Non
     m vectors of consecutive channels (`Tiles.interleaved_loop`):
 
         domain = #nest.domain<[n = 1, g = 64, co = 2, oh = 16, ow = 16], [kh = 3, kw = 3]>
-        -> schedule = {splits = [["g", 8], ["ow", 2]], vector = "g.i", pack = {"1" = "OIHW8o"},
+        -> schedule = {splits = [["g", 8], ["ow", 4]], vector = "g.i", pack = {"1" = "OIHW8o"},
                        order = ["n", "g.o", "oh", "ow.o", "kh", "kw", "ow.i", "co", "g.i"],
-                       unroll = {ow.i = 2, co = 2, kw = 3, kh = 3}, parallel = "g.o"}
+                       unroll = {ow.i = 4, co = 2, kw = 3, kh = 3}, parallel = "g.o"}
 
     None unless the nest is a depthwise conv (`depthwise_channel`, `depthwise_multiplier`) over a
     multiple of `width` channels, NCHW, with a weight packable by output channel (and a
