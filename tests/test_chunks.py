@@ -17,7 +17,7 @@ from xdsl.dialects import func
 
 from nasir.dialects.context import parse_module
 from nasir.frontend.onnx_import import import_onnx
-from nasir.lowering.loops_to_llvm.chunks import Buffer, ChunkAccess, Unsynced, chunk_accesses
+from nasir.lowering.loops_to_llvm.chunks import Buffer, ChunkAccess, Rechunk, Unsynced, chunk_accesses
 from nasir.lowering.pipeline import llvm_pipeline
 from nasir.lowering.target import CPU_ENV
 from nasir.runtime.llvm_executable import compile_llvm
@@ -127,7 +127,9 @@ builtin.module {
     since = Unsynced([(Buffer.of(a), write0)])
     assert not since.conflicts([(Buffer.of(a2), read0)])  # the same view, the same axis: its own chunk
     assert since.conflicts([(Buffer.of(a2), read1)])  # another axis
-    assert since.conflicts([(Buffer.of(a2), ChunkAccess(0, False, scale=2))])  # another scale: other chunks
+    by_twos = [(Buffer.of(a2), ChunkAccess(0, False, scale=2))]  # another scale: other chunks, but at some
+    assert not since.conflicts(by_twos) and since.rechunks(by_twos) == {Rechunk(8, (1, 2))}  # thread counts the same
+    assert since.rechunks([(Buffer.of(a2), read0)]) == set()
     assert since.conflicts([(Buffer.of(t), read0)])  # the same bytes, another shape
     assert since.conflicts([(Buffer.of(a), anywhere)])
     assert not since.conflicts([(Buffer.of(b), ChunkAccess(None, True)), (Buffer.of(far), anywhere)])  # other bytes
@@ -197,6 +199,56 @@ def test_depthwise_blocks_run_without_most_barriers_and_compute_what_torch_does(
     assert text.count("@GOMP_barrier") <= calls // 2, text.count("@GOMP_barrier")
     x = np.random.default_rng(3).standard_normal((1, 48, 16, 16)).astype(np.float32)
     want = torch_chain(tmp_path / "chain.onnx", x)
+    exe = compile_llvm(model.module, threads=threads)
+    for _ in range(20):
+        time.sleep(0.01)
+        np.testing.assert_allclose(exe(x), want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_rechunk_is_the_same_exactly_when_each_thread_gets_the_same_elements():
+    """`Rechunk.same_at` against each thread's elements as `parallel._chunk` deals them (equal
+    contiguous chunks of the iterations, ceil(n / T) each, the last ones short or empty), listed."""
+
+    def elements(length: int, scale: int, threads: int) -> list[range]:
+        n = length // scale
+        size = -(-n // threads)
+        return [range(scale * min(n, t * size), scale * min(n, (t + 1) * size)) for t in range(threads)]
+
+    for length, scales in [(16, (1, 2)), (18, (1, 2)), (24, (1, 3)), (32, (2, 4)), (96, (1, 4)), (8, (1, 8))]:
+        for threads in range(1, 20):
+            want = elements(length, scales[0], threads) == elements(length, scales[1], threads)
+            assert Rechunk(length, scales).same_at(threads) == want, (length, scales, threads)
+    assert Rechunk(16, (1, 2)).same_at(2) and not Rechunk(18, (1, 2)).same_at(2)  # 9 | 9 and 10 | 8
+
+
+def expand_depthwise(path, c: int, size: int) -> None:
+    """A dense 1x1 conv from 16 to `c` channels (it writes 2 channel blocks an iteration), relu, a
+    depthwise 3x3 conv (one block an iteration), relu, twice."""
+    inits, nodes, x = Initializers(), [], "x"
+    for k, cin in enumerate([16, c]):
+        nodes += [helper.make_node("Conv", [x, inits.conv_weight(f"we{k}", (c, cin, 1, 1))], [f"e{k}"]),
+                  helper.make_node("Relu", [f"e{k}"], [f"r{k}"]),
+                  helper.make_node("Conv", [f"r{k}", inits.conv_weight(f"wd{k}", (c, 1, 3, 3))], [f"d{k}"], group=c,
+                                   pads=[1] * 4),
+                  helper.make_node("Relu", [f"d{k}"], ["y" if k else f"s{k}"])]
+        x = f"s{k}"
+    save_graph(path, "expand", nodes, inits, (1, 16, size, size), (1, c, size, size))
+
+
+@pytest.mark.parametrize("threads", [2, 3, 4])
+def test_a_depthwise_conv_after_an_expand_conv_waits_only_where_its_chunks_differ(threads, tmp_path, monkeypatch):
+    """144 channels (18 blocks): the expand conv's 9 iterations of 2 blocks and the depthwise
+    conv's 18 of 1 give each thread the same blocks at 3 threads (6 each), not at 2 (10 | 8 and 9
+    | 9) or 4; @main checks at run time and waits only then. Compared with torch over 20 calls 10
+    ms apart (a thread woken late); a team that never waits there was wrong at 2 and 4 threads."""
+    monkeypatch.setenv(CPU_ENV, "x86-64-v3")
+    expand_depthwise(tmp_path / "expand.onnx", 144, 12)
+    model = import_onnx(tmp_path / "expand.onnx")
+    lowered = model.transform(str(llvm_pipeline().until("convert-loops-to-llvm"))).module
+    body = next(op for op in lowered.ops if getattr(op, "sym_name", None) is not None and op.sym_name.data == "main.body")
+    assert "@omp_get_num_threads" in str(body)  # the run's team size decides
+    x = np.random.default_rng(5).standard_normal((1, 16, 12, 12)).astype(np.float32)
+    want = torch_chain(tmp_path / "expand.onnx", x)
     exe = compile_llvm(model.module, threads=threads)
     for _ in range(20):
         time.sleep(0.01)

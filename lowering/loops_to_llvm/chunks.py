@@ -23,6 +23,15 @@ call only when one of the call's accesses could meet another thread's (`Unsynced
 overlapping bytes of the same buffer, one of them a write, and not both chunks of one view along
 one axis at one scale (a grouped conv's loop over groups of 4 channel blocks: iteration g at
 blocks [4g, 4g + 4), the same chunks as another such loop's, not as a loop over single blocks).
+Chunks of one view along one axis at two scales (MobileNetV2's expand 1x1 conv writing two
+channel blocks an iteration, the depthwise conv after it reading one) are a `Rechunk`: the same
+elements on each thread at T threads when the scales times their chunk sizes agree (scale 2
+over 8 iterations and scale 1 over 16: blocks [8t, 8t + 8) at T = 2, not at T = 6), which only
+the run knows; the call waits at a barrier only if they do not
+(`FuncLowering.barrier_unless_same_chunks`).
+
+    Unsynced([(y, ChunkAccess(1, True, scale=2))]).rechunks([(y, ChunkAccess(1, False))])
+        ->  {Rechunk(length=16, scales=(1, 2))}      (y: memref<1x16x32x32x8xf32>)
 """
 
 from __future__ import annotations
@@ -174,19 +183,22 @@ class Buffer:
     start: int
     end: int | None
     key: tuple
+    shape: tuple[int, ...] = ()
+    """The view's shape."""
 
     @staticmethod
     def of(v: SSAValue) -> Buffer:
         """An argument of @main, or `memref.view %arg[%c][]` of one at a constant byte offset (at
         another offset: all of its root; anything else: not known)."""
+        shape = tuple(v.type.get_shape())
         if isinstance(v, BlockArgument):
-            return Buffer(v, 0, _nbytes(v.type), (v, 0, v.type))
+            return Buffer(v, 0, _nbytes(v.type), (v, 0, v.type), shape)
         if isinstance(v.owner, memref.ViewOp) and isinstance(v.owner.source, BlockArgument):
             start = _constant(v.owner.byte_shift)
             if start is None:
-                return Buffer(v.owner.source, 0, None, (v,))
-            return Buffer(v.owner.source, start, start + _nbytes(v.type), (v.owner.source, start, v.type))
-        return Buffer(None, 0, None, (v,))
+                return Buffer(v.owner.source, 0, None, (v,), shape)
+            return Buffer(v.owner.source, start, start + _nbytes(v.type), (v.owner.source, start, v.type), shape)
+        return Buffer(None, 0, None, (v,), shape)
 
     def overlaps(self, other: Buffer) -> bool:
         if self.root is None or other.root is None:
@@ -199,6 +211,21 @@ def _nbytes(ty: MemRefType) -> int:
     return math.prod(ty.get_shape()) * ty.element_type.bitwidth // 8
 
 
+@dataclass(frozen=True)
+class Rechunk:
+    """One axis `length` long, chunked by two loops of `scales` elements an iteration (length /
+    scale iterations each): at T threads a thread's elements are the same in both when
+    `scale * ceil(length / scale / T)` is the same for both scales (`parallel._chunk`)."""
+
+    length: int
+    scales: tuple[int, int]
+
+    def same_at(self, threads: int) -> bool:
+        """Whether each thread's elements are the same in both chunkings at `threads` threads."""
+        a, b = (s * -(-(self.length // s) // threads) for s in self.scales)
+        return a == b
+
+
 @dataclass
 class Unsynced:
     """What the kernels @main's team called since its last barrier touched: (buffer, access)."""
@@ -206,8 +233,15 @@ class Unsynced:
     touched: list[tuple[Buffer, ChunkAccess]] = field(default_factory=list)
 
     def conflicts(self, calls: list[tuple[Buffer, ChunkAccess]]) -> bool:
-        """Whether a thread's accesses `calls` could meet another thread's since the barrier."""
-        return any(_meet(a, b) for a in calls for b in self.touched)
+        """Whether a thread's accesses `calls` could meet another thread's since the barrier at any
+        thread count (a `Rechunk` may not: see `rechunks`)."""
+        return any(_meet(a, b) is True for a in calls for b in self.touched)
+
+    def rechunks(self, calls: list[tuple[Buffer, ChunkAccess]]) -> set[Rechunk]:
+        """The axes `calls` take in other chunks than a kernel since the barrier did (`conflicts`
+        being False): they meet another thread's accesses unless each `Rechunk` is the same at
+        the run's thread count."""
+        return {m for a in calls for b in self.touched if isinstance(m := _meet(a, b), Rechunk)}
 
     def add(self, calls: list[tuple[Buffer, ChunkAccess]]) -> None:
         self.touched.extend(calls)
@@ -219,11 +253,16 @@ class Unsynced:
         return bool(self.touched)
 
 
-def _meet(a: tuple[Buffer, ChunkAccess], b: tuple[Buffer, ChunkAccess]) -> bool:
+def _meet(a: tuple[Buffer, ChunkAccess], b: tuple[Buffer, ChunkAccess]) -> bool | Rechunk:
+    """Whether two threads' accesses may meet: True, False, or when a `Rechunk` differs."""
     (x, p), (y, q) = a, b
     if not (p.write or q.write) or not x.overlaps(y):
         return False
-    return not (x.key == y.key and p.axis is not None and (p.axis, p.scale) == (q.axis, q.scale))
+    if x.key != y.key or p.axis is None or p.axis != q.axis:
+        return True
+    if p.scale == q.scale:
+        return False
+    return Rechunk(x.shape[p.axis], tuple(sorted((p.scale, q.scale))))
 
 
 def call_accesses(call: func.CallOp, accesses: dict[int, ChunkAccess]) -> list[tuple[Buffer, ChunkAccess]]:

@@ -83,7 +83,8 @@ def call(f: FuncLowering, op: func.CallOp) -> None:
     by the first, the others waiting at a barrier after it (`nasir.lowering.loops_to_llvm.parallel`);
     one they all call waits at a barrier first if a thread touched memory since the last one
     (`FuncLowering.unsynced`) that the call could meet: a `chunked` kernel's own chunks need none
-    (`chunks`), another kernel waits for anything."""
+    (`chunks`), the same axis in chunks of another scale one unless the run's thread count gives
+    each thread the same elements (`Rechunk`), another kernel waits for anything."""
     slot = f.module.profile_slots.get(op)
     start = f.ticks() if slot is not None else None
     callee = op.callee.root_reference.data
@@ -98,6 +99,8 @@ def call(f: FuncLowering, op: func.CallOp) -> None:
         accesses = call_accesses(op, chunked)
         if f.unsynced.conflicts(accesses):
             f.barrier()
+        elif rechunks := f.unsynced.rechunks(accesses):
+            f.barrier_unless_same_chunks(rechunks)
         emit()
         f.unsynced.add(accesses)
     else:

@@ -17,7 +17,7 @@ each op's lowering picked by its type as a pattern's `match_and_rewrite` would b
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import cache
 
 from xdsl.dialects import arith, func, llvm, memref
@@ -38,7 +38,7 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.traits import is_side_effect_free
 
 from nasir.errors import LoweringError
-from nasir.lowering.loops_to_llvm.chunks import ChunkAccess, Unsynced
+from nasir.lowering.loops_to_llvm.chunks import ChunkAccess, Rechunk, Unsynced
 
 PTR = llvm.LLVMPointerType()
 
@@ -100,6 +100,8 @@ class FuncLowering:
         self.main_start: SSAValue | None = None
         self.first_thread: SSAValue | None = None
         """i1: whether this is thread 0 (`on_first_thread`), computed once at the entry."""
+        self.team_size: SSAValue | None = None
+        """i64: the team's threads (`barrier_unless_same_chunks`), read once at the entry."""
         self.unsynced = Unsynced()
         """In @main's team: what its threads touched since the last `barrier` (chunked kernels'
         chunks, the first thread's copies); a call waits at a barrier first if its accesses could
@@ -227,6 +229,34 @@ class FuncLowering:
         no-op); what each touched before is then seen by all (`unsynced`)."""
         self.add(llvm.CallOp("GOMP_barrier"))
         self.unsynced.clear()
+
+    def barrier_unless_same_chunks(self, rechunks: Iterable[Rechunk]) -> None:
+        """A barrier taken unless every `Rechunk` gives each thread the same elements at the
+        team's size (all threads agree, so all take it or none); `unsynced` keeps what it has
+        (after the barrier, more than it needs; without it, the same chunks).
+
+            %n = omp_get_num_threads()     (at the entry)
+            %a = 1 * ((16 + %n - 1) / %n)   %b = 2 * ((8 + %n - 1) / %n)
+            llvm.cond_br (%a != %b), ^wait, ^go      ^wait: llvm.call @GOMP_barrier()
+        """
+        if self.team_size is None:
+            n = llvm.CallOp("omp_get_num_threads", return_type=i32)
+            size = llvm.SExtOp(n.results[0], i64)
+            self.hoist(n, size)
+            self.team_size = size.results[0]
+        less = self.add(llvm.SubOp(self.team_size, self.i64c(1)))
+        differ = None
+        for r in sorted(rechunks, key=lambda r: (r.length, r.scales)):
+            a, b = (self.add(llvm.MulOp(self.i64c(s), self.add(llvm.SDivOp(
+                self.add(llvm.AddOp(self.i64c(r.length // s), less)), self.team_size)))) for s in r.scales)
+            ne = self.add(llvm.ICmpOp(a, b, IntegerAttr(1, i64)))  # ne
+            differ = ne if differ is None else self.add(llvm.OrOp(differ, ne))
+        wait, go = self.new_block(), self.new_block()
+        self.add(llvm.CondBrOp(differ, wait, [], go, []))
+        self.block = wait
+        self.add(llvm.CallOp("GOMP_barrier"))
+        self.add(llvm.BrOp(go))
+        self.block = go
 
     def on_first_thread(self, emit: Callable[[], None]) -> None:
         """What `emit()` adds, run by thread 0 alone (of @main's team; outside one, the only thread)."""
