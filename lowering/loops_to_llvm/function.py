@@ -162,6 +162,12 @@ class FuncLowering:
             self.consts[key] = c.results[0]
         return self.consts[key]
 
+    def chunk_size(self, iterations: int, threads: SSAValue) -> SSAValue:
+        """i64: the iterations each of `threads` (an i64) runs of a parallel loop of `iterations`,
+        ceil(iterations / threads), the last threads' chunks short or empty (`parallel._chunk`)."""
+        less = self.cse(llvm.SubOp, threads, self.i64c(1))
+        return self.add(llvm.SDivOp(self.add(llvm.AddOp(self.i64c(iterations), less)), threads))
+
     def i64c(self, n: int) -> SSAValue:
         return self.const(_i64_attr(n), i64)
 
@@ -244,11 +250,9 @@ class FuncLowering:
             size = llvm.SExtOp(n.results[0], i64)
             self.hoist(n, size)
             self.team_size = size.results[0]
-        less = self.add(llvm.SubOp(self.team_size, self.i64c(1)))
         differ = None
         for r in sorted(rechunks, key=lambda r: (r.length, r.scales)):
-            a, b = (self.add(llvm.MulOp(self.i64c(s), self.add(llvm.SDivOp(
-                self.add(llvm.AddOp(self.i64c(r.length // s), less)), self.team_size)))) for s in r.scales)
+            a, b = (self.add(llvm.MulOp(self.i64c(s), self.chunk_size(r.length // s, self.team_size))) for s in r.scales)
             ne = self.add(llvm.ICmpOp(a, b, IntegerAttr(1, i64)))  # ne
             differ = ne if differ is None else self.add(llvm.OrOp(differ, ne))
         wait, go = self.new_block(), self.new_block()

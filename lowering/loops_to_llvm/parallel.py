@@ -120,8 +120,7 @@ def _chunk(f: FuncLowering, lb: int, ub: int) -> tuple[SSAValue, SSAValue]:
     tid = f.add(llvm.CallOp("omp_get_thread_num", return_type=i32))
     nt = f.add(llvm.CallOp("omp_get_num_threads", return_type=i32))
     tid64, nt64 = f.add(llvm.SExtOp(tid, i64)), f.add(llvm.SExtOp(nt, i64))
-    n = ub - lb
-    size = f.add(llvm.SDivOp(f.add(llvm.AddOp(f.i64c(n), f.add(llvm.SubOp(nt64, f.i64c(1))))), nt64))
+    size = f.chunk_size(ub - lb, nt64)
     lo = f.add(llvm.AddOp(f.i64c(lb), f.add(llvm.MulOp(tid64, size))))
     hi = f.add(llvm.AddOp(lo, size))
     capped = f.add(llvm.ICmpOp(hi, f.i64c(ub), IntegerAttr(4, i64)))  # sgt
