@@ -7,6 +7,7 @@ One search runs once per module (`first`) and the tests read it; the others star
 from __future__ import annotations
 
 import importlib.metadata
+import itertools
 import json
 import os
 import re
@@ -220,19 +221,22 @@ def test_a_front_whose_ranking_keeps_changing_is_measured_passes_times_and_repor
 
 
 def test_interleaved_takes_turns_after_untimed_calls_on_a_fake_clock():
-    """No timed assertion: each fn advances a fake clock by its own duration and logs its call;
-    before each timed call, untimed ones for WARM_MS (5 ms: three of a, one of b)."""
+    """No timed assertion: each fn advances a fake clock by its own durations and logs its call;
+    before each sample, untimed calls for WARM_MS (5 ms: three of a, one of b); a sample is the
+    mean of the calls lasting `sample_ms` (4 ms: a's 1 + 3 ms, or its 3 + 1; b's one 6 ms call)."""
     now, log = [0.0], []
 
-    def fn(name, seconds):
+    def fn(name, *seconds):
+        turns = itertools.cycle(seconds)
+
         def call():
             log.append(name)
-            now[0] += seconds
+            now[0] += next(turns)
         return call
 
-    samples = interleaved({"a": fn("a", 0.002), "b": fn("b", 0.006)}, rounds=3, warmup=1,
-                          clock=lambda: now[0], sleep=lambda s: log.append("sleep"))
-    assert log == ["a", "b"] + ["sleep", "a", "a", "a", "a", "sleep", "b", "b"] * 3
+    samples = interleaved({"a": fn("a", 0.001, 0.003), "b": fn("b", 0.006)}, rounds=3, warmup=1,
+                          clock=lambda: now[0], sleep=lambda s: log.append("sleep"), sample_ms=4.0)
+    assert log == ["a", "b"] + ["sleep", "a", "a", "a", "a", "a", "sleep", "b", "b"] * 3
     assert samples == {"a": [pytest.approx(2.0)] * 3, "b": [pytest.approx(6.0)] * 3}
     assert ratios(samples["b"], samples["a"]) == [pytest.approx(3.0)] * 3
 

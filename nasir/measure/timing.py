@@ -38,6 +38,12 @@ shared Zen 3 host, after 20 ms of idle, ResNet-34 after `depthwise` (0.73 ms a c
 1.43, 1.00, 0.87, 0.78 ms in its first four calls; one untimed call left the timed one 1.4x its
 steady time, where a 30 ms model is in its steady state after one."""
 
+SAMPLE_MS = 2.0
+"""Milliseconds a timed sample lasts at least: back to back calls of one function, their mean
+(TVM's `time_evaluator` min_repeat_ms); a model slower than this is one call a sample. On a Zen 4
+VM at 2 threads, ResNet-34 cifar10 after `depthwise` (0.21 ms a call in a loop) timed one call
+a sample gave medians of 9 rounds from 0.20 to 0.37 ms, its realisation 0.47 to 1.00."""
+
 BUSY_DRIFT = 0.10
 """The reference kernel's median rate changing by more than this fraction between before and
 after, or running this fraction below its best run, means other work shared the cores."""
@@ -107,8 +113,11 @@ def settle(seconds: float, cpu: Callable[[], int | None] = other_threads_cpu,
 
 def interleaved(fns: dict[str, Callable[[], object]], rounds: int, warmup: int = 1, settle_s: float = SETTLE_S,
                 clock: Callable[[], float] = time.perf_counter,
-                sleep: Callable[[float], object] = settle, warm_ms: float = WARM_MS) -> dict[str, list[float]]:
-    """Each `fn()`'s wall time in ms, once per round, the functions taking turns within a round.
+                sleep: Callable[[float], object] = settle, warm_ms: float = WARM_MS,
+                sample_ms: float = SAMPLE_MS) -> dict[str, list[float]]:
+    """Each `fn()`'s wall time in ms, a sample a round, the functions taking turns within a round:
+    a sample is the mean of back to back calls lasting `sample_ms` at least (one call for a fn
+    slower than that).
 
     Interleaving makes their ratios robust to load that changes during the run (the machine is
     shared): each round sees about the same load for all of them. Each timed call follows untimed
@@ -130,9 +139,14 @@ def interleaved(fns: dict[str, Callable[[], object]], rounds: int, warmup: int =
             fn()
             while (clock() - warm) * 1e3 < warm_ms:
                 fn()
-            start = clock()
-            fn()
-            times[name].append((clock() - start) * 1e3)
+            start, calls = clock(), 0
+            while True:
+                fn()
+                calls += 1
+                elapsed = (clock() - start) * 1e3
+                if elapsed >= sample_ms:
+                    break
+            times[name].append(elapsed / calls)
     return times
 
 
