@@ -113,12 +113,18 @@ def spatial_tile(n: NestView, sched: Schedule) -> tuple[int, int]:
     return rows, cols
 
 
-BALANCED_ITERATIONS = 8
-"""Iterations of a thread-parallel loop that keep its threads within one iteration of 1/8 apart."""
+BALANCED_ITERATIONS = 5
+"""Iterations of a thread-parallel loop that keep 2 threads within one iteration of 1/5 apart.
+Fewer than that and not a power of two (3) leave the threads to a loop inside it; from 5 on, that
+loop inside costs more than the imbalance: each of the outer loop's iterations runs on all the
+threads in turn, each thread reading all of the iteration's weights, a barrier after each.
+MobileNetV2 cifar10's 1x1 projections of 12 channel blocks (8 lanes, 2 blocks a tile: 6
+iterations) and 10 (16 lanes: 5) ran 1.4-1.8x the time at 2 threads on their pixels (`nasir tune
+--threads 2` on a Zen 4), the network 0.91x (8 lanes) and 0.95x the time on the blocks."""
 
 
 def balanced(extent: int) -> bool:
-    """Whether a loop of `extent` iterations splits evenly enough over 2, 4 or 8 threads: a
+    """Whether a loop of `extent` iterations splits evenly enough over threads to run on them: a
     power of two, or at least BALANCED_ITERATIONS. (DenseNet-161's 48 channels in three blocks
     of 16 left one of two threads idle a third of the time: its rows run on threads instead.)"""
     return extent > 1 and (extent & (extent - 1) == 0 or extent >= BALANCED_ITERATIONS)
