@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from onnx import helper
 from onnx_graphs import Initializers, save_graph
-from xdsl.dialects import func
+from xdsl.dialects import func, scf
 
 from nasir.dialects.context import parse_module
 from nasir.frontend.onnx_import import import_onnx
@@ -257,3 +257,36 @@ def test_a_depthwise_conv_after_an_expand_conv_waits_only_where_its_chunks_diffe
     assert "@omp_get_num_threads" in str(main_body(model))  # the run's team size decides
     x = np.random.default_rng(5).standard_normal((1, 16, 12, 12)).astype(np.float32)
     agrees_with_torch_when_spaced(model, tmp_path / "expand.onnx", x, threads)
+
+
+def narrow_convs(path, size: int) -> None:
+    """A 1x1 conv from 16 to 96 channels, relu, a 3x3 conv to 24 channels, relu, a 1x1 conv to 12:
+    at 8 lanes the last two loop over their few channel tiles outside the loop the threads share."""
+    inits = Initializers()
+    nodes = [helper.make_node("Conv", ["x", inits.conv_weight("w0", (96, 16, 1, 1))], ["c0"]),
+             helper.make_node("Relu", ["c0"], ["r0"]),
+             helper.make_node("Conv", ["r0", inits.conv_weight("w1", (24, 96, 3, 3))], ["c1"], pads=[1] * 4),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", inits.conv_weight("w2", (12, 24, 1, 1))], ["y"])]
+    save_graph(path, "narrow", nodes, inits, (1, 16, size, size), (1, 12, size, size))
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_a_kernel_running_its_parallel_loop_in_a_serial_loop_runs_on_every_thread(threads, tmp_path, monkeypatch):
+    """A kernel whose parallel loop sits in a serial loop (a loop over 3 channel tiles around the
+    rows the threads share) is run by each thread of @main's team, a barrier after each serial
+    iteration's chunk, not by the first thread alone; it computes what torch does, 20 calls 10 ms
+    apart (a thread woken late)."""
+    from nasir.lowering.loops_to_llvm.parallel import team_safe
+
+    monkeypatch.setenv(CPU_ENV, "x86-64-v3")
+    narrow_convs(tmp_path / "narrow.onnx", 16)
+    model = import_onnx(tmp_path / "narrow.onnx")
+    kernels = [op for op in model.transform(str(llvm_pipeline().before("convert-loops-to-llvm"))).module.ops
+               if isinstance(op, func.FuncOp) and op.sym_name.data != "main"]
+    nested = [k for k in kernels if any(isinstance(op, scf.ForOp) and any(isinstance(i, scf.ParallelOp)
+                                                                          for i in op.body.block.ops) for op in k.body.block.ops)]
+    assert nested and all(team_safe(k) for k in nested)
+    assert "@omp_get_thread_num" not in str(main_body(model))  # no kernel left to the first thread
+    x = np.random.default_rng(7).standard_normal((1, 16, 16, 16)).astype(np.float32)
+    agrees_with_torch_when_spaced(model, tmp_path / "narrow.onnx", x, threads)

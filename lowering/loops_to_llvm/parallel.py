@@ -17,8 +17,8 @@ join a call instead of one a kernel (ResNet-34 after `depthwise`, 40 kernels of 
 empty region's fork and join took 1.1-2.4 µs on a Zen 3 VM, a barrier 0.4-0.7). After a kernel
 whose chunks touch only their own chunk of each buffer (`chunks`), @main waits instead, and only
 before a call that needs it. A kernel whose
-body does more than run parallel loops (`team_safe`: a gemm's serial loop) is called by the
-first thread alone, the others waiting at a barrier after it; its loops fork a team of their own
+body does more than run parallel loops, in serial loops or not (`team_safe`: a gemm's serial
+loop storing vectors), is called by the first thread alone, the others waiting at a barrier after it; its loops fork a team of their own
 (nested in @main's: one thread). Called from inside a caller's OpenMP team, @main runs in a
 nested team of one thread.
 
@@ -161,8 +161,19 @@ def _free_values(op: Operation) -> tuple[list[SSAValue], list[Operation]]:
 
 def team_safe(fn: func.FuncOp) -> bool:
     """Whether each thread of @main's team may call kernel `fn` (see the module docstring): its body
-    does nothing but run parallel loops (and compute what they use)."""
-    return all(isinstance(op, (scf.ParallelOp, func.ReturnOp)) or is_side_effect_free(op) for op in fn.body.block.ops)
+    does nothing but run parallel loops, in serial loops or not (each thread runs every iteration
+    of the serial loop, its chunk of the parallel loop and a barrier in each), and compute what
+    they use.
+
+        scf.for %t = 0 to 3 { scf.parallel (%p) = (0) to (16) { ... } }     team-safe
+        scf.for %k = 0 to 64 { vector.store ... }                            not (a gemm's loop)
+    """
+    return _runs_parallel_loops(fn.body.block)
+
+
+def _runs_parallel_loops(block: Block) -> bool:
+    return all(isinstance(op, (scf.ParallelOp, scf.YieldOp, func.ReturnOp)) or is_side_effect_free(op)
+               or isinstance(op, scf.ForOp) and _runs_parallel_loops(op.body.block) for op in block.ops)
 
 
 def _external(name: str, inputs: list[Attribute], result: Attribute | None = None) -> llvm.FuncOp:
