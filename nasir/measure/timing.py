@@ -120,9 +120,9 @@ def interleaved(fns: dict[str, Callable[[], object]], rounds: int, warmup: int =
     slower than that).
 
     Interleaving makes their ratios robust to load that changes during the run (the machine is
-    shared): each round sees about the same load for all of them. Each timed call follows untimed
-    ones of the same fn (`warm_ms` of them, at least one), so that it runs as a deployed model
-    does, after its own previous inferences: timed right after another model, a small model found
+    shared): each round sees about the same load for all of them. Each sample follows untimed calls
+    of the same fn (`warm_ms` of them, at least one), so that it runs as a deployed model does,
+    after its own previous inferences: timed right after another model, a small model found
     its weights and buffers evicted by it (ResNet-34 group16: 6% slower). Each fn starts after
     `settle_s` of idle and the process's other threads idle (`sleep`, by default `settle`): with 2
     threads, ResNet-18 cifar10 took 9.4 ms right after an ONNX Runtime run (whose spinning worker
@@ -135,19 +135,21 @@ def interleaved(fns: dict[str, Callable[[], object]], rounds: int, warmup: int =
     for _ in range(max(1, rounds)):
         for name, fn in fns.items():
             sleep(settle_s)
-            warm = clock()
-            fn()
-            while (clock() - warm) * 1e3 < warm_ms:
-                fn()
-            start, calls = clock(), 0
-            while True:
-                fn()
-                calls += 1
-                elapsed = (clock() - start) * 1e3
-                if elapsed >= sample_ms:
-                    break
+            _calls_for(fn, warm_ms, clock)
+            elapsed, calls = _calls_for(fn, sample_ms, clock)
             times[name].append(elapsed / calls)
     return times
+
+
+def _calls_for(fn: Callable[[], object], ms: float, clock: Callable[[], float]) -> tuple[float, int]:
+    """Call `fn` back to back, once at least, until `ms` have passed: (the ms they took, the calls)."""
+    start, calls = clock(), 0
+    while True:
+        fn()
+        calls += 1
+        elapsed = (clock() - start) * 1e3
+        if elapsed >= ms:
+            return elapsed, calls
 
 
 def ratios(numerators: Sequence[float], denominators: Sequence[float]) -> list[float]:
