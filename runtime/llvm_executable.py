@@ -135,7 +135,7 @@ class LLVMExecutable(Executable):
             times.append(ms)
             runs.append(ticks.copy())
         # medians per call: a run the OS interrupts inflates one call, not the profile
-        return Profile.from_ticks(info["calls"], np.median(runs, axis=0).tolist(), float(np.median(times)), self.threads)
+        return Profile.from_ticks(info["calls"], runs, float(np.median(times)), self.threads)
 
     def save(self, path: str | Path) -> Path:
         """Write a directory with `model.so`, `weights.npy` and `meta.json` for `nasir.runtime.load`."""

@@ -16,8 +16,11 @@
     outside kernels                                   0.001     0.0
     total (1 thread)            22 calls       555.42 12.563   100.0   100.0     88.4
 
-A call's ms is its median ticks over the runs as a share of @main's median ticks, times the median
-latency of the same runs; calls of one shared kernel are rows of their own. `profile.by_class()`
+A call's ms is its median ticks over the runs as a share of the sum of every call's median and the
+median of @main's ticks outside the calls, times the median latency of the same runs; calls of one
+shared kernel are rows of their own. (As shares of @main's median, the calls' medians fell 1-4%
+short of it on a noisy machine: a run slowed anywhere raises @main's median, not each call's;
+"outside kernels" showed 1 ms of ResNeXt-29's 28 where nothing runs.) `profile.by_class()`
 (`nasir profile --by class`) sums the calls of each layer class ("conv 3x3", "grouped conv 1x1 s2",
 "gemm": `ComputeOp.layer_class`): each class's share of the FMA peak, as the AVX2 work reports it.
 "time % / MACs %" above 1 marks the layers that run below the model's average rate.
@@ -26,6 +29,8 @@ latency of the same runs; calls of one shared kernel are rows of their own. `pro
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
 
 from nasir.dialects.attributes import UNCLASSIFIED
 from nasir.runtime.tables import plain_table, rich_table
@@ -59,12 +64,22 @@ class Profile:
     (`nasir.measure.peak`); where given, the table has a "% peak" column."""
 
     @classmethod
-    def from_ticks(cls, calls: list[dict], ticks: list[float], total_ms: float, threads: int) -> "Profile":
-        """`ticks`: one count per call, then @main's own (the last)."""
-        main = max(ticks[-1], 1)
-        rows = [ProfileRow(c["layer"], c["kernel"], c["macs"], total_ms * t / main, t / main, c.get("class", UNCLASSIFIED))
-                for c, t in zip(calls, ticks)]
-        return cls(rows, total_ms, max(0.0, total_ms - sum(r.ms for r in rows)), threads)
+    def from_ticks(cls, calls: list[dict], runs: list[list[float]], total_ms: float, threads: int) -> "Profile":
+        """`runs`: a list per run of one count per call, then @main's own (the last). Each call's
+        median and the median of @main's count outside the calls, as shares of their sum, share
+        `total_ms`:
+
+            from_ticks([{"layer": "a", ...}], [[90, 100], [99, 100], [80, 81]], total_ms=2.0, threads=1)
+                ->  the call's median 90, outside's (10, 1, 1) 1: "a" 2.0 * 90 / 91 ms, outside 2.0 / 91
+            (as shares of @main's median, 100: "a" 1.8 ms, outside 0.2)
+        """
+        ticks = np.asarray(runs, dtype=float)
+        medians = np.median(ticks[:, :-1], axis=0)
+        outside = float(np.median(np.maximum(ticks[:, -1] - ticks[:, :-1].sum(axis=1), 0)))
+        whole = max(float(medians.sum()) + outside, 1.0)
+        rows = [ProfileRow(c["layer"], c["kernel"], c["macs"], total_ms * t / whole, t / whole, c.get("class", UNCLASSIFIED))
+                for c, t in zip(calls, medians.tolist())]
+        return cls(rows, total_ms, total_ms * outside / whole, threads)
 
     @property
     def total_macs(self) -> int:

@@ -138,9 +138,8 @@ class TVMExecutable(Executable):
             self._vm = None
         if any(len(r) != len(info["calls"]) for r in runs):
             raise NasirError(f"profile: the VM made {len(runs[0])} kernel calls, the model has {len(info['calls'])}")
-        total = float(np.median(times))
         named = [{**call, "kernel": kernel} for call, kernel in zip(info["calls"], kernels)]  # shared ones too
-        return Profile.from_ticks(named, [*np.median(runs, axis=0).tolist(), total], total, 1)
+        return Profile.from_ticks(named, [[*r, ms] for r, ms in zip(runs, times)], float(np.median(times)), 1)
 
     def save(self, path: str | Path, weights: bool = True) -> Path:
         """Write `model.so` (the exported library: host and device code), `weights.params` (TVM's
