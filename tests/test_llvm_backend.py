@@ -729,8 +729,11 @@ WINOGRAD_CONVS = [  # (c, o, h, w, k, stride, pad, row dilation): convs that run
 @pytest.mark.parametrize("c,o,h,w,k,stride,pad,dil", WINOGRAD_CONVS)
 def test_winograd_conv(c, o, h, w, k, stride, pad, dil, threads):
     """Convs with a wide strided row window take the Winograd kernel (`nasir.winograd`) and give
-    torch's numbers, bias and ReLU included."""
+    torch's numbers, bias and ReLU included. Its transforms run in parallel loops, so that each
+    thread of @main's team runs the kernel (`team_safe`), not the first alone."""
     from nasir.dialects.attributes import WINOGRAD
+    from nasir.lowering.loops_to_llvm.parallel import team_safe
+    from nasir.lowering.pipeline import LLVM
 
     wt, b, x = rand(o, c, k, k), rand(o), rand(1, c, h, w)
     pads = (dil * (k // 2), pad, dil * (k // 2), pad)
@@ -738,6 +741,9 @@ def test_winograd_conv(c, o, h, w, k, stride, pad, dil, threads):
         conv := nn.Conv2DOp.new(a[0], W("w", wt), W("b", b), (stride, stride), pads, (dil, 1)).named("conv"),
         nn.ReluOp.new(conv.results[0]).named("relu")]))
     assert WINOGRAD.on(scheduled_nests(model)["conv"])
+    loops = model.transform(str(LLVM.after("default-schedule").before("convert-loops-to-llvm"))).module
+    kernels = [f for f in loops.ops if isinstance(f, func.FuncOp) and f.sym_name.data != "main"]
+    assert len(kernels) == 1 and team_safe(kernels[0])
     want = F.conv2d(torch.tensor(x), torch.tensor(wt), torch.tensor(b), stride, (pads[0], pad), (dil, 1)).relu()
     np.testing.assert_allclose(run(model, x, threads=threads), want.numpy(), rtol=1e-4, atol=1e-4)
 

@@ -1,7 +1,8 @@
 """The kernel of a conv marked `nasir.winograd` (see lowering/winograd.py): NestEmitter's loops and
 epilogue around a 1-D Winograd register tile.
 
-The kernel first fills its scratch (a slice of the workspace arena that nest-bufferize reserves):
+The kernel first fills its scratch (a slice of the workspace arena that nest-bufferize reserves),
+in parallel loops over input channels and rows (`each_row`):
 
     U[ci][kh][e][co] = sum_kw G[e, kw] * w[co, ci, kh, kw]                     (lanes over co)
     V[ci][row][t][e] = sum_i BT_p[e, i] * x[ci, row - pad, s*m*t + off_p(i)]   (lanes over tiles t)
@@ -69,12 +70,16 @@ def linear_sum(b: LoopBuilder, coefficients, values: list[SSAValue]) -> SSAValue
 
 
 def each_row(b: LoopBuilder, channels: int, rows: int, body) -> None:
-    """`body(ci, row)` for every input channel and row, as two scf loops."""
-    def channel(ci, carried):
-        b.for_(0, rows, 1, [], lambda r, c: (body(ci, r), c)[1])
-        return carried
+    """`body(ci, row)` for every input channel and row, as one parallel loop over both: the
+    kernel's threads share the transforms' rows as they share the contraction's (in serial loops
+    the first thread ran the whole kernel alone: `parallel.team_safe`).
 
-    b.for_(0, channels, 1, [], channel)
+        scf.parallel (%k) = (0) to (3 * 229) { %ci = %k floordiv 229   %r = %k mod 229   body }
+    """
+    def point(k: SSAValue) -> None:
+        body(b.scalar(b.divide(Lin(k), rows)), b.scalar(b.divide(Lin(k), rows, mod=True)))
+
+    b.parallel(channels * rows, point)
 
 
 class WinogradEmitter(NestEmitter):
@@ -138,10 +143,10 @@ class WinogradEmitter(NestEmitter):
         lowest = min(d for d, _ in places.values())
         span = plan.tile_lanes + max(d for d, _ in places.values()) - lowest
         chunks = -(-span // w)
-        classes = b.add(memref.AllocaOp.get(f32, shape=[group, chunks * w]))
         x = self.ins[0]
 
         def row(ci: SSAValue, r: SSAValue) -> None:
+            classes = b.add(memref.AllocaOp.get(f32, shape=[group, chunks * w]))  # each thread's own
             at = b.addi(r, b.idx(-plan.row_pad)) if plan.row_pad else r
             inside = b.below(Lin(at), plan.in_rows, None)
             clamped = b.clamp(at, plan.in_rows)
