@@ -18,8 +18,8 @@ empty region's fork and join took 1.1-2.4 µs on a Zen 3 VM, a barrier 0.4-0.7).
 whose chunks touch only their own chunk of each buffer (`chunks`), @main waits instead, and only
 before a call that needs it. A kernel whose
 body does more than run parallel loops, in serial loops or not (`team_safe`: a gemm's serial
-loop storing vectors), is called by the first thread alone, the others waiting at a barrier after it; its loops fork a team of their own
-(nested in @main's: one thread). Called from inside a caller's OpenMP team, @main runs in a
+loop storing vectors), is called by the first thread alone, the others waiting at a barrier
+after it; its loops fork a team of their own (nested in @main's: one thread). Called from inside a caller's OpenMP team, @main runs in a
 nested team of one thread.
 
             ^direct (nasir_num_threads == 1 || omp_in_parallel()): llvm.call @k.par0(%ctx)
