@@ -76,7 +76,7 @@ class Profile:
         ticks = np.asarray(runs, dtype=float)
         medians = np.median(ticks[:, :-1], axis=0)
         outside = float(np.median(np.maximum(ticks[:, -1] - ticks[:, :-1].sum(axis=1), 0)))
-        whole = max(float(medians.sum()) + outside, 1.0)
+        whole = float(medians.sum()) + outside or 1.0  # counts in ms (TVM's) may sum to under 1
         rows = [ProfileRow(c["layer"], c["kernel"], c["macs"], total_ms * t / whole, t / whole, c.get("class", UNCLASSIFIED))
                 for c, t in zip(calls, medians.tolist())]
         return cls(rows, total_ms, total_ms * outside / whole, threads)

@@ -199,3 +199,12 @@ def test_calls_and_time_outside_them_share_the_latency_by_their_medians():
     assert [r.share for r in profile.rows] == pytest.approx([60 / whole, 30 / whole])
     assert profile.outside_ms == pytest.approx(10.0 / whole)
     assert sum(r.ms for r in profile.rows) + profile.outside_ms == pytest.approx(10.0)
+
+
+def test_counts_in_milliseconds_under_one_share_the_latency_alike():
+    """TVM's profile counts in ms: a model of 0.6 ms gives its calls the same shares as ticks would
+    (the sum of the medians is not floored at 1)."""
+    calls = [{"layer": "a", "kernel": "ka", "macs": 1}, {"layer": "b", "kernel": "kb", "macs": 2}]
+    profile = Profile.from_ticks(calls, [[0.2, 0.3, 0.6], [0.2, 0.3, 0.6], [0.2, 0.3, 0.6]], 0.6, 1)
+    assert [r.ms for r in profile.rows] == pytest.approx([0.2, 0.3])
+    assert profile.outside_ms == pytest.approx(0.1)
