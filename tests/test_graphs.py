@@ -68,7 +68,7 @@ MAX_LAYERS = 8
 """Layers of a drawn case at most (a 12-layer graph takes up to a minute to compile checked: the
 fuzzer, `python -m nasir.fuzz`, draws those)."""
 COVERING_SEEDS = [106, 8, 365, 14, 47, 265, 169, 306, 59, 18, 162, 142, 114, 380, 11, 81, 2, 137, 467, 54, 1198, 2104,
-                  508]
+                  508, 249, 254, 67, 112, 1]
 """Seeds of `SeededDraw` whose 6-layer cases together exercise every required choice and transition
 (a greedy cover of 1,500 seeds' `lowering_choices`; 11, 81 and 2 added for pad-planes' padded
 planes and the plain residual a padded one displaced; 137 and 467, AVX2 cases, for Winograd into
@@ -76,8 +76,10 @@ the channel-blocked layout, once AVX2 took Winograd only where two tiles fit its
 AVX2 case, for a channel-lane conv into a spatial one through padded planes, which only a drawn case
 had exercised; 1198 and 2104, AVX2 cases, for a batch norm transposing its tile into the blocks a
 depthwise conv and a global pool read, with a residual add in its epilogue; 508, an AVX2 case, for
-a depthwise conv with a channel multiplier interleaving its tile into the blocks a max pool reads),
-run as @examples before the drawn cases. Hypothesis derives its derandomized draws
+a depthwise conv with a channel multiplier interleaving its tile into the blocks a max pool reads;
+249, 254, 67, 112 and 1 once stride-1 convs ran as Winograd only where `pays`, for Winograd
+between channel and spatial convs and into channel-blocked pools, and a channel conv into a
+depthwise one), run as @examples before the drawn cases. Hypothesis derives its derandomized draws
 from the test's source, so an edit of this file changes the drawn cases: the seeds alone must cover
 (`test_the_covering_seeds_alone_exercise_every_required_choice_and_transition`)."""
 

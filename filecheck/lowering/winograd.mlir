@@ -11,12 +11,16 @@
 // input V[ci][row][tile][e], 3 x 21 rows (2 * 7 + 6 + 1) x 16 tiles (2, padded to a vector) x 13
 // floats, and the transformed weights U[ci][kh][e][co], 3 x 7 x 13 x 16 floats: 4 x 17472 bytes.
 // Its register tile is a row's 8 points (two Winograd tiles) by one channel vector. The 3x3 conv after it
-// (6 products for 12) runs direct. nest-bufferize places the scratch in the arena beside the
+// (F(4, 3): 6 products for 12) has too few channels for Winograd to pay (`pays`: 64 in and out),
+// so it runs direct. nest-bufferize places the scratch in the arena beside the
 // stem's output; convert-nest-to-loops passes it to the stem's kernel as a view.
 // With AVX2 (8 lanes, 16 registers) a register tile holds one Winograd tile (13 accumulators), each
 // broadcast feeding one FMA, so by default the stem runs direct there (AVX2-AUTO); asked for
 // (`winograd="always"`), V has 8 tiles a row: 4 x (3 x 21 x 8 x 13 + 3 x 7 x 13 x 16) = 43680 bytes,
-// and each vector of tiles' 13 products are transposed in two blocks of 8.
+// and each vector of tiles' 13 products are transposed in two blocks of 8. The 3x3 conv then runs
+// as Winograd too, one product at a time (stride 1, one phase): V[row][e][ci][tile], 10 rows x 6
+// products x 16 channels x 8 tiles (2, padded), and U[e][kh][ci][co], 6 x 3 x 16 x 16 floats:
+// 4 x (7680 + 4608) bytes; a register tile of the row's 2 Winograd tiles.
 
 builtin.module {
   func.func @main(%x: tensor<1x3x16x16xf32>) -> tensor<1x16x8x8xf32> {
@@ -51,7 +55,8 @@ builtin.module {
 // AVX2:      nest.compute %x, %w {nasir.winograd = 4 : i64, nasir.scratch_bytes = 43680 : i64, name = "stem"
 // AVX2-SAME: splits = [["co", 8 : i64], ["ow", 4 : i64]]
 // AVX2-SAME: vector = "co.i", unroll = {ow.i = 4 : i64
-// AVX2:      nest.compute %s, %v {name = "conv"
+// AVX2:      nest.compute %s, %v {nasir.winograd = 4 : i64, nasir.scratch_bytes = 49152 : i64, name = "conv"
+// AVX2-SAME: vector = "co.i", unroll = {ow = 8 : i64
 
 // AVX2-AUTO:      nest.compute %x, %w {name = "stem"
 // AVX2-AUTO-SAME: vector = "co.i"
@@ -62,3 +67,7 @@ builtin.module {
 // AVX2-LOOPS:      memref.view {{.*}} to memref<3x21x8x13xf32>
 // AVX2-LOOPS:      memref.view {{.*}} to memref<3x7x13x16xf32>
 // AVX2-LOOPS:      vector.shuffle {{.*}} : vector<8xf32>, vector<8xf32>
+// AVX2-LOOPS:      func.func private @conv(
+// AVX2-LOOPS-SAME: memref<49152xi8>
+// AVX2-LOOPS:      memref.view {{.*}} to memref<10x6x16x8xf32>
+// AVX2-LOOPS:      memref.view {{.*}} to memref<6x3x16x16xf32>

@@ -124,23 +124,56 @@ WINOGRAD_MODES = ("auto", "always", "never")
 
 
 def winograd_for(shape: NestView, target: CPUTarget, mode: str = "auto") -> WinogradPlan | None:
-    """The Winograd plan a conv runs by (`winograd_plan`: a wide strided row window), None for a
-    direct conv. `mode` "auto": only where a register tile holds two Winograd tiles
-    (`winograd_tiles`), each broadcast of the transformed input feeding two FMAs. With one (AVX2's
-    16 registers) a broadcast feeds one FMA, two loads an FMA: on Zen 3 ResNet-34 imagenet's stem
-    with its max pool ran 8.4 ms so against 3.35 ms direct (the network 0.970x the time), where on
-    Zen 4 two tiles took it from 2.17 to 1.37 ms. "always": wherever the plan exists; "never": no
-    Winograd.
+    """The Winograd plan a conv runs by (`winograd_plan`: a wide row window), None for a direct
+    conv. `mode` "auto": only where it pays on `target` (`pays`); "always": wherever the plan
+    exists; "never": no Winograd.
 
         7x7 stride-2 stem, 3 -> 64 channels    AVX-512: F(4, 4) + F(4, 3), 13 x 2 accumulators
                                                AVX2:    None (direct, lanes over co)
+        3x3 stride-1 conv, 64 channels, 32 x 32 both: F(4, 3) one product at a time, 8 tiles
     """
     if mode == "never" or 1 not in shape.weight_layouts:
         return None
     plan = winograd_plan(shape, target.lanes)
-    if plan is None or (mode == "auto" and winograd_tiles(plan, target) < 2):
+    if plan is None or (mode == "auto" and not pays(plan, target)):
         return None
     return plan
+
+
+BY_POINT_LANES = 56
+"""Accumulator lanes (vectors x width) a product's pass over the input channels needs at least
+for a conv run one product at a time to beat the direct conv: 7 AVX2 vectors, 4 AVX-512 ones."""
+
+BY_POINT_CHANNELS = 64
+"""Input and output channels that such a conv needs at least: with fewer, the transforms are
+shared by too few FMAs (3 -> 64 channels 1.7x the direct time with AVX2, 128 -> 32 at 16 x 16
+1.1x with AVX-512)."""
+
+
+def pays(plan: WinogradPlan, target: CPUTarget) -> bool:
+    """Whether Winograd beats the direct conv on `target` (`winograd_for`'s "auto"). The stem's
+    tile: where a register tile holds two Winograd tiles (`winograd_tiles`), each broadcast of the
+    transformed input feeding two FMAs. With one (AVX2's 16 registers) a broadcast feeds one FMA,
+    two loads an FMA: on Zen 3 ResNet-34 imagenet's stem with its max pool ran 8.4 ms so against
+    3.35 ms direct, where on Zen 4 two tiles took it from 2.17 to 1.37 ms. A conv run one product
+    at a time (a 3x3 stride-1 conv, `WinogradPlan.by_point`): where its transformed weights U,
+    made at every call, stay in L2 (the row tiles each read a block's slab of them), its tiles
+    fill at least `BY_POINT_LANES` accumulator lanes and it has `BY_POINT_CHANNELS` channels in
+    and out. Measured on Zen 4 (1 MiB L2), one conv with ReLU, time as Winograd over the direct
+    conv's, 1 thread:
+
+        channels, image     AVX2 (znver3)   AVX-512 (znver4)
+        64, 56 x 56         0.75            0.62          runs as Winograd
+        64, 32 x 32         0.73            0.93          runs as Winograd
+        64, 16 x 16         1.19            0.90          AVX-512 only (AVX2: 4 vectors a pass)
+        128, 28 x 28        1.04            0.63          direct (U 1.2 MB)
+        256, 14 x 14        1.96            1.09          direct
+    """
+    if not plan.by_point:
+        return winograd_tiles(plan, target) >= 2
+    e = plan.extents
+    return (4 * plan.weight_floats <= target.l2_bytes and min(e["ci"], e["co"]) >= BY_POINT_CHANNELS
+            and winograd_tiles(plan, target) * target.lanes >= BY_POINT_LANES)
 
 
 def tunable(op: nest.ComputeOp, target: CPUTarget) -> NestView | None:
@@ -161,8 +194,8 @@ def tunable(op: nest.ComputeOp, target: CPUTarget) -> NestView | None:
 class DefaultSchedulePass(ModulePass):
     """Set a vectorised, thread-parallel schedule on every nest.compute that has none, for the
     module's target CPU (`nasir.target`, else NASIR_CPU, else the host; `nasir-opt --cpu`): its
-    vector lanes, registers and caches; a conv with a wide strided row window (a 7x7 stride-2
-    stem), where Winograd pays on the target (`winograd_for`: AVX-512's registers), gets
+    vector lanes, registers and caches; a conv with a wide row window (a 7x7 stride-2 stem, a
+    3x3 stride-1 conv), where Winograd pays on the target (`winograd_for`, `pays`), gets
     `winograd_schedule` and is marked to run as 1-D Winograd (`nasir.winograd`, with the
     `nasir.scratch_bytes` its kernel needs). A conv or gemm whose signature the tuning
     database holds for the target CPU (`nasir tune`) gets the schedule timed fastest there; one

@@ -468,9 +468,21 @@ def winograd_schedule(n: NestView, plan: WinogradPlan, target: CPUTarget) -> Sch
 
 
 def winograd_tiles(plan: WinogradPlan, target: CPUTarget) -> int:
-    """Winograd tiles along ow in a register tile of one channel vector: two where their E x 2
-    accumulators fit the registers beside a weight vector and a broadcast (the stem's 26 of
-    AVX-512's 32), so each broadcast of the transformed input feeds two FMAs; else one (AVX2's 16)."""
+    """Winograd tiles along ow in a register tile of one channel vector. A kernel that runs one
+    product at a time (`WinogradPlan.by_point`): as many as fit the registers beside a weight
+    vector, a broadcast and two more (with 14 of AVX2's 16 LLVM spilled accumulators in the loop:
+    a 64-channel 56 x 56 conv 1.3x the time), the largest count whose tiles make whole rows (28 of
+    56 points, not 48), else the most. Otherwise two where their E x 2 accumulators fit beside a
+    weight vector and a broadcast (the stem's 26 of AVX-512's 32), so each broadcast of the
+    transformed input feeds two FMAs; else one (AVX2's 16).
+
+        3x3 stride 1, rows of 56:  AVX2 7 (28 points), AVX-512 14 (the row)
+        7x7 stride 2 (the stem):   AVX2 1, AVX-512 2
+    """
+    if plan.by_point:
+        most = min(plan.tiles, target.registers - 4)
+        whole = [t for t in range(most, 0, -1) if t == plan.tiles or plan.extents["ow"] % (t * plan.m) == 0]
+        return whole[0] if whole else most
     return 2 if 2 * plan.points + 2 <= target.registers else 1
 
 

@@ -1,4 +1,4 @@
-"""1-D Winograd along a conv's rows: fewer multiplies for a wide strided window (ResNet's stem).
+"""1-D Winograd along a conv's rows: fewer multiplies for a wide window (ResNet's stem, 3x3 convs).
 
 A conv whose window slides `s` input columns per output column splits into `s` phases: the taps
 `kw = p, p + s, ...` of phase p read only the input columns `s * i + p - pad`, so each phase is a
@@ -12,11 +12,14 @@ so a row of m outputs over all phases takes `E = sum_p n_p` products per input c
 row instead of `m * K`. ResNet's 7x7 stride-2 stem: F(4, 4) for the even taps and F(4, 3) for the
 odd ones, 13 products per 4 outputs instead of 28 (0.46x). The transforms cost little there:
 `BT d` is done once per input row and shared by all output channels, `G g` once per inference
-(a few thousand FMAs), `AT` once per output point after its 21-term reduction.
+(a few thousand FMAs), `AT` once per output point after its 21-term reduction. A 3x3 stride-1 conv
+(one phase): F(4, 3), 6 products per 4 outputs instead of 12; its kernel runs them one at a time
+(`WinogradPlan.by_point`), and `G g` (c x c x 18 floats) is worth making at every call only where
+it stays in L2 (`default_schedule.pays`).
 
 This module is the analysis and the arithmetic; `default-schedule` asks `winograd_plan` whether a
 conv should run this way and marks it `nasir.winograd = m`, `nest-bufferize` gives it the scratch
-`WinogradPlan.scratch_bytes` and `lowering/winograd_emitter.py` emits its kernel. The nest itself
+`WinogradPlan.scratch_bytes` and `nest_to_loops/winograd.py` emits its kernel. The nest itself
 still states the convolution: the torch backend and every transform see no difference.
 """
 
@@ -39,10 +42,12 @@ POINTS = [Fraction(0), Fraction(1), Fraction(-1), Fraction(2), Fraction(-2), Fra
 """The finite interpolation points, in the order they are taken (small values keep the
 transforms well conditioned); the last point of every filter is infinity."""
 
-MAX_PRODUCT_SHARE = 0.47
-"""A conv runs as Winograd when its products are at most this share of the direct conv's
-(ResNet's stem: 13 / 28 = 0.46). A 3x3 stride-1 conv (6 / 12) stays direct: its input transform
-is not shared by enough output channels once a transform groups it."""
+MAX_PRODUCT_SHARE = 0.5
+"""A conv has a Winograd plan when its products are at most this share of the direct conv's
+(ResNet's stem: 13 / 28 = 0.46, a 3x3 stride-1 conv: 6 / 12; a 3x3 stride-2 conv, 9 / 12, has
+none); default-schedule's `pays` says where the plan beats the direct conv. A grouped conv has
+no plan (its input map is not the plain `ci`): each transformed input row would serve only its
+group's output channels."""
 
 
 def minimal_filter(m: int, r: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -115,6 +120,20 @@ class WinogradPlan:
     extents: dict[str, int]
     in_rows: int
     in_cols: int
+
+    @property
+    def by_point(self) -> bool:
+        """Whether the kernel runs one product at a time (a conv of stride 1: one phase, E = m + r - 1
+        products): its register tile is then `winograd_tiles` Winograd tiles of one product, each
+        weight vector feeding that many FMAs, in a loop over input channels of its own; the
+        tile's products wait in registers or on the stack for the output transform. The stem's
+        2 phases (E = 13) keep a tile's E products together, each weight vector feeding 2 FMAs
+        (one product at a time its stem ran 1.13x the time).
+
+            by point:    V[row][e][ci][tile]  U[e][kh][ci][co]   (a loop over ci reads both in order)
+            else:        V[ci][row][tile][e]  U[ci][kh][e][co]
+        """
+        return len(self.phases) == 1
 
     @property
     def points(self) -> int:
