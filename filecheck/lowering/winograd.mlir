@@ -11,7 +11,7 @@
 // input V[ci][row][tile][e], 3 x 21 rows (2 * 7 + 6 + 1) x 16 tiles (2, padded to a vector) x 13
 // floats, and the transformed weights U[ci][kh][e][co], 3 x 7 x 13 x 16 floats: 4 x 17472 bytes.
 // Its register tile is a row's 8 points (two Winograd tiles) by one channel vector. The 3x3 conv after it
-// (F(4, 3): 6 products for 12) has too few channels for Winograd to pay (`pays`: 64 in and out),
+// (F(4, 3): 6 products for 12) has too few channels for Winograd to pay (`pays`: 64 input channels),
 // so it runs direct. nest-bufferize places the scratch in the arena beside the
 // stem's output; convert-nest-to-loops passes it to the stem's kernel as a view.
 // With AVX2 (8 lanes, 16 registers) a register tile holds one Winograd tile (13 accumulators), each

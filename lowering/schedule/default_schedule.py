@@ -144,10 +144,14 @@ BY_POINT_LANES = 56
 """Accumulator lanes (vectors x width) a product's pass over the input channels needs at least
 for a conv run one product at a time to beat the direct conv: 7 AVX2 vectors, 4 AVX-512 ones."""
 
-BY_POINT_CHANNELS = 64
-"""Input and output channels that such a conv needs at least: with fewer, the transforms are
-shared by too few FMAs (3 -> 64 channels 1.7x the direct time with AVX2, 128 -> 32 at 16 x 16
-1.1x with AVX-512)."""
+BY_POINT_INPUTS = 64
+"""Input channels that such a conv needs at least: with fewer, a product's pass over them is
+short beside the transforms (3 -> 64 channels 1.7x the direct time with AVX2, 32 -> 32 at 32 x 32
+1.24x with AVX-512)."""
+
+BY_POINT_VECTORS = 4
+"""Vectors of output channels that such a conv needs at least, which share each transformed input
+row (128 -> 32 channels at 16 x 16, 2 AVX-512 vectors: 1.14x the direct time)."""
 
 
 def pays(plan: WinogradPlan, target: CPUTarget) -> bool:
@@ -158,21 +162,23 @@ def pays(plan: WinogradPlan, target: CPUTarget) -> bool:
     3.35 ms direct, where on Zen 4 two tiles took it from 2.17 to 1.37 ms. A conv run one product
     at a time (a 3x3 stride-1 conv, `WinogradPlan.by_point`): where its transformed weights U,
     made at every call, stay in L2 (the row tiles each read a block's slab of them), its tiles
-    fill at least `BY_POINT_LANES` accumulator lanes and it has `BY_POINT_CHANNELS` channels in
-    and out. Measured on Zen 4 (1 MiB L2), one conv with ReLU, time as Winograd over the direct
-    conv's, 1 thread:
+    fill at least `BY_POINT_LANES` accumulator lanes, and it has `BY_POINT_INPUTS` input
+    channels and `BY_POINT_VECTORS` vectors of output channels. Measured on Zen 4 (1 MiB L2), one
+    conv with ReLU, time as Winograd over the direct conv's, 1 thread:
 
         channels, image     AVX2 (znver3)   AVX-512 (znver4)
         64, 56 x 56         0.75            0.62          runs as Winograd
         64, 32 x 32         0.73            0.93          runs as Winograd
         64, 16 x 16         1.19            0.90          AVX-512 only (AVX2: 4 vectors a pass)
+        128 -> 32, 32 x 32  0.79            0.90          AVX2 only (AVX-512: 2 vectors of co)
         128, 28 x 28        1.04            0.63          direct (U 1.2 MB)
         256, 14 x 14        1.96            1.09          direct
     """
     if not plan.by_point:
         return winograd_tiles(plan, target) >= 2
     e = plan.extents
-    return (4 * plan.weight_floats <= target.l2_bytes and min(e["ci"], e["co"]) >= BY_POINT_CHANNELS
+    return (4 * plan.weight_floats <= target.l2_bytes and e["ci"] >= BY_POINT_INPUTS
+            and e["co"] >= BY_POINT_VECTORS * target.lanes
             and winograd_tiles(plan, target) * target.lanes >= BY_POINT_LANES)
 
 
