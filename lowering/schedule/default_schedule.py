@@ -140,9 +140,12 @@ def winograd_for(shape: NestView, target: CPUTarget, mode: str = "auto") -> Wino
     return plan
 
 
-BY_POINT_LANES = 56
-"""Accumulator lanes (vectors x width) a product's pass over the input channels needs at least
-for a conv run one product at a time to beat the direct conv: 7 AVX2 vectors, 4 AVX-512 ones."""
+BY_POINT_TILES = 7
+"""Winograd tiles (28 output points) a register tile of a conv run one product at a time needs at
+least to beat the direct conv: with AVX2 a product's pass over the input channels then has 7
+accumulators (64 channels at 16 x 16, 4 tiles: 1.19x the direct time); with AVX-512 such a conv
+ran 0.90x at 1 thread, but WRN-40-2, whose 64-channel convs are 16 x 16, 1.12x at 2 threads
+(0.97x at 1)."""
 
 BY_POINT_INPUTS = 64
 """Input channels that such a conv needs at least: with fewer, a product's pass over them is
@@ -161,15 +164,15 @@ def pays(plan: WinogradPlan, target: CPUTarget) -> bool:
     two loads an FMA: on Zen 3 ResNet-34 imagenet's stem with its max pool ran 8.4 ms so against
     3.35 ms direct, where on Zen 4 two tiles took it from 2.17 to 1.37 ms. A conv run one product
     at a time (a 3x3 stride-1 conv, `WinogradPlan.by_point`): where its transformed weights U,
-    made at every call, stay in L2 (the row tiles each read a block's slab of them), its tiles
-    fill at least `BY_POINT_LANES` accumulator lanes, and it has `BY_POINT_INPUTS` input
-    channels and `BY_POINT_VECTORS` vectors of output channels. Measured on Zen 4 (1 MiB L2), one
-    conv with ReLU, time as Winograd over the direct conv's, 1 thread:
+    made at every call, stay in L2 (the row tiles each read a block's slab of them), its register
+    tile holds `BY_POINT_TILES` Winograd tiles, and it has `BY_POINT_INPUTS` input channels and
+    `BY_POINT_VECTORS` vectors of output channels. Measured on Zen 4 (1 MiB L2), one conv with
+    ReLU, time as Winograd over the direct conv's, 1 thread:
 
         channels, image     AVX2 (znver3)   AVX-512 (znver4)
         64, 56 x 56         0.75            0.62          runs as Winograd
         64, 32 x 32         0.73            0.93          runs as Winograd
-        64, 16 x 16         1.19            0.90          AVX-512 only (AVX2: 4 vectors a pass)
+        64, 16 x 16         1.19            0.90          direct (4 tiles a row; see BY_POINT_TILES)
         128 -> 32, 32 x 32  0.79            0.90          AVX2 only (AVX-512: 2 vectors of co)
         128, 28 x 28        1.04            0.63          direct (U 1.2 MB)
         256, 14 x 14        1.96            1.09          direct
@@ -179,7 +182,7 @@ def pays(plan: WinogradPlan, target: CPUTarget) -> bool:
     e = plan.extents
     return (4 * plan.weight_floats <= target.l2_bytes and e["ci"] >= BY_POINT_INPUTS
             and e["co"] >= BY_POINT_VECTORS * target.lanes
-            and winograd_tiles(plan, target) * target.lanes >= BY_POINT_LANES)
+            and winograd_tiles(plan, target) >= BY_POINT_TILES)
 
 
 def tunable(op: nest.ComputeOp, target: CPUTarget) -> NestView | None:
