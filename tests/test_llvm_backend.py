@@ -715,23 +715,26 @@ def test_max_pool_kernel_computes_its_producers_rows(case, threads):
     assert [LAYER.get(call) for call in calls] == ["conv+pool"]
 
 
-WINOGRAD_CONVS = [  # (c, o, h, w, k, stride, pad, row dilation): convs that run as 1-D Winograd
-    (3, 64, 224, 224, 7, 2, 3, 1),  # ResNet's stem: F(4, 4) and F(4, 3), 13 products for 28
-    (3, 32, 29, 31, 7, 2, 3, 1),  # odd image: 15 x 16 outputs, stored NCHW (transposed tiles)
-    (4, 16, 13, 13, 7, 2, 3, 1),  # 7 outputs a row: the second Winograd tile runs past it
-    (3, 48, 20, 21, 8, 2, 3, 1),  # an even window: two phases of 4 taps, F(4, 4) twice
-    (5, 16, 17, 18, 4, 1, 2, 1),  # stride 1: one phase, F(4, 4), run one product at a time
-    (64, 64, 32, 32, 3, 1, 1, 1),  # ResNet's 3x3 convs: F(4, 3), 6 products for 12, a row of 8 tiles
-    (8, 16, 30, 50, 3, 1, 1, 1),  # 13 tiles a row: with AVX2 no count up to 12 makes whole rows
-    (16, 32, 14, 14, 3, 1, 1, 1),  # 14 outputs a row: its last tile runs past it
-    (8, 16, 12, 9, 3, 1, 1, 2),  # a 3x3 window with dilated rows, 9 outputs a row
-    (3, 16, 19, 19, 7, 2, 3, 2),  # dilated rows (kh), the row window itself undilated
+WINOGRAD_CONVS = [  # (c, o, h, w, k, stride, pad, row dilation, groups): convs that run as 1-D Winograd
+    (3, 64, 224, 224, 7, 2, 3, 1, 1),  # ResNet's stem: F(4, 4) and F(4, 3), 13 products for 28
+    (3, 32, 29, 31, 7, 2, 3, 1, 1),  # odd image: 15 x 16 outputs, stored NCHW (transposed tiles)
+    (4, 16, 13, 13, 7, 2, 3, 1, 1),  # 7 outputs a row: the second Winograd tile runs past it
+    (3, 48, 20, 21, 8, 2, 3, 1, 1),  # an even window: two phases of 4 taps, F(4, 4) twice
+    (5, 16, 17, 18, 4, 1, 2, 1, 1),  # stride 1: one phase, F(4, 4), run one product at a time
+    (64, 64, 32, 32, 3, 1, 1, 1, 1),  # ResNet's 3x3 convs: F(4, 3), 6 products for 12, a row of 8 tiles
+    (8, 16, 30, 50, 3, 1, 1, 1, 1),  # 13 tiles a row: with AVX2 no count up to 12 makes whole rows
+    (16, 32, 14, 14, 3, 1, 1, 1, 1),  # 14 outputs a row: its last tile runs past it
+    (8, 16, 12, 9, 3, 1, 1, 2, 1),  # a 3x3 window with dilated rows, 9 outputs a row
+    (3, 16, 19, 19, 7, 2, 3, 2, 1),  # dilated rows (kh), the row window itself undilated
+    (128, 128, 32, 32, 3, 1, 1, 1, 2),  # ResNeXt-29's first grouped convs: 2 groups of 64 channels
+    (32, 64, 16, 20, 3, 1, 1, 1, 4),  # 4 groups of 8 -> 16 channels (AVX-512: a vector a group)
+    (6, 32, 29, 31, 7, 2, 3, 1, 2),  # a grouped stem: two phases, each group's 16 channels
 ]
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("c,o,h,w,k,stride,pad,dil", WINOGRAD_CONVS)
-def test_winograd_conv(c, o, h, w, k, stride, pad, dil, threads):
+@pytest.mark.parametrize("c,o,h,w,k,stride,pad,dil,groups", WINOGRAD_CONVS)
+def test_winograd_conv(c, o, h, w, k, stride, pad, dil, groups, threads):
     """Convs with a wide strided row window take the Winograd kernel (`nasir.winograd`) and give
     torch's numbers, bias and ReLU included. Its transforms run in parallel loops, so that each
     thread of @main's team runs the kernel (`team_safe`), not the first alone. Weights are scaled
@@ -742,23 +745,24 @@ def test_winograd_conv(c, o, h, w, k, stride, pad, dil, threads):
     from nasir.lowering.loops_to_llvm.parallel import team_safe
     from nasir.lowering.pipeline import LLVM
 
-    wt, b, x = rand(o, c, k, k) / (c * k * k) ** 0.5, rand(o), rand(1, c, h, w)
+    wt, b, x = rand(o, c // groups, k, k) / (c // groups * k * k) ** 0.5, rand(o), rand(1, c, h, w)
     pads = (dil * (k // 2), pad, dil * (k // 2), pad)
     model = with_winograd(build([(1, c, h, w)], lambda a, W: [
-        conv := nn.Conv2DOp.new(a[0], W("w", wt), W("b", b), (stride, stride), pads, (dil, 1)).named("conv"),
+        conv := nn.Conv2DOp.new(a[0], W("w", wt), W("b", b), (stride, stride), pads, (dil, 1), groups).named("conv"),
         nn.ReluOp.new(conv.results[0]).named("relu")]))
     assert WINOGRAD.on(scheduled_nests(model)["conv"])
     loops = model.transform(str(LLVM.after("default-schedule").before("convert-loops-to-llvm"))).module
     kernels = [f for f in loops.ops if isinstance(f, func.FuncOp) and f.sym_name.data != "main"]
     assert len(kernels) == 1 and team_safe(kernels[0])
-    want = F.conv2d(torch.tensor(x), torch.tensor(wt), torch.tensor(b), stride, (pads[0], pad), (dil, 1)).relu()
+    want = F.conv2d(torch.tensor(x), torch.tensor(wt), torch.tensor(b), stride, (pads[0], pad), (dil, 1), groups).relu()
     np.testing.assert_allclose(run(model, x, threads=threads), want.numpy(), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("k,stride,groups,batch", [(3, 2, 1, 1), (5, 2, 1, 1), (7, 2, 3, 1), (7, 2, 1, 2)])
+@pytest.mark.parametrize("k,stride,groups,batch", [(3, 2, 1, 1), (5, 2, 1, 1), (7, 2, 6, 1), (7, 2, 1, 2)])
 def test_winograd_is_kept_for_wide_strided_windows(k, stride, groups, batch):
-    """A 3x3 stride-2 conv (9 products for 12), a 5x5 stride-2 one (11 for 20), a grouped stem and
-    a batch of 2 run direct, even where Winograd is asked for wherever it applies."""
+    """A 3x3 stride-2 conv (9 products for 12), a 5x5 stride-2 one (11 for 20), a depthwise stem
+    (no reduction over input channels) and a batch of 2 run direct, even where Winograd is asked
+    for wherever it applies."""
     from nasir.dialects.attributes import WINOGRAD
 
     model = build([(batch, 6, 32, 32)], lambda a, W: [nn.Conv2DOp.new(
@@ -783,23 +787,27 @@ def test_winograd_runs_where_a_broadcast_feeds_two_tiles(mode):
                                rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("c,o,h", [(64, 64, 32), (64, 64, 16), (32, 32, 32), (128, 128, 28), (128, 32, 32)])
-def test_a_3x3_conv_runs_as_winograd_where_it_pays(c, o, h):
+@pytest.mark.parametrize("c,o,h,groups", [(64, 64, 32, 1), (64, 64, 16, 1), (32, 32, 32, 1), (128, 128, 28, 1),
+                                          (128, 32, 32, 1), (128, 128, 32, 2), (128, 128, 32, 4)])
+def test_a_3x3_conv_runs_as_winograd_where_it_pays(c, o, h, groups):
     """By default a 3x3 stride-1 conv runs as Winograd, one product at a time, where its
     transformed weights (c x o x 3 x 6 floats) fit the target's L2, it has 64 input channels and
     4 vectors of output channels (DenseNet's 128 -> 32 with AVX2 only), and a register tile holds
-    7 Winograd tiles, so rows of at least 28 points. Either way torch's numbers (weights scaled by
-    1/sqrt(fan-in), see `test_winograd_conv`)."""
+    7 Winograd tiles, so rows of at least 28 points; a grouped conv counts the channels of a group
+    (ResNeXt-29's 2 groups of 64, not 4 groups of 32). Either way torch's numbers (weights scaled
+    by 1/sqrt(fan-in), see `test_winograd_conv`)."""
     from nasir.dialects.attributes import WINOGRAD
     from nasir.lowering.target import resolve_target
 
-    wt, x = rand(o, c, 3, 3) / (9 * c) ** 0.5, rand(1, c, h, h)
-    model = build([(1, c, h, h)], lambda a, W: [nn.Conv2DOp.new(a[0], W("w", wt), pads=(1,) * 4).named("conv")])
+    ci, co = c // groups, o // groups
+    wt, x = rand(o, ci, 3, 3) / (9 * ci) ** 0.5, rand(1, c, h, h)
+    model = build([(1, c, h, h)], lambda a, W: [
+        nn.Conv2DOp.new(a[0], W("w", wt), pads=(1,) * 4, groups=groups).named("conv")])
     scheduled = with_winograd(model, "auto")
     l2 = resolve_target(None).l2_bytes
-    want = c >= 64 and o >= 4 * lanes() and 4 * c * o * 3 * 6 <= l2 and h >= 28
+    want = ci >= 64 and co >= 4 * lanes() and 4 * ci * co * 3 * 6 <= l2 and h >= 28
     assert WINOGRAD.on(scheduled_nests(scheduled)["conv"]) == want
-    np.testing.assert_allclose(run(scheduled, x), F.conv2d(torch.tensor(x), torch.tensor(wt), None, 1, 1).numpy(),
+    np.testing.assert_allclose(run(scheduled, x), F.conv2d(torch.tensor(x), torch.tensor(wt), None, 1, 1, 1, groups).numpy(),
                                rtol=1e-4, atol=1e-4)
 
 

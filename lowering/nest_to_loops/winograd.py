@@ -32,6 +32,10 @@ both in order, and no transpose is needed:
 (with the stem's tile a 64-channel 56 x 56 conv ran 1.3x the direct conv's time at 8 lanes, each
 weight vector feeding 2 FMAs; so 0.75x). The kernel then hands the outputs to the epilogue and
 stores of NestEmitter (bias, ReLU, channel-blocked or transposed NCHW stores).
+
+A grouped conv (`g` groups of ci -> co channels) keeps these layouts over all its channels: V's
+ci runs over the g * ci input channels, U's co over the g * co output channels (its ci over a
+group's), and the tile of group g reads V from channel g * ci and U from channel g * co on.
 """
 
 from __future__ import annotations
@@ -118,12 +122,13 @@ class WinogradEmitter(NestEmitter):
     def prepare(self) -> None:
         plan = self.plan
         e = plan.extents
+        channels, outputs = plan.groups * e["ci"], plan.groups * e["co"]
         if plan.by_point:
-            self.V = self._view(0, [plan.rows, plan.points, e["ci"], plan.tile_lanes])
-            self.U = self._view(plan.input_floats, [plan.points, e["kh"], e["ci"], e["co"]])
+            self.V = self._view(0, [plan.rows, plan.points, channels, plan.tile_lanes])
+            self.U = self._view(plan.input_floats, [plan.points, e["kh"], e["ci"], outputs])
         else:
-            self.V = self._view(0, [e["ci"], plan.rows, plan.tile_lanes, plan.points])
-            self.U = self._view(plan.input_floats, [e["ci"], e["kh"], plan.points, e["co"]])
+            self.V = self._view(0, [channels, plan.rows, plan.tile_lanes, plan.points])
+            self.U = self._view(plan.input_floats, [e["ci"], e["kh"], plan.points, outputs])
         at, g, bts = plan.matrices()
         self.at = at
         self._transform_weights(g)
@@ -145,14 +150,18 @@ class WinogradEmitter(NestEmitter):
 
     def _transform_weights(self, g) -> None:
         """U[ci][kh][e][co] = sum_kw G[e, kw] * w[co, ci, kh, kw], a vector of channels at a time
-        (stored U[e][kh][ci][co] where the kernel runs by point)."""
+        (stored U[e][kh][ci][co] where the kernel runs by point; a grouped conv's co runs over all
+        groups' output channels, ci over a group's input channels)."""
         b, plan, w = self.b, self.plan, self.width
         e, pos = plan.extents, plan.dims
 
         def row(ci, kh):
-            for block in range(e["co"] // w):
+            for block in range(plan.groups * e["co"] // w):
                 dims = [Lin(None, 0)] * len(self.spec.dims)
-                dims[pos["co"]] = Lin(None, block * w, 1)
+                conv_group, first = divmod(block * w, e["co"])
+                dims[pos["co"]] = Lin(None, first, 1)
+                if "g" in pos:
+                    dims[pos["g"]] = Lin(None, conv_group)
                 dims[pos["ci"]], dims[pos["kh"]] = Lin(ci), Lin(kh)
                 taps = []
                 for kw in range(e["kw"]):
@@ -164,32 +173,32 @@ class WinogradEmitter(NestEmitter):
         each_row(b, e["ci"], e["kh"], row)
 
     def _transform_input(self, bts) -> None:
-        """V[ci][r][t][e] for every row r the output rows reach (padding rows are zeros; stored
-        V[r][e][ci][t] where the kernel runs by point)."""
+        """V[ci][r][t][e] for every input channel ci (of all groups) and row r the output rows
+        reach (padding rows are zeros; stored V[r][e][ci][t] where the kernel runs by point)."""
         b, plan, w = self.b, self.plan, self.width
         e = plan.extents
-        group = plan.group
-        places = {(ph, i): divmod(off, group) for ph in plan.phases for i, off in enumerate(plan.offsets(ph))}
+        classes = plan.classes
+        places = {(ph, i): divmod(off, classes) for ph in plan.phases for i, off in enumerate(plan.offsets(ph))}
         lowest = min(d for d, _ in places.values())
         span = plan.tile_lanes + max(d for d, _ in places.values()) - lowest
         chunks = -(-span // w)
         x = self.ins[0]
 
         def row(ci: SSAValue, r: SSAValue) -> None:
-            classes = b.add(memref.AllocaOp.get(f32, shape=[group, chunks * w]))  # each thread's own
+            held = b.add(memref.AllocaOp.get(f32, shape=[classes, chunks * w]))  # each thread's own
             at = b.addi(r, b.idx(-plan.row_pad)) if plan.row_pad else r
             inside = b.below(Lin(at), plan.in_rows, None)
             clamped = b.clamp(at, plan.in_rows)
             for chunk in range(chunks):
-                first = group * (chunk * w + lowest)
+                first = classes * (chunk * w + lowest)
                 columns = []
-                for k in range(group):
+                for k in range(classes):
                     start = first + k * w
                     mask = b.all_of([b.below(Lin(None, start, 1), plan.in_cols, w),
                                      b.splat(inside, w)])
                     columns.append(b.vload(x, [b.idx(0), ci, clamped, b.idx(start)], w, mask, 0.0))
-                for q, v in enumerate(residues(b, columns, group, w)):
-                    b.vstore(v, classes, [b.idx(q), b.idx(chunk * w)], None)
+                for q, v in enumerate(residues(b, columns, classes, w)):
+                    b.vstore(v, held, [b.idx(q), b.idx(chunk * w)], None)
             products = [b.const(tuple(int(c + j < plan.points) for j in range(w)), VectorType(i1, [w]))
                         for c in range(0, plan.points, w)]
             for lanes in range(plan.tile_lanes // w):
@@ -198,7 +207,7 @@ class WinogradEmitter(NestEmitter):
                     inputs = []
                     for i in range(ph.points):
                         d, q = places[(ph, i)]
-                        inputs.append(b.vload(classes, [b.idx(q), b.idx(lanes * w + d - lowest)], w, None, 0.0))
+                        inputs.append(b.vload(held, [b.idx(q), b.idx(lanes * w + d - lowest)], w, None, 0.0))
                     points += [linear_sum(b, bt[p], inputs) for p in range(ph.points)]
                 if plan.by_point:  # a vector of tiles of each product as it is
                     for p, v in enumerate(points):
@@ -208,7 +217,7 @@ class WinogradEmitter(NestEmitter):
                     for c, v in enumerate(tile):
                         b.vstore(v, self.V, self._at_v(ci, r, b.idx(lanes * w + t), c * w), products[c])
 
-        each_row(b, e["ci"], plan.rows, row)
+        each_row(b, plan.groups * e["ci"], plan.rows, row)
 
     # The tile -----------------------------------------------------------------------------------
     def interior_box(self):
@@ -233,19 +242,22 @@ class WinogradEmitter(NestEmitter):
             self._set_point(group[0])
             dims = self._dims()
             co, ow, oh = dims[pos["co"]], dims[pos["ow"]], dims[pos["oh"]]
-            channels = b.scalar(Lin(co.s, co.k, 0, co.align))
+            conv_group = dims[pos["g"]] if "g" in pos else Lin(None, 0)
+            channels = b.scalar(b.lin_add(b.lin_scale(conv_group, e["co"]), Lin(co.s, co.k, 0, co.align)))
+            inputs = b.lin_scale(conv_group, e["ci"])  # the group's first input channel
             first = b.add(arith.FloorDivSIOp(b.scalar(ow), b.idx(plan.m)))
             zero = b.const(0.0, ty)
 
-            def step(points, oh=oh, channels=channels, first=first):
+            def step(points, oh=oh, channels=channels, inputs=inputs, first=first):
                 def body(ci, accs):
                     accs = list(accs)
+                    channel = b.scalar(b.lin_add(inputs, Lin(ci)))
                     for kh in range(e["kh"]):
                         r = b.scalar(b.lin_add(b.lin_scale(oh, plan.row_stride), Lin(None, plan.row_dilation * kh)))
                         for k, point in enumerate(points):
                             u = b.vload(self.U, self._at_u(ci, b.idx(kh), point, channels), w, None, 0.0)
                             for t in range(tiles):
-                                v = b.load(self.V, self._at_v(ci, r, b.addi(first, b.idx(t)), point))
+                                v = b.load(self.V, self._at_v(channel, r, b.addi(first, b.idx(t)), point))
                                 accs[k * tiles + t] = b.fma(u, b.splat(v, w), accs[k * tiles + t])
                     return accs
                 return body

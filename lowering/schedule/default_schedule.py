@@ -166,8 +166,9 @@ def pays(plan: WinogradPlan, target: CPUTarget) -> bool:
     at a time (a 3x3 stride-1 conv, `WinogradPlan.by_point`): where its transformed weights U,
     made at every call, stay in L2 (the row tiles each read a block's slab of them), its register
     tile holds `BY_POINT_TILES` Winograd tiles, and it has `BY_POINT_INPUTS` input channels and
-    `BY_POINT_VECTORS` vectors of output channels. Measured on Zen 4 (1 MiB L2), one conv with
-    ReLU, time as Winograd over the direct conv's, 1 thread:
+    `BY_POINT_VECTORS` vectors of output channels, a grouped conv's counted in a group (each
+    group's tiles read its own slab of U; the stem's tile is kept for dense convs). Measured on
+    Zen 4 (1 MiB L2), one conv with ReLU, time as Winograd over the direct conv's, 1 thread:
 
         channels, image     AVX2 (znver3)   AVX-512 (znver4)
         64, 56 x 56         0.75            0.62          runs as Winograd
@@ -176,9 +177,10 @@ def pays(plan: WinogradPlan, target: CPUTarget) -> bool:
         128 -> 32, 32 x 32  0.79            0.90          AVX2 only (AVX-512: 2 vectors of co)
         128, 28 x 28        1.04            0.63          direct (U 1.2 MB)
         256, 14 x 14        1.96            1.09          direct
+        128 in 2 groups, 32 x 32  0.78      0.92          runs as Winograd (ResNeXt-29's)
     """
     if not plan.by_point:
-        return winograd_tiles(plan, target) >= 2
+        return plan.groups == 1 and winograd_tiles(plan, target) >= 2
     e = plan.extents
     return (4 * plan.weight_floats <= target.l2_bytes and e["ci"] >= BY_POINT_INPUTS
             and e["co"] >= BY_POINT_VECTORS * target.lanes

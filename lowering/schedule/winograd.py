@@ -45,9 +45,9 @@ transforms well conditioned); the last point of every filter is infinity."""
 MAX_PRODUCT_SHARE = 0.5
 """A conv has a Winograd plan when its products are at most this share of the direct conv's
 (ResNet's stem: 13 / 28 = 0.46, a 3x3 stride-1 conv: 6 / 12; a 3x3 stride-2 conv, 9 / 12, has
-none); default-schedule's `pays` says where the plan beats the direct conv. A grouped conv has
-no plan (its input map is not the plain `ci`): each transformed input row would serve only its
-group's output channels."""
+none); default-schedule's `pays` says where the plan beats the direct conv. A grouped conv's plan
+is its groups' (each transformed input row serves its group's output channels), a depthwise conv
+has none (no `ci`)."""
 
 
 def minimal_filter(m: int, r: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -106,7 +106,8 @@ class Phase:
 @dataclass(frozen=True)
 class WinogradPlan:
     """How a conv nest `y[n, co, oh, ow] += x[n, ci, sh*oh + dh*kh - ph, s*ow + kw - pw] * w[...]`
-    runs as 1-D Winograd along ow (positions of the dims in the domain, strides, pads, extents)."""
+    runs as 1-D Winograd along ow (positions of the dims in the domain, strides, pads, extents);
+    a grouped conv's (`g` groups, `x[n, g * ci' + ci, ...]`) has its extents of a group."""
 
     m: int
     width: int
@@ -157,29 +158,34 @@ class WinogradPlan:
         return self.row_stride * (e["oh"] - 1) + self.row_dilation * (e["kh"] - 1) + 1
 
     @property
-    def group(self) -> int:
+    def classes(self) -> int:
         """Input columns between consecutive tiles (s * m): the input is read in that many
         residue classes, one vector of tiles each."""
         return self.stride * self.m
 
     def offsets(self, phase: Phase) -> list[int]:
-        """Input column of point i of `phase` relative to `group * t` (may be negative: padding)."""
+        """Input column of point i of `phase` relative to `classes * t` (may be negative: padding)."""
         return [self.stride * i + phase.first - self.pad for i in range(phase.points)]
 
     @property
+    def groups(self) -> int:
+        """A grouped conv's groups (1 for a dense conv); `extents` are those of a group."""
+        return self.extents.get("g", 1)
+
+    @property
     def input_floats(self) -> int:
-        """The transformed input V[ci][row][tile][e]."""
-        return self.extents["ci"] * self.rows * self.points * self.tile_lanes
+        """The transformed input V[ci][row][tile][e], ci over all groups' input channels."""
+        return self.groups * self.extents["ci"] * self.rows * self.points * self.tile_lanes
 
     @property
     def weight_floats(self) -> int:
-        """The transformed weights U[ci][kh][e][co]."""
+        """The transformed weights U[ci][kh][e][co] of one group."""
         e = self.extents
         return e["ci"] * e["kh"] * self.points * e["co"]
 
     @property
     def scratch_bytes(self) -> int:
-        return 4 * (self.input_floats + self.weight_floats)
+        return 4 * (self.input_floats + self.groups * self.weight_floats)
 
     def matrices(self) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
         """AT (m x E) over all phases, G (E x K) from the window's taps, and BT of each phase."""
@@ -197,18 +203,19 @@ class WinogradPlan:
 
 
 def winograd_plan(n: NestView, width: int) -> WinogradPlan | None:
-    """The plan of a nest (NestShape's fields) if it is a batch-1 conv over an NCHW input whose
-    row window is wide and strided enough (`MAX_PRODUCT_SHARE`), with `width`-lane vectors over
-    whole blocks of output channels; None otherwise."""
+    """The plan of a nest (NestShape's fields) if it is a batch-1 conv (dense or grouped) over an
+    NCHW input whose row window is wide and strided enough (`MAX_PRODUCT_SHARE`), with
+    `width`-lane vectors over whole blocks of a group's output channels; None otherwise."""
     names = [d for d, _ in n.dims]
-    if width < 1 or n.combiner != "mac" or names != ["n", "co", "oh", "ow", "ci", "kh", "kw"] or len(n.maps) < 2:
+    if width < 1 or n.combiner != "mac" or len(n.maps) < 2 or \
+            names not in (["n", "co", "oh", "ow", "ci", "kh", "kw"], ["n", "g", "co", "oh", "ow", "ci", "kh", "kw"]):
         return None
     extents = dict(n.dims)
     if extents["n"] != 1 or extents["co"] % width or len(n.in_shapes[0]) != 4:
         return None
     forms = [affine.linear_form(e) for e in n.maps[0].results]
     pos = {d: i for i, d in enumerate(names)}
-    want = [{pos["n"]: 1}, {pos["ci"]: 1}]
+    want = [{pos["n"]: 1}, {pos["ci"]: 1} | ({pos["g"]: extents["ci"]} if "g" in pos else {})]
     if any(f is None for f in forms) or [f[0] for f in forms[:2]] != want or any(f[1] for f in forms[:2]):
         return None
     (rows, row_c), (cols, col_c) = forms[2], forms[3]
