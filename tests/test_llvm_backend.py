@@ -787,15 +787,18 @@ def test_winograd_runs_where_a_broadcast_feeds_two_tiles(mode):
                                rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("c,o,h,groups", [(64, 64, 32, 1), (64, 64, 16, 1), (32, 32, 32, 1), (128, 128, 28, 1),
-                                          (128, 32, 32, 1), (128, 128, 32, 2), (128, 128, 32, 4)])
+@pytest.mark.parametrize("c,o,h,groups", [(64, 64, 32, 1), (64, 64, 16, 1), (64, 64, 8, 1), (64, 64, 7, 1),
+                                          (32, 32, 32, 1), (128, 128, 28, 1), (128, 32, 32, 1), (128, 128, 32, 2),
+                                          (128, 128, 32, 4)])
 def test_a_3x3_conv_runs_as_winograd_where_it_pays(c, o, h, groups):
     """By default a 3x3 stride-1 conv runs as Winograd, one product at a time, where its
     transformed weights (c x o x 3 x 6 floats) fit the target's L2, it has 64 input channels and
     4 vectors of output channels (DenseNet's 128 -> 32 with AVX2 only), and a register tile holds
-    7 Winograd tiles, so rows of at least 28 points; a grouped conv counts the channels of a group
-    (ResNeXt-29's 2 groups of 64, not 4 groups of 32). Either way torch's numbers (weights scaled
-    by 1/sqrt(fan-in), see `test_winograd_conv`)."""
+    7 Winograd tiles beside 4 more registers: rows of at least 28 points, or as many shorter rows
+    as make 7 tiles and divide the image (16 x 16: 2 rows of 4 tiles; 7 x 7: 7 rows of 2 with
+    AVX-512, none with AVX2); a
+    grouped conv counts the channels of a group (ResNeXt-29's 2 groups of 64, not 4 groups of
+    32). Either way torch's numbers (weights scaled by 1/sqrt(fan-in), see `test_winograd_conv`)."""
     from nasir.dialects.attributes import WINOGRAD
     from nasir.lowering.target import resolve_target
 
@@ -805,7 +808,9 @@ def test_a_3x3_conv_runs_as_winograd_where_it_pays(c, o, h, groups):
         nn.Conv2DOp.new(a[0], W("w", wt), pads=(1,) * 4, groups=groups).named("conv")])
     scheduled = with_winograd(model, "auto")
     l2 = resolve_target(None).l2_bytes
-    want = ci >= 64 and co >= 4 * lanes() and 4 * ci * co * 3 * 6 <= l2 and h >= 28
+    tiles, registers = -(-h // 4), 32 if lanes() == 16 else 16
+    rows = tiles >= 7 or any(h % r == 0 and 7 <= r * tiles <= registers - 4 for r in range(2, h + 1))
+    want = ci >= 64 and co >= 4 * lanes() and 4 * ci * co * 3 * 6 <= l2 and rows
     assert WINOGRAD.on(scheduled_nests(scheduled)["conv"]) == want
     np.testing.assert_allclose(run(scheduled, x), F.conv2d(torch.tensor(x), torch.tensor(wt), None, 1, 1, 1, groups).numpy(),
                                rtol=1e-4, atol=1e-4)

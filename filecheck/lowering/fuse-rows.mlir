@@ -21,7 +21,7 @@ builtin.module {
   }
 }
 
-// CHECK: nest.compute %x, %w {nasir.winograd = 4 : i64, nasir.scratch_bytes = 1213056 : i64, name = "stem"
+// CHECK: nest.compute %x, %w {nasir.winograd = 4 : i64, nasir.scratch_bytes = 1143168 : i64, name = "stem"
 // CHECK-SAME: order = ["n", "oh", "co.o", "ow.o"
 // CHECK: nest.compute %s {nasir.fuse_rows, name = "pool"
 // CHECK-SAME: splits = [["c", 16 : i64], ["ow", 14 : i64]]
@@ -34,7 +34,7 @@ builtin.module {
 // AVX2-SAME: splits = [["c", 8 : i64], ["ow", 4 : i64], ["c.o", 2 : i64]]
 // AVX2-SAME: order = ["n", "c.o.o", "oh", "ow.o", "kh", "kw", "ow.i", "c.o.i", "c.i"]
 
-// AVX2-WINOGRAD: nest.compute %x, %w {nasir.winograd = 4 : i64, nasir.scratch_bytes = 1213056 : i64, name = "stem"
+// AVX2-WINOGRAD: nest.compute %x, %w {nasir.winograd = 4 : i64, nasir.scratch_bytes = 1143168 : i64, name = "stem"
 // AVX2-WINOGRAD-SAME: splits = [["co", 8 : i64], ["ow", 4 : i64]]
 // AVX2-WINOGRAD-SAME: order = ["n", "oh", "co.o", "ow.o"
 // AVX2-WINOGRAD: nest.compute %s {nasir.fuse_rows, name = "pool"

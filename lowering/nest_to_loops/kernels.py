@@ -96,7 +96,7 @@ def emit_row_fused(b: LoopBuilder, producer: Spec, consumer: Spec, made_args: li
             use.emit({use_block: b.lin(cb), use_row: b.lin(pr)}, threads=False)
             return carried
 
-        b.loop(consumer.out_shape[2], 1, [], row)
+        b.loop(dict(consumer.dims)[use_row], 1, [], row)  # not out_shape's rows: pad-planes' row below
 
     made.prepare()
     if blocks > 1:

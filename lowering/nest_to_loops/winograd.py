@@ -1,10 +1,15 @@
 """The kernel of a conv marked `nasir.winograd` (see schedule/winograd.py): NestEmitter's loops and
 epilogue around a 1-D Winograd register tile.
 
-The kernel first fills its scratch (a slice of the workspace arena that nest-bufferize reserves),
-in parallel loops over input channels and rows (`each_row`):
+It reads the transformed weights pack-weights made once (`WinogradPlan.weights`),
 
-    U[ci][kh][e][co] = sum_kw G[e, kw] * w[co, ci, kh, kw]                     (lanes over co)
+    U[ci][kh][e][co] = sum_kw G[e, kw] * w[co, ci, kh, kw]
+
+shared by its threads as read-only data (made at every call, half of U came from the other
+core's cache: a 64-channel 16 x 16 conv ran 0.10-0.18 ms at 2 threads, 0.073 with U made once),
+and first fills its scratch (a slice of the workspace arena that nest-bufferize reserves) with the
+transformed input, in a parallel loop over rows and input channels (`each_row`):
+
     V[ci][row][t][e] = sum_i BT_p[e, i] * x[ci, row - pad, s*m*t + off_p(i)]   (lanes over tiles t)
 
 The input is read a row at a time as `s * m` residue classes of its columns (`residues`: three
@@ -84,14 +89,15 @@ def linear_sum(b: LoopBuilder, coefficients, values: list[SSAValue]) -> SSAValue
 
 
 def each_row(b: LoopBuilder, channels: int, rows: int, body) -> None:
-    """`body(ci, row)` for every input channel and row, as one parallel loop over both: the
-    kernel's threads share the transforms' rows as they share the contraction's (in serial loops
-    the first thread ran the whole kernel alone: `parallel.team_safe`).
+    """`body(ci, row)` for every input channel and row, as one parallel loop over both, rows
+    outer (each thread transforms the input rows its output rows read most): the kernel's
+    threads share the transforms' rows as they share the contraction's (in serial loops the
+    first thread ran the whole kernel alone: `parallel.team_safe`).
 
-        scf.parallel (%k) = (0) to (3 * 229) { %ci = %k floordiv 229   %r = %k mod 229   body }
+        scf.parallel (%k) = (0) to (229 * 3) { %r = %k floordiv 3   %ci = %k mod 3   body }
     """
     def point(k: SSAValue) -> None:
-        body(b.scalar(b.divide(Lin(k), rows)), b.scalar(b.divide(Lin(k), rows, mod=True)))
+        body(b.scalar(b.divide(Lin(k), channels, mod=True)), b.scalar(b.divide(Lin(k), channels)))
 
     b.parallel(channels * rows, point)
 
@@ -122,16 +128,16 @@ class WinogradEmitter(NestEmitter):
     def prepare(self) -> None:
         plan = self.plan
         e = plan.extents
-        channels, outputs = plan.groups * e["ci"], plan.groups * e["co"]
+        channels = plan.groups * e["ci"]
         if plan.by_point:
             self.V = self._view(0, [plan.rows, plan.points, channels, plan.tile_lanes])
-            self.U = self._view(plan.input_floats, [plan.points, e["kh"], e["ci"], outputs])
         else:
             self.V = self._view(0, [channels, plan.rows, plan.tile_lanes, plan.points])
-            self.U = self._view(plan.input_floats, [e["ci"], e["kh"], plan.points, outputs])
-        at, g, bts = plan.matrices()
-        self.at = at
-        self._transform_weights(g)
+        self.U = self.ins[1]
+        if tuple(self.U.type.get_shape()) != plan.weight_shape:
+            raise LoweringError(f"nest '{self.spec.name}': nasir.winograd reads its weights transformed, "
+                                f"{list(plan.weight_shape)}, not {list(self.U.type.get_shape())}: run pack-weights first")
+        self.at, _, bts = plan.matrices()
         self._transform_input(bts)
 
     def _at_v(self, ci: SSAValue, row: SSAValue, tile: SSAValue, point: int) -> list[SSAValue]:
@@ -147,30 +153,6 @@ class WinogradEmitter(NestEmitter):
         if self.plan.by_point:
             return [b.idx(point), kh, ci, co]
         return [ci, kh, b.idx(point), co]
-
-    def _transform_weights(self, g) -> None:
-        """U[ci][kh][e][co] = sum_kw G[e, kw] * w[co, ci, kh, kw], a vector of channels at a time
-        (stored U[e][kh][ci][co] where the kernel runs by point; a grouped conv's co runs over all
-        groups' output channels, ci over a group's input channels)."""
-        b, plan, w = self.b, self.plan, self.width
-        e, pos = plan.extents, plan.dims
-
-        def row(ci, kh):
-            for block in range(plan.groups * e["co"] // w):
-                dims = [Lin(None, 0)] * len(self.spec.dims)
-                conv_group, first = divmod(block * w, e["co"])
-                dims[pos["co"]] = Lin(None, first, 1)
-                if "g" in pos:
-                    dims[pos["g"]] = Lin(None, conv_group)
-                dims[pos["ci"]], dims[pos["kh"]] = Lin(ci), Lin(kh)
-                taps = []
-                for kw in range(e["kw"]):
-                    dims[pos["kw"]] = Lin(None, kw)
-                    taps.append(self.read(1, list(dims), [], 0.0)[0])
-                for point in range(plan.points):
-                    b.vstore(linear_sum(b, g[point], taps), self.U, self._at_u(ci, kh, point, b.idx(block * w)), None)
-
-        each_row(b, e["ci"], e["kh"], row)
 
     def _transform_input(self, bts) -> None:
         """V[ci][r][t][e] for every input channel ci (of all groups) and row r the output rows
@@ -233,11 +215,14 @@ class WinogradEmitter(NestEmitter):
         for name, _ in self.spec.dims[self.spec.npar:]:  # the tile runs its own reduction
             self.bind(name, Lin(None, 0))
         at_row = self.tile.index(self.row_tile)
+        at_oh = next((i for i, n in enumerate(self.tile) if n.split(".")[0] == "oh"), None)
         tiles = self.extent[self.row_tile] // plan.m
+        rows = self.extent[self.tile[at_oh]] if at_oh is not None else 1
+        along = {at_row, at_oh}
         points = list(itertools.product(*[range(self.extent[n]) for n in self.tile]))
         vectors: dict[tuple, list[tuple[int, ...]]] = {}
         for p in points:
-            vectors.setdefault(p[:at_row] + p[at_row + 1:], []).append(p)
+            vectors.setdefault(tuple(i for a, i in enumerate(p) if a not in along), []).append(p)
         for group in vectors.values():
             self._set_point(group[0])
             dims = self._dims()
@@ -247,26 +232,31 @@ class WinogradEmitter(NestEmitter):
             inputs = b.lin_scale(conv_group, e["ci"])  # the group's first input channel
             first = b.add(arith.FloorDivSIOp(b.scalar(ow), b.idx(plan.m)))
             zero = b.const(0.0, ty)
+            per_point = rows * tiles  # accumulators of a product: [row][tile]
 
             def step(points, oh=oh, channels=channels, inputs=inputs, first=first):
                 def body(ci, accs):
                     accs = list(accs)
                     channel = b.scalar(b.lin_add(inputs, Lin(ci)))
                     for kh in range(e["kh"]):
-                        r = b.scalar(b.lin_add(b.lin_scale(oh, plan.row_stride), Lin(None, plan.row_dilation * kh)))
                         for k, point in enumerate(points):
                             u = b.vload(self.U, self._at_u(ci, b.idx(kh), point, channels), w, None, 0.0)
-                            for t in range(tiles):
-                                v = b.load(self.V, self._at_v(channel, r, b.addi(first, b.idx(t)), point))
-                                accs[k * tiles + t] = b.fma(u, b.splat(v, w), accs[k * tiles + t])
+                            for row in range(rows):
+                                r = b.scalar(b.lin_add(b.lin_scale(oh, plan.row_stride),
+                                                       Lin(None, plan.row_stride * row + plan.row_dilation * kh)))
+                                for t in range(tiles):
+                                    v = b.load(self.V, self._at_v(channel, r, b.addi(first, b.idx(t)), point))
+                                    at = k * per_point + row * tiles + t
+                                    accs[at] = b.fma(u, b.splat(v, w), accs[at])
                     return accs
                 return body
 
             # all products in one loop over ci (E x tiles accumulators), or one loop a product
             passes = [[p] for p in range(plan.points)] if plan.by_point else [list(range(plan.points))]
-            accs = [acc for points in passes for acc in b.loop(e["ci"], 1, [zero] * (len(points) * tiles), step(points))]
+            accs = [acc for points in passes for acc in b.loop(e["ci"], 1, [zero] * (len(points) * per_point), step(points))]
             outputs = {}
             for p in group:
                 t, j = divmod(p[at_row], plan.m)
-                outputs[p] = linear_sum(b, self.at[j], [accs[point * tiles + t] for point in range(plan.points)])
+                row = p[at_oh] if at_oh is not None else 0
+                outputs[p] = linear_sum(b, self.at[j], [accs[point * per_point + row * tiles + t] for point in range(plan.points)])
             self._store_tile(group, [outputs[p] for p in group], guards)

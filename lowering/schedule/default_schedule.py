@@ -71,6 +71,7 @@ from nasir.dialects.schedule import Schedule
 from nasir.errors import PassError
 from nasir.lowering.schedule.pack_activations import packed_tensors
 from nasir.lowering.schedule.schedules import (
+    BY_POINT_TILES,
     candidate_schedules,
     channel_pool_schedule,
     channel_subsample_schedule,
@@ -79,6 +80,7 @@ from nasir.lowering.schedule.schedules import (
     depthwise_channel_schedule,
     fused_row_blocks,
     schedule_for,
+    winograd_rows,
     winograd_schedule,
     winograd_tiles,
 )
@@ -123,10 +125,11 @@ WINOGRAD_MODES = ("auto", "always", "never")
 """default-schedule's `winograd` option (another is refused), see `winograd_for`."""
 
 
-def winograd_for(shape: NestView, target: CPUTarget, mode: str = "auto") -> WinogradPlan | None:
+def winograd_for(shape: NestView, target: CPUTarget, mode: str = "auto", rows: bool = True) -> WinogradPlan | None:
     """The Winograd plan a conv runs by (`winograd_plan`: a wide row window), None for a direct
     conv. `mode` "auto": only where it pays on `target` (`pays`); "always": wherever the plan
-    exists; "never": no Winograd.
+    exists; "never": no Winograd. `rows`: whether a register tile may take several output rows
+    (`winograd_rows`; not where a max pool may compute the conv's rows one at a time, FUSE_ROWS).
 
         7x7 stride-2 stem, 3 -> 64 channels    AVX-512: F(4, 4) + F(4, 3), 13 x 2 accumulators
                                                AVX2:    None (direct, lanes over co)
@@ -135,17 +138,10 @@ def winograd_for(shape: NestView, target: CPUTarget, mode: str = "auto") -> Wino
     if mode == "never" or 1 not in shape.weight_layouts:
         return None
     plan = winograd_plan(shape, target.lanes)
-    if plan is None or (mode == "auto" and not pays(plan, target)):
+    if plan is None or (mode == "auto" and not pays(plan, target, rows)):
         return None
     return plan
 
-
-BY_POINT_TILES = 7
-"""Winograd tiles (28 output points) a register tile of a conv run one product at a time needs at
-least to beat the direct conv: with AVX2 a product's pass over the input channels then has 7
-accumulators (64 channels at 16 x 16, 4 tiles: 1.19x the direct time); with AVX-512 such a conv
-ran 0.90x at 1 thread, but WRN-40-2, whose 64-channel convs are 16 x 16, 1.12x at 2 threads
-(0.97x at 1)."""
 
 BY_POINT_INPUTS = 64
 """Input channels that such a conv needs at least: with fewer, a product's pass over them is
@@ -157,15 +153,15 @@ BY_POINT_VECTORS = 4
 row (128 -> 32 channels at 16 x 16, 2 AVX-512 vectors: 1.14x the direct time)."""
 
 
-def pays(plan: WinogradPlan, target: CPUTarget) -> bool:
+def pays(plan: WinogradPlan, target: CPUTarget, rows: bool = True) -> bool:
     """Whether Winograd beats the direct conv on `target` (`winograd_for`'s "auto"). The stem's
     tile: where a register tile holds two Winograd tiles (`winograd_tiles`), each broadcast of the
     transformed input feeding two FMAs. With one (AVX2's 16 registers) a broadcast feeds one FMA,
     two loads an FMA: on Zen 3 ResNet-34 imagenet's stem with its max pool ran 8.4 ms so against
     3.35 ms direct, where on Zen 4 two tiles took it from 2.17 to 1.37 ms. A conv run one product
-    at a time (a 3x3 stride-1 conv, `WinogradPlan.by_point`): where its transformed weights U,
-    made at every call, stay in L2 (the row tiles each read a block's slab of them), its register
-    tile holds `BY_POINT_TILES` Winograd tiles, and it has `BY_POINT_INPUTS` input channels and
+    at a time (a 3x3 stride-1 conv, `WinogradPlan.by_point`): where its transformed weights U
+    stay in L2 (each block of rows reads all of them), its register tile holds `BY_POINT_TILES`
+    Winograd tiles (of one row or more: `winograd_rows`), and it has `BY_POINT_INPUTS` input channels and
     `BY_POINT_VECTORS` vectors of output channels, a grouped conv's counted in a group (each
     group's tiles read its own slab of U; the stem's tile is kept for dense convs). Measured on
     Zen 4 (1 MiB L2), one conv with ReLU, time as Winograd over the direct conv's, 1 thread:
@@ -184,7 +180,13 @@ def pays(plan: WinogradPlan, target: CPUTarget) -> bool:
     e = plan.extents
     return (4 * plan.weight_floats <= target.l2_bytes and e["ci"] >= BY_POINT_INPUTS
             and e["co"] >= BY_POINT_VECTORS * target.lanes
-            and winograd_tiles(plan, target) >= BY_POINT_TILES)
+            and (winograd_rows(plan, target) if rows else 1) * winograd_tiles(plan, target) >= BY_POINT_TILES)
+
+
+def pooled(op: nest.ComputeOp) -> bool:
+    """Whether a max pool alone reads `op`'s result (it may compute `op`'s rows: FUSE_ROWS)."""
+    uses = list(op.result.uses)
+    return len(uses) == 1 and isinstance(uses[0].operation, nest.ComputeOp) and uses[0].operation.kind == "max"
 
 
 def tunable(op: nest.ComputeOp, target: CPUTarget) -> NestView | None:
@@ -237,9 +239,10 @@ class DefaultSchedulePass(ModulePass):
         for nest_op in op.walk():
             if isinstance(nest_op, nest.ComputeOp) and nest_op.schedule is None:
                 shape = nest_shape(nest_op)
-                winograd = winograd_for(shape, target, self.winograd)
+                rows = not pooled(nest_op)
+                winograd = winograd_for(shape, target, self.winograd, rows)
                 if winograd is not None:
-                    nest_op.properties["schedule"] = winograd_schedule(shape, winograd, target).to_attr()
+                    nest_op.properties["schedule"] = winograd_schedule(shape, winograd, target, rows).to_attr()
                     WINOGRAD.set(nest_op, winograd.m)
                     SCRATCH_BYTES.set(nest_op, winograd.scratch_bytes)
                     continue

@@ -38,10 +38,14 @@ from xdsl.ir.affine import AffineConstantExpr, AffineDimExpr, AffineExpr, Affine
 from xdsl.passes import ModulePass
 
 from nasir.dialects import affine, nest, nn
+from nasir.dialects.attributes import WINOGRAD
 from nasir.dialects.module import weights_of
+from nasir.dialects.nest import NestView
 from nasir.dialects.schedule import Loop
 from nasir.dialects.shapes import shape_of
 from nasir.errors import LoweringError
+from nasir.lowering.schedule.winograd import winograd_plan
+from nasir.lowering.target import target_of
 from nasir.transforms.schedule import layout_mismatch, operand_axes, parse_layout
 
 
@@ -102,19 +106,59 @@ def multiplier_rows(compute: nest.ComputeOp, k: int) -> tuple[int, int, int] | N
     return (g, co, m) if terms[g] == m and shape[0] == m * extents[g] else None
 
 
+def winograd_weights(compute: nest.ComputeOp, lanes: int, store) -> nn.WeightOp | None:
+    """Give a conv run as Winograd (`WINOGRAD`) its transformed weights U, made once here
+    (`WinogradPlan.weights`), and read them: from then on the nest is its kernel's alone, which
+    reads every product of U (the map names where in U the nest reads, within U's bounds).
+    Returns the weight it read before (None where it reads U already).
+
+        %w = nn.weight {name = "w"} : tensor<64x64x3x3xf32>      (a 3x3 stride-1 conv, by point)
+        -> %w = nn.weight {name = "w.winograd4"} : tensor<6x3x64x64xf32>
+           maps = [..., (n, co, oh, ow, ci, kh, kw) -> (0, kh, ci, co)]
+    """
+    source = compute.inputs[1].owner
+    plan = winograd_plan(NestView.of(compute), lanes)
+    if plan is None or not isinstance(source, nn.WeightOp):
+        raise LoweringError(f"pack-weights: nest '{compute.layer_name}' is marked nasir.winograd but is not a "
+                            f"batch-1 conv with a wide row window over a weight")
+    if source.key.endswith(f".winograd{plan.m}"):
+        return None
+    array = store.get(source.key, np.zeros(shape_of(source.result), np.float32))  # IR without weights: zeros
+    u = plan.weights(array)
+    name = f"{source.key}.winograd{plan.m}"
+    new = nn.WeightOp.make(store.add(name, u) if source.key in store else name, u.shape)
+    source.parent.insert_op_after(new, source)
+    compute.operands[1] = new.result
+    maps = compute.access_maps
+    dims = {d: AffineDimExpr(i) for i, d in enumerate(compute.domain.dim_names)}
+    co, product = maps[1].results[0], AffineConstantExpr(0)  # co: the conv's output channel, all groups
+    results = (product, dims["kh"], dims["ci"], co) if plan.by_point else (dims["ci"], dims["kh"], product, co)
+    maps[1] = AffineMap(maps[1].num_dims, 0, results)
+    compute.properties["maps"] = ArrayAttr([AffineMapAttr(m) for m in maps])
+    return source
+
+
 class PackWeightsPass(ModulePass):
-    """Pack every weight a nest's schedule asks for (`pack`) into its layout in the weight store."""
+    """Pack every weight a nest's schedule asks for (`pack`) into its layout in the weight store,
+    and the weights of a conv run as Winograd into their transformed form (`winograd_weights`)."""
 
     name = "pack-weights"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         store = weights_of(op)
+        lanes = target_of(op).lanes
         packed: dict[tuple[str, str, tuple[int, ...]], nn.WeightOp] = {}
         replaced: dict[str, nn.WeightOp] = {}  # weights read packed, dropped once nothing reads them
         for compute in list(op.walk()):
             if not isinstance(compute, nest.ComputeOp) or compute.schedule is None:
                 continue
             sched = compute.get_schedule()
+            if WINOGRAD.on(compute):
+                source = winograd_weights(compute, lanes, store)
+                if source is not None:
+                    replaced[source.key] = source
+                sched.pack.pop(1, None)
+                compute.properties["schedule"] = sched.to_attr()
             maps = compute.access_maps
             for k, layout in sorted(sched.pack.items()):
                 source = compute.inputs[k].owner

@@ -457,14 +457,37 @@ def channel_vector_schedule(n: NestView, plan: ChannelPlan, target: CPUTarget,
     return _finish(sched, n, loops, tile)
 
 
-def winograd_schedule(n: NestView, plan: WinogradPlan, target: CPUTarget) -> Schedule:
+def winograd_schedule(n: NestView, plan: WinogradPlan, target: CPUTarget, rows: bool = True) -> Schedule:
     """A conv that runs as 1-D Winograd (`WINOGRAD`): lanes over output channels, a register
-    tile of one channel vector by `winograd_tiles` Winograd tiles along ow, so that the
-    transformed weights of a channel block (the stem's 17.5 KiB) stay in L1 while the block runs
-    along a row; the channel blocks go inside the rows when the input does
-    not stay in L2 (the stem's), as other channel-vector schedules do."""
-    return channel_vector_schedule(n, ChannelPlan("co", plan.extents["co"], 1, "ow", plan.extents["ow"],
-                                                  winograd_tiles(plan, target) * plan.m, 1.0), target)
+    tile of one channel vector by `winograd_tiles` Winograd tiles along ow (of `winograd_rows`
+    output rows, `oh.i`, where `rows`), so that the transformed weights of a channel block (the
+    stem's 17.5 KiB) stay in L1 while the block runs along a row; the channel blocks go inside the
+    rows when the input does not stay in L2 (the stem's), as other channel-vector schedules do.
+
+        64 channels, 16 x 16, AVX2: order = ["n", "co.o", "oh.o", "ci", "kh", "kw", "oh.i", "ow", "co.i"],
+                                   unroll = {ow = 16, oh.i = 2, ...}   (2 rows of 4 tiles)
+    """
+    sched = channel_vector_schedule(n, ChannelPlan("co", plan.extents["co"], 1, "ow", plan.extents["ow"],
+                                                   winograd_tiles(plan, target) * plan.m, 1.0), target,
+                                    blocks_in_rows=True if plan.by_point else None)
+    rows = winograd_rows(plan, target) if rows else 1
+    if rows > 1:
+        sched.splits.append(("oh", rows))
+        sched.order[sched.order.index("oh")] = Loop.outer("oh")
+        along = next(l for l in sched.order if Loop(l).dim == "ow" and l in sched.unroll)
+        sched.order.insert(sched.order.index(along), Loop.inner("oh"))
+        sched.unroll[Loop.inner("oh")] = rows
+        if sched.parallel == "oh":
+            sched.parallel = Loop.outer("oh")
+    return sched
+
+
+BY_POINT_TILES = 7
+"""Winograd tiles (28 output points) a register tile of a conv run one product at a time needs at
+least to beat the direct conv: with AVX2 a product's pass over the input channels then has 7
+accumulators (64 channels at 16 x 16, 4 tiles: 1.19x the direct time); with AVX-512 such a conv
+ran 0.90x at 1 thread, but WRN-40-2, whose 64-channel convs are 16 x 16, 1.12x at 2 threads
+(0.97x at 1). Rows too short for them take more rows (`winograd_rows`)."""
 
 
 def winograd_tiles(plan: WinogradPlan, target: CPUTarget) -> int:
@@ -484,6 +507,22 @@ def winograd_tiles(plan: WinogradPlan, target: CPUTarget) -> int:
         whole = [t for t in range(most, 0, -1) if t == plan.tiles or plan.extents["ow"] % (t * plan.m) == 0]
         return whole[0] if whole else most
     return 2 if 2 * plan.points + 2 <= target.registers else 1
+
+
+def winograd_rows(plan: WinogradPlan, target: CPUTarget) -> int:
+    """Output rows in the register tile of a conv run one product at a time: where a whole row
+    has fewer than `BY_POINT_TILES` tiles, the fewest rows (dividing oh) that have as many and
+    fit the registers beside a weight vector, a broadcast and two more, so each weight vector
+    still feeds as many FMAs; else one.
+
+        3x3 stride 1, rows of 16 (4 tiles):  2 rows, 8 tiles, both widths
+        rows of 32 (8 tiles), of 56:         1
+    """
+    tiles = winograd_tiles(plan, target)
+    if not plan.by_point or tiles < plan.tiles or tiles >= BY_POINT_TILES:
+        return 1
+    fit = (target.registers - 4) // tiles
+    return next((r for r in range(2, fit + 1) if plan.extents["oh"] % r == 0 and r * tiles >= BY_POINT_TILES), 1)
 
 
 def channel_pool_schedule(n: NestView, target: CPUTarget, blocks: int = 0) -> Schedule | None:

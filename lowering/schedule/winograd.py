@@ -11,15 +11,16 @@ minimal filtering, built here from Vandermonde matrices, see `minimal_filter`):
 so a row of m outputs over all phases takes `E = sum_p n_p` products per input channel and kernel
 row instead of `m * K`. ResNet's 7x7 stride-2 stem: F(4, 4) for the even taps and F(4, 3) for the
 odd ones, 13 products per 4 outputs instead of 28 (0.46x). The transforms cost little there:
-`BT d` is done once per input row and shared by all output channels, `G g` once per inference
-(a few thousand FMAs), `AT` once per output point after its 21-term reduction. A 3x3 stride-1 conv
-(one phase): F(4, 3), 6 products per 4 outputs instead of 12; its kernel runs them one at a time
-(`WinogradPlan.by_point`), and `G g` (c x c x 18 floats) is worth making at every call only where
-it stays in L2 (`default_schedule.pays`).
+`BT d` is done once per input row and shared by all output channels, `G g` once at compile time,
+`AT` once per output point after its 21-term reduction. A 3x3 stride-1 conv (one phase): F(4, 3),
+6 products per 4 outputs instead of 12; its kernel runs them one at a time
+(`WinogradPlan.by_point`), and it pays where `G g` (c x c x 18 floats) stays in L2
+(`default_schedule.pays`).
 
 This module is the analysis and the arithmetic; `default-schedule` asks `winograd_plan` whether a
-conv should run this way and marks it `nasir.winograd = m`, `nest-bufferize` gives it the scratch
-`WinogradPlan.scratch_bytes` and `nest_to_loops/winograd.py` emits its kernel. The nest itself
+conv should run this way and marks it `nasir.winograd = m`, `pack-weights` makes `G g` once
+(`WinogradPlan.weights`), `nest-bufferize` gives the kernel the scratch
+`WinogradPlan.scratch_bytes` for `BT d` and `nest_to_loops/winograd.py` emits the kernel. The nest itself
 still states the convolution: the torch backend and every transform see no difference.
 """
 
@@ -179,13 +180,35 @@ class WinogradPlan:
 
     @property
     def weight_floats(self) -> int:
-        """The transformed weights U[ci][kh][e][co] of one group."""
+        """The transformed weights U of one group: ci x kh x E x co."""
         e = self.extents
         return e["ci"] * e["kh"] * self.points * e["co"]
 
     @property
     def scratch_bytes(self) -> int:
-        return 4 * (self.input_floats + self.groups * self.weight_floats)
+        """The kernel's scratch: the transformed input, made at every call (the transformed
+        weights are made once, by pack-weights: `weights`)."""
+        return 4 * self.input_floats
+
+    @property
+    def weight_shape(self) -> tuple[int, ...]:
+        """The transformed weights' shape, co over all groups: U[e][kh][ci][co] by point, else
+        U[ci][kh][e][co]."""
+        e = self.extents
+        co = self.groups * e["co"]
+        if self.by_point:
+            return (self.points, e["kh"], e["ci"], co)
+        return (e["ci"], e["kh"], self.points, co)
+
+    def weights(self, w: np.ndarray) -> np.ndarray:
+        """U = G g for every output channel, input channel and kernel row of `w` (OIHW, a grouped
+        conv's I a group's), in float64, stored as float32 in `weight_shape`'s order:
+
+            U[e][kh][ci][co] = sum_kw G[e, kw] * w[co, ci, kh, kw]      (by point)
+        """
+        _, g, _ = self.matrices()
+        order = "ehio" if self.by_point else "iheo"
+        return np.ascontiguousarray(np.einsum(f"ek,oihk->{order}", g, np.asarray(w, np.float64)), np.float32)
 
     def matrices(self) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
         """AT (m x E) over all phases, G (E x K) from the window's taps, and BT of each phase."""
@@ -242,13 +265,15 @@ def winograd_plan(n: NestView, width: int) -> WinogradPlan | None:
 
 def row_tile_loop(plan: WinogradPlan, sched, domain: nest.DomainAttr) -> str | None:
     """The register-tile loop along ow of a schedule the Winograd kernel can run (lanes over a
-    split of co, a tile of whole Winograd tiles along ow and of channel vectors), else None."""
+    split of co, a tile of whole Winograd tiles along ow, of channel vectors and of output rows,
+    all unrolled), else None."""
     if sched.fusions or sched.vector != "co.i" or ("co", plan.width) not in sched.splits:
         return None
     extent = dict(sched.loops(domain))
     tile = sched.tile_loops(domain)
     along = [n for n in tile if Loop(n).dim == "ow"]
     if len(along) != 1 or along[0] not in ("ow", "ow.i") or extent[along[0]] % plan.m \
-            or any(Loop(n).dim not in ("ow", "co") for n in tile) or sched.unroll.get(along[0], 1) < extent[along[0]]:
+            or any(Loop(n).dim not in ("ow", "co", "oh") for n in tile) \
+            or any(sched.unroll.get(n, 1) < extent[n] for n in tile if Loop(n).dim in ("ow", "oh")):
         return None
     return along[0]
