@@ -729,6 +729,7 @@ WINOGRAD_CONVS = [  # (c, o, h, w, k, stride, pad, row dilation, groups): convs 
     (128, 128, 32, 32, 3, 1, 1, 1, 2),  # ResNeXt-29's first grouped convs: 2 groups of 64 channels
     (32, 64, 16, 20, 3, 1, 1, 1, 4),  # 4 groups of 8 -> 16 channels (AVX-512: a vector a group)
     (6, 32, 29, 31, 7, 2, 3, 1, 2),  # a grouped stem: two phases, each group's 16 channels
+    (128, 128, 12, 16, 3, 1, 1, 1, 1),  # rows of 4 tiles: a register tile of 2 rows (`winograd_rows`)
 ]
 
 
@@ -794,11 +795,11 @@ def test_a_3x3_conv_runs_as_winograd_where_it_pays(c, o, h, groups):
     """By default a 3x3 stride-1 conv runs as Winograd, one product at a time, where its
     transformed weights (c x o x 3 x 6 floats) fit the target's L2, it has 64 input channels and
     4 vectors of output channels (DenseNet's 128 -> 32 with AVX2 only), and a register tile holds
-    7 Winograd tiles beside 4 more registers: rows of at least 28 points, or as many shorter rows
-    as make 7 tiles and divide the image (16 x 16: 2 rows of 4 tiles; 7 x 7: 7 rows of 2 with
-    AVX-512, none with AVX2); a
-    grouped conv counts the channels of a group (ResNeXt-29's 2 groups of 64, not 4 groups of
-    32). Either way torch's numbers (weights scaled by 1/sqrt(fan-in), see `test_winograd_conv`)."""
+    7 Winograd tiles beside 4 more registers: rows of at least 28 points, or, for rows of at least
+    4 tiles and 8 vectors of output channels, as many rows as make 7 tiles and divide the image
+    (64 channels at 16 x 16 with AVX2: 2 rows of 4 tiles; not at 8 x 8); a grouped conv counts
+    the channels of a group (ResNeXt-29's 2 groups of 64, not 4 groups of 32). Either way torch's
+    numbers (weights scaled by 1/sqrt(fan-in), see `test_winograd_conv`)."""
     from nasir.dialects.attributes import WINOGRAD
     from nasir.lowering.target import resolve_target
 
@@ -809,7 +810,8 @@ def test_a_3x3_conv_runs_as_winograd_where_it_pays(c, o, h, groups):
     scheduled = with_winograd(model, "auto")
     l2 = resolve_target(None).l2_bytes
     tiles, registers = -(-h // 4), 32 if lanes() == 16 else 16
-    rows = tiles >= 7 or any(h % r == 0 and 7 <= r * tiles <= registers - 4 for r in range(2, h + 1))
+    rows = tiles >= 7 or (tiles >= 4 and co >= 8 * lanes()
+                          and any(h % r == 0 and 7 <= r * tiles <= registers - 4 for r in range(2, h + 1)))
     want = ci >= 64 and co >= 4 * lanes() and 4 * ci * co * 3 * 6 <= l2 and rows
     assert WINOGRAD.on(scheduled_nests(scheduled)["conv"]) == want
     np.testing.assert_allclose(run(scheduled, x), F.conv2d(torch.tensor(x), torch.tensor(wt), None, 1, 1, 1, groups).numpy(),

@@ -7,7 +7,8 @@
 // their own 16), 10 rows x 6 products x 32 channels x 8 tiles (2, padded to a vector): 4 x 15360
 // = 61440 bytes of scratch; the transformed weights U[e][kh][ci][co] (pack-weights) a group's 16
 // input channels by all 32 output channels. The group is the outer loop of the nest; within it,
-// the register tile is 4 rows of 2 Winograd tiles by one channel vector, as a dense conv's. By default
+// the channel blocks take turns on each row, and the register tile is the row's 2 Winograd tiles
+// by one channel vector, as a dense conv's. By default
 // (AUTO) it runs direct: a group has 16 input channels, not the 64 where Winograd pays.
 
 builtin.module {
@@ -19,7 +20,7 @@ builtin.module {
 }
 
 // CHECK:      nest.compute %x, %w {nasir.winograd = 4 : i64, nasir.scratch_bytes = 61440 : i64, name = "conv"
-// CHECK-SAME: order = ["n", "g", "oh.o", "co.o", "ci", "kh", "kw", "oh.i", "ow", "co.i"]
+// CHECK-SAME: order = ["n", "g", "oh", "co.o", "ci", "kh", "kw", "ow", "co.i"]
 // CHECK-SAME: vector = "co.i"
 
 // LOOPS:      func.func private @conv(

@@ -21,7 +21,7 @@
 // of tiles' 13 products are transposed in two blocks of 8. The 3x3 conv then runs as Winograd
 // too, one product at a time (stride 1, one phase): V[row][e][ci][tile], 10 rows x 6 products x
 // 16 channels x 8 tiles (2, padded): 4 x 7680 bytes, and U[e][kh][ci][co], 6 x 3 x 16 x 16
-// floats; a register tile of 4 rows of 2 Winograd tiles (8 tiles, `winograd_rows`).
+// floats; a register tile of the row's 2 Winograd tiles.
 
 builtin.module {
   func.func @main(%x: tensor<1x3x16x16xf32>) -> tensor<1x16x8x8xf32> {
@@ -57,8 +57,8 @@ builtin.module {
 // AVX2-SAME: splits = [["co", 8 : i64], ["ow", 4 : i64]]
 // AVX2-SAME: vector = "co.i", unroll = {ow.i = 4 : i64
 // AVX2:      nest.compute %s, %v {nasir.winograd = 4 : i64, nasir.scratch_bytes = 30720 : i64, name = "conv"
-// AVX2-SAME: splits = [["co", 8 : i64], ["oh", 4 : i64]]
-// AVX2-SAME: vector = "co.i", unroll = {ow = 8 : i64, kw = 3 : i64, kh = 3 : i64, oh.i = 4 : i64}
+// AVX2-SAME: order = ["n", "oh", "co.o", "ci", "kh", "kw", "ow", "co.i"]
+// AVX2-SAME: vector = "co.i", unroll = {ow = 8 : i64
 
 // AVX2-AUTO:      nest.compute %x, %w {name = "stem"
 // AVX2-AUTO-SAME: vector = "co.i"

@@ -51,6 +51,7 @@ from xdsl.dialects import arith, memref
 from xdsl.dialects.builtin import MemRefType, VectorType, f32, i1
 from xdsl.ir import SSAValue
 
+from nasir.dialects.schedule import Loop
 from nasir.errors import LoweringError
 from nasir.lowering.nest_to_loops.builder import Lin, LoopBuilder
 from nasir.lowering.nest_to_loops.emitter import NestEmitter
@@ -88,16 +89,21 @@ def linear_sum(b: LoopBuilder, coefficients, values: list[SSAValue]) -> SSAValue
     return total if total is not None else b.f(0.0, values[0])
 
 
-def each_row(b: LoopBuilder, channels: int, rows: int, body) -> None:
-    """`body(ci, row)` for every input channel and row, as one parallel loop over both, rows
-    outer (each thread transforms the input rows its output rows read most): the kernel's
-    threads share the transforms' rows as they share the contraction's (in serial loops the
-    first thread ran the whole kernel alone: `parallel.team_safe`).
+def each_row(b: LoopBuilder, channels: int, rows: int, body, rows_outer: bool) -> None:
+    """`body(ci, row)` for every input channel and row, as one parallel loop over both: the
+    kernel's threads share the transforms' rows as they share the contraction's (in serial loops
+    the first thread ran the whole kernel alone: `parallel.team_safe`). Rows outer where the
+    contraction's threads take rows, channels outer where they take channels (a grouped conv's
+    groups), so each thread transforms most of the input it then reads (ResNeXt-29 at 2 threads
+    ran 1.02x the time with its groups' channels transformed rows outer):
 
-        scf.parallel (%k) = (0) to (229 * 3) { %r = %k floordiv 3   %ci = %k mod 3   body }
+        channels outer: scf.parallel (%k) = (0) to (3 * 229) { %ci = %k floordiv 229   %r = %k mod 229   body }
     """
+    fastest = channels if rows_outer else rows
+
     def point(k: SSAValue) -> None:
-        body(b.scalar(b.divide(Lin(k), channels, mod=True)), b.scalar(b.divide(Lin(k), channels)))
+        fast, slow = b.scalar(b.divide(Lin(k), fastest, mod=True)), b.scalar(b.divide(Lin(k), fastest))
+        body(*((fast, slow) if rows_outer else (slow, fast)))
 
     b.parallel(channels * rows, point)
 
@@ -199,7 +205,8 @@ class WinogradEmitter(NestEmitter):
                     for c, v in enumerate(tile):
                         b.vstore(v, self.V, self._at_v(ci, r, b.idx(lanes * w + t), c * w), products[c])
 
-        each_row(b, plan.groups * e["ci"], plan.rows, row)
+        parallel = self.spec.schedule.parallel
+        each_row(b, plan.groups * e["ci"], plan.rows, row, parallel is not None and Loop(parallel).dim == "oh")
 
     # The tile -----------------------------------------------------------------------------------
     def interior_box(self):

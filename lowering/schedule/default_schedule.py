@@ -164,12 +164,13 @@ def pays(plan: WinogradPlan, target: CPUTarget, rows: bool = True) -> bool:
     Winograd tiles (of one row or more: `winograd_rows`), and it has `BY_POINT_INPUTS` input channels and
     `BY_POINT_VECTORS` vectors of output channels, a grouped conv's counted in a group (each
     group's tiles read its own slab of U; the stem's tile is kept for dense convs). Measured on
-    Zen 4 (1 MiB L2), one conv with ReLU, time as Winograd over the direct conv's, 1 thread:
+    Zen 4 (1 MiB L2), one conv with ReLU, time as Winograd over the direct conv's, 1 thread (U
+    made at every call then, but for 16 x 16):
 
         channels, image     AVX2 (znver3)   AVX-512 (znver4)
         64, 56 x 56         0.75            0.62          runs as Winograd
         64, 32 x 32         0.73            0.93          runs as Winograd
-        64, 16 x 16         1.19            0.90          direct (4 tiles a row; see BY_POINT_TILES)
+        64, 16 x 16         0.73 (2 rows)   0.90          AVX2 only (2 rows of 4 tiles: `winograd_rows`)
         128 -> 32, 32 x 32  0.79            0.90          AVX2 only (AVX-512: 2 vectors of co)
         128, 28 x 28        1.04            0.63          direct (U 1.2 MB)
         256, 14 x 14        1.96            1.09          direct

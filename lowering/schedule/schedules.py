@@ -462,10 +462,13 @@ def winograd_schedule(n: NestView, plan: WinogradPlan, target: CPUTarget, rows: 
     tile of one channel vector by `winograd_tiles` Winograd tiles along ow (of `winograd_rows`
     output rows, `oh.i`, where `rows`), so that the transformed weights of a channel block (the
     stem's 17.5 KiB) stay in L1 while the block runs along a row; the channel blocks go inside the
-    rows when the input does not stay in L2 (the stem's), as other channel-vector schedules do.
+    rows when the input does not stay in L2 (the stem's), as other channel-vector schedules do,
+    and always for a conv run one product at a time: its threads then take rows, each reading the
+    transformed input rows it made (64 channels at 16 x 16, 2 threads: 0.78x the direct time,
+    0.88x with the blocks outer).
 
-        64 channels, 16 x 16, AVX2: order = ["n", "co.o", "oh.o", "ci", "kh", "kw", "oh.i", "ow", "co.i"],
-                                   unroll = {ow = 16, oh.i = 2, ...}   (2 rows of 4 tiles)
+        64 channels, 16 x 16, AVX2: order = ["n", "oh.o", "co.o", "ci", "kh", "kw", "oh.i", "ow", "co.i"],
+                                   unroll = {ow = 16, oh.i = 2, ...}, parallel = "oh.o"   (2 rows of 4 tiles)
     """
     sched = channel_vector_schedule(n, ChannelPlan("co", plan.extents["co"], 1, "ow", plan.extents["ow"],
                                                    winograd_tiles(plan, target) * plan.m, 1.0), target,
@@ -509,17 +512,30 @@ def winograd_tiles(plan: WinogradPlan, target: CPUTarget) -> int:
     return 2 if 2 * plan.points + 2 <= target.registers else 1
 
 
+ROWS_MIN_TILES = 4
+"""Winograd tiles a row needs at least for a register tile of several rows: the transformed
+input has a vector of tiles a row, so shorter rows transform mostly padding (128 -> 32 channels
+at 8 x 8, 2 tiles a row, 4 rows: 1.55x the direct time with AVX2, 1.60x at 2 threads)."""
+
+ROWS_MIN_VECTORS = 8
+"""Vectors of output channels a conv needs at least for a register tile of several rows, which
+share each transformed input row: with AVX2 128 -> 32 channels at 16 x 16 (4 vectors) ran 0.84x
+the direct time at 1 thread but 1.16x at 2; 64 channels (8 vectors) 0.73x and 0.78x."""
+
+
 def winograd_rows(plan: WinogradPlan, target: CPUTarget) -> int:
     """Output rows in the register tile of a conv run one product at a time: where a whole row
-    has fewer than `BY_POINT_TILES` tiles, the fewest rows (dividing oh) that have as many and
-    fit the registers beside a weight vector, a broadcast and two more, so each weight vector
-    still feeds as many FMAs; else one.
+    has fewer than `BY_POINT_TILES` tiles (but `ROWS_MIN_TILES`) and the conv `ROWS_MIN_VECTORS`
+    vectors of output channels, the fewest rows (dividing oh) that have as many and fit the
+    registers beside a weight vector, a broadcast and two more, so each weight vector still feeds
+    as many FMAs; else one.
 
-        3x3 stride 1, rows of 16 (4 tiles):  2 rows, 8 tiles, both widths
-        rows of 32 (8 tiles), of 56:         1
+        3x3 stride 1, 64 channels, rows of 16 (4 tiles):  AVX2 2 rows, 8 tiles; AVX-512 1 (4 vectors)
+        rows of 8 (2 tiles), of 32 (8 tiles), of 56:      1
     """
     tiles = winograd_tiles(plan, target)
-    if not plan.by_point or tiles < plan.tiles or tiles >= BY_POINT_TILES:
+    if (not plan.by_point or tiles < plan.tiles or tiles >= BY_POINT_TILES or plan.tiles < ROWS_MIN_TILES
+            or plan.extents["co"] < ROWS_MIN_VECTORS * target.lanes):
         return 1
     fit = (target.registers - 4) // tiles
     return next((r for r in range(2, fit + 1) if plan.extents["oh"] % r == 0 and r * tiles >= BY_POINT_TILES), 1)
