@@ -222,7 +222,7 @@ class WinogradEmitter(NestEmitter):
         for name, _ in self.spec.dims[self.spec.npar:]:  # the tile runs its own reduction
             self.bind(name, Lin(None, 0))
         at_row = self.tile.index(self.row_tile)
-        at_oh = next((i for i, n in enumerate(self.tile) if n.split(".")[0] == "oh"), None)
+        at_oh = next((i for i, n in enumerate(self.tile) if Loop(n).dim == "oh"), None)
         tiles = self.extent[self.row_tile] // plan.m
         rows = self.extent[self.tile[at_oh]] if at_oh is not None else 1
         along = {at_row, at_oh}

@@ -181,7 +181,7 @@ def pays(plan: WinogradPlan, target: CPUTarget, rows: bool = True) -> bool:
     e = plan.extents
     return (4 * plan.weight_floats <= target.l2_bytes and e["ci"] >= BY_POINT_INPUTS
             and e["co"] >= BY_POINT_VECTORS * target.lanes
-            and (winograd_rows(plan, target) if rows else 1) * winograd_tiles(plan, target) >= BY_POINT_TILES)
+            and winograd_rows(plan, target, rows) * winograd_tiles(plan, target) >= BY_POINT_TILES)
 
 
 def pooled(op: nest.ComputeOp) -> bool:

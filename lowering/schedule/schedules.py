@@ -473,7 +473,7 @@ def winograd_schedule(n: NestView, plan: WinogradPlan, target: CPUTarget, rows: 
     sched = channel_vector_schedule(n, ChannelPlan("co", plan.extents["co"], 1, "ow", plan.extents["ow"],
                                                    winograd_tiles(plan, target) * plan.m, 1.0), target,
                                     blocks_in_rows=True if plan.by_point else None)
-    rows = winograd_rows(plan, target) if rows else 1
+    rows = winograd_rows(plan, target, rows)
     if rows > 1:
         sched.splits.append(("oh", rows))
         sched.order[sched.order.index("oh")] = Loop.outer("oh")
@@ -523,9 +523,10 @@ share each transformed input row: with AVX2 128 -> 32 channels at 16 x 16 (4 vec
 the direct time at 1 thread but 1.16x at 2; 64 channels (8 vectors) 0.73x and 0.78x."""
 
 
-def winograd_rows(plan: WinogradPlan, target: CPUTarget) -> int:
-    """Output rows in the register tile of a conv run one product at a time: where a whole row
-    has fewer than `BY_POINT_TILES` tiles (but `ROWS_MIN_TILES`) and the conv `ROWS_MIN_VECTORS`
+def winograd_rows(plan: WinogradPlan, target: CPUTarget, several: bool = True) -> int:
+    """Output rows in the register tile of a conv run one product at a time: where it may take
+    `several` (not where a max pool computes its rows one at a time, FUSE_ROWS), a whole row has
+    fewer than `BY_POINT_TILES` tiles (but `ROWS_MIN_TILES`) and the conv `ROWS_MIN_VECTORS`
     vectors of output channels, the fewest rows (dividing oh) that have as many and fit the
     registers beside a weight vector, a broadcast and two more, so each weight vector still feeds
     as many FMAs; else one.
@@ -534,8 +535,8 @@ def winograd_rows(plan: WinogradPlan, target: CPUTarget) -> int:
         rows of 8 (2 tiles), of 32 (8 tiles), of 56:      1
     """
     tiles = winograd_tiles(plan, target)
-    if (not plan.by_point or tiles < plan.tiles or tiles >= BY_POINT_TILES or plan.tiles < ROWS_MIN_TILES
-            or plan.extents["co"] < ROWS_MIN_VECTORS * target.lanes):
+    if (not several or not plan.by_point or tiles < plan.tiles or tiles >= BY_POINT_TILES
+            or plan.tiles < ROWS_MIN_TILES or plan.extents["co"] < ROWS_MIN_VECTORS * target.lanes):
         return 1
     fit = (target.registers - 4) // tiles
     return next((r for r in range(2, fit + 1) if plan.extents["oh"] % r == 0 and r * tiles >= BY_POINT_TILES), 1)
