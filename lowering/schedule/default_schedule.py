@@ -125,10 +125,10 @@ WINOGRAD_MODES = ("auto", "always", "never")
 """default-schedule's `winograd` option (another is refused), see `winograd_for`."""
 
 
-def winograd_for(shape: NestView, target: CPUTarget, mode: str = "auto", rows: bool = True) -> WinogradPlan | None:
+def winograd_for(shape: NestView, target: CPUTarget, mode: str = "auto", several: bool = True) -> WinogradPlan | None:
     """The Winograd plan a conv runs by (`winograd_plan`: a wide row window), None for a direct
     conv. `mode` "auto": only where it pays on `target` (`pays`); "always": wherever the plan
-    exists; "never": no Winograd. `rows`: whether a register tile may take several output rows
+    exists; "never": no Winograd. `several`: whether a register tile may take several output rows
     (`winograd_rows`; not where a max pool may compute the conv's rows one at a time, FUSE_ROWS).
 
         7x7 stride-2 stem, 3 -> 64 channels    AVX-512: F(4, 4) + F(4, 3), 13 x 2 accumulators
@@ -138,7 +138,7 @@ def winograd_for(shape: NestView, target: CPUTarget, mode: str = "auto", rows: b
     if mode == "never" or 1 not in shape.weight_layouts:
         return None
     plan = winograd_plan(shape, target.lanes)
-    if plan is None or (mode == "auto" and not pays(plan, target, rows)):
+    if plan is None or (mode == "auto" and not pays(plan, target, several)):
         return None
     return plan
 
@@ -153,7 +153,7 @@ BY_POINT_VECTORS = 4
 row (128 -> 32 channels at 16 x 16, 2 AVX-512 vectors: 1.14x the direct time)."""
 
 
-def pays(plan: WinogradPlan, target: CPUTarget, rows: bool = True) -> bool:
+def pays(plan: WinogradPlan, target: CPUTarget, several: bool = True) -> bool:
     """Whether Winograd beats the direct conv on `target` (`winograd_for`'s "auto"). The stem's
     tile: where a register tile holds two Winograd tiles (`winograd_tiles`), each broadcast of the
     transformed input feeding two FMAs. With one (AVX2's 16 registers) a broadcast feeds one FMA,
@@ -181,7 +181,7 @@ def pays(plan: WinogradPlan, target: CPUTarget, rows: bool = True) -> bool:
     e = plan.extents
     return (4 * plan.weight_floats <= target.l2_bytes and e["ci"] >= BY_POINT_INPUTS
             and e["co"] >= BY_POINT_VECTORS * target.lanes
-            and winograd_rows(plan, target, rows) * winograd_tiles(plan, target) >= BY_POINT_TILES)
+            and winograd_rows(plan, target, several) * winograd_tiles(plan, target) >= BY_POINT_TILES)
 
 
 def pooled(op: nest.ComputeOp) -> bool:
@@ -240,10 +240,10 @@ class DefaultSchedulePass(ModulePass):
         for nest_op in op.walk():
             if isinstance(nest_op, nest.ComputeOp) and nest_op.schedule is None:
                 shape = nest_shape(nest_op)
-                rows = not pooled(nest_op)
-                winograd = winograd_for(shape, target, self.winograd, rows)
+                several = not pooled(nest_op)
+                winograd = winograd_for(shape, target, self.winograd, several)
                 if winograd is not None:
-                    nest_op.properties["schedule"] = winograd_schedule(shape, winograd, target, rows).to_attr()
+                    nest_op.properties["schedule"] = winograd_schedule(shape, winograd, target, several).to_attr()
                     WINOGRAD.set(nest_op, winograd.m)
                     SCRATCH_BYTES.set(nest_op, winograd.scratch_bytes)
                     continue

@@ -418,13 +418,15 @@ def window_stride(n: NestView) -> int:
 
 
 def channel_vector_schedule(n: NestView, plan: ChannelPlan, target: CPUTarget,
-                            blocks_in_rows: bool | None = None) -> Schedule:
+                            blocks_in_rows: bool | None = None, rows: int = 1) -> Schedule:
     """Lanes over output channels read from weights packed `OIHW16o` (one contiguous vector per
     weight element), each input element broadcast to `r_col` vectors of `r_row` tile points.
     Channel blocks come first unless the input does not stay in L2 and the weights re-read for
     every row move fewer bytes (cost_model's `rows_hold_blocks`): then they go inside the image rows
     (`oh`), each row's inputs re-read from L2 by every block (`blocks_in_rows`: the one or the
-    other order, for tuning to time both):
+    other order, for tuning to time both). `rows`: the register tile takes that many image rows
+    too (the loop outside the plan's row, split; a Winograd conv's, `winograd_rows`), each row's
+    points `r_row`:
 
         domain = #nest.domain<[n = 1, co = 512, oh = 7, ow = 7], [ci = 512, kh = 3, kw = 3]>
         -> schedule = {splits = [["co", 16], ["co.o", 2]], vector = "co.i", pack = {"1" = "OIHW16o"},
@@ -444,6 +446,10 @@ def channel_vector_schedule(n: NestView, plan: ChannelPlan, target: CPUTarget,
     # tile points row-major over (row, col): each broadcast input feeds r_col FMAs in a row and dies
     tile = _tile_loop(sched, loops, plan.row, plan.row_extent, plan.r_row)
     tile += _tile_loop(sched, loops, Loop.outer(plan.col), plan.col_extent // width, plan.r_col)
+    if rows > 1:
+        names = [name for name, _ in n.dims]
+        image_row = names[names.index(plan.row) - 1]
+        tile = _tile_loop(sched, loops, image_row, dict(n.dims)[image_row], rows) + tile
     _unroll_inner_reductions(sched, n)
     blocks = next((l for l in loops if l.startswith(Loop.outer(plan.col))), None)
     if blocks_in_rows is None:
@@ -452,16 +458,16 @@ def channel_vector_schedule(n: NestView, plan: ChannelPlan, target: CPUTarget,
         # the input does not stay in L2: the channel blocks take turns on each row of the image,
         # whose inputs stay there (DenseNet-161 0.95x the time, ResNet-34 0.99x)
         loops.remove(blocks)
-        rows = next((i for i, l in enumerate(loops) if l in (plan.row, Loop.outer(plan.row))), len(loops))
-        loops.insert(rows, blocks)
+        at = next((i for i, l in enumerate(loops) if l in (plan.row, Loop.outer(plan.row))), len(loops))
+        loops.insert(at, blocks)
     return _finish(sched, n, loops, tile)
 
 
-def winograd_schedule(n: NestView, plan: WinogradPlan, target: CPUTarget, rows: bool = True) -> Schedule:
+def winograd_schedule(n: NestView, plan: WinogradPlan, target: CPUTarget, several: bool = True) -> Schedule:
     """A conv that runs as 1-D Winograd (`WINOGRAD`): lanes over output channels, a register
     tile of one channel vector by `winograd_tiles` Winograd tiles along ow (of `winograd_rows`
-    output rows, `oh.i`, where `rows`), so that the transformed weights of a channel block (the
-    stem's 17.5 KiB) stay in L1 while the block runs along a row; the channel blocks go inside the
+    output rows, `oh.i`, where `several` may be), so that the transformed weights of a channel
+    block (the stem's 17.5 KiB) stay in L1 while the block runs along a row; the channel blocks go inside the
     rows when the input does not stay in L2 (the stem's), as other channel-vector schedules do,
     and always for a conv run one product at a time: its threads then take rows, each reading the
     transformed input rows it made (64 channels at 16 x 16, 2 threads: 0.78x the direct time,
@@ -470,19 +476,10 @@ def winograd_schedule(n: NestView, plan: WinogradPlan, target: CPUTarget, rows: 
         64 channels, 16 x 16, AVX2: order = ["n", "oh.o", "co.o", "ci", "kh", "kw", "oh.i", "ow", "co.i"],
                                    unroll = {ow = 16, oh.i = 2, ...}, parallel = "oh.o"   (2 rows of 4 tiles)
     """
-    sched = channel_vector_schedule(n, ChannelPlan("co", plan.extents["co"], 1, "ow", plan.extents["ow"],
-                                                   winograd_tiles(plan, target) * plan.m, 1.0), target,
-                                    blocks_in_rows=True if plan.by_point else None)
-    rows = winograd_rows(plan, target, rows)
-    if rows > 1:
-        sched.splits.append(("oh", rows))
-        sched.order[sched.order.index("oh")] = Loop.outer("oh")
-        along = next(l for l in sched.order if Loop(l).dim == "ow" and l in sched.unroll)
-        sched.order.insert(sched.order.index(along), Loop.inner("oh"))
-        sched.unroll[Loop.inner("oh")] = rows
-        if sched.parallel == "oh":
-            sched.parallel = Loop.outer("oh")
-    return sched
+    return channel_vector_schedule(n, ChannelPlan("co", plan.extents["co"], 1, "ow", plan.extents["ow"],
+                                                  winograd_tiles(plan, target) * plan.m, 1.0), target,
+                                   blocks_in_rows=True if plan.by_point else None,
+                                   rows=winograd_rows(plan, target, several))
 
 
 BY_POINT_TILES = 7
