@@ -796,8 +796,8 @@ def test_a_3x3_conv_runs_as_winograd_where_it_pays(c, o, h, groups):
     transformed weights (c x o x 3 x 6 floats) fit the target's L2, it has 64 input channels and
     4 vectors of output channels (DenseNet's 128 -> 32 with AVX2 only), and a register tile holds
     7 Winograd tiles beside 4 more registers: rows of at least 28 points, or, for rows of at least
-    4 tiles and 8 vectors of output channels, as many rows as make 7 tiles and divide the image
-    (64 channels at 16 x 16 with AVX2: 2 rows of 4 tiles; not at 8 x 8); a grouped conv counts
+    4 tiles and 64 output channels, as many rows as make 7 tiles and divide the image (64
+    channels at 16 x 16: 2 rows of 4 tiles; not at 8 x 8); a grouped conv counts
     the channels of a group (ResNeXt-29's 2 groups of 64, not 4 groups of 32). Either way torch's
     numbers (weights scaled by 1/sqrt(fan-in), see `test_winograd_conv`)."""
     from nasir.dialects.attributes import WINOGRAD
@@ -810,7 +810,7 @@ def test_a_3x3_conv_runs_as_winograd_where_it_pays(c, o, h, groups):
     scheduled = with_winograd(model, "auto")
     l2 = resolve_target(None).l2_bytes
     tiles, registers = -(-h // 4), 32 if lanes() == 16 else 16
-    rows = tiles >= 7 or (tiles >= 4 and co >= 8 * lanes()
+    rows = tiles >= 7 or (tiles >= 4 and co >= 64
                           and any(h % r == 0 and 7 <= r * tiles <= registers - 4 for r in range(2, h + 1)))
     want = ci >= 64 and co >= 4 * lanes() and 4 * ci * co * 3 * 6 <= l2 and rows
     assert WINOGRAD.on(scheduled_nests(scheduled)["conv"]) == want

@@ -170,7 +170,8 @@ def pays(plan: WinogradPlan, target: CPUTarget, several: bool = True) -> bool:
         channels, image     AVX2 (znver3)   AVX-512 (znver4)
         64, 56 x 56         0.75            0.62          runs as Winograd
         64, 32 x 32         0.73            0.93          runs as Winograd
-        64, 16 x 16         0.73 (2 rows)   0.90          AVX2 only (2 rows of 4 tiles: `winograd_rows`)
+        64, 16 x 16         0.73 (2 rows)   0.80 (2 rows) runs as Winograd (2 rows of 4 tiles: `winograd_rows`;
+                                                          AVX-512: WRN-40-2's, in the network)
         128 -> 32, 32 x 32  0.79            0.90          AVX2 only (AVX-512: 2 vectors of co)
         128, 28 x 28        1.04            0.63          direct (U 1.2 MB)
         256, 14 x 14        1.96            1.09          direct

@@ -514,26 +514,29 @@ ROWS_MIN_TILES = 4
 input has a vector of tiles a row, so shorter rows transform mostly padding (128 -> 32 channels
 at 8 x 8, 2 tiles a row, 4 rows: 1.55x the direct time with AVX2, 1.60x at 2 threads)."""
 
-ROWS_MIN_VECTORS = 8
-"""Vectors of output channels a conv needs at least for a register tile of several rows, which
-share each transformed input row: with AVX2 128 -> 32 channels at 16 x 16 (4 vectors) ran 0.84x
-the direct time at 1 thread but 1.16x at 2; 64 channels (8 vectors) 0.73x and 0.78x."""
+ROWS_MIN_OUTPUTS = 64
+"""Output channels a conv needs at least for a register tile of several rows: each transformed
+input row feeds a product per output channel, so with fewer the transforms weigh more beside
+the contraction, whatever the width. AVX2: 128 -> 32 channels at 16 x 16 ran 0.84x the direct
+time at 1 thread but 1.16x at 2; 64 channels 0.73x and 0.78x. AVX-512: WRN-40-2's 64-channel
+16 x 16 convs (4 vectors), summed in the network's profile, 0.80x at 1 thread, about 0.9x at 2
+(Zen 4, 4-5 rounds each), the network 0.95x at 1 thread."""
 
 
 def winograd_rows(plan: WinogradPlan, target: CPUTarget, several: bool = True) -> int:
     """Output rows in the register tile of a conv run one product at a time: where it may take
     `several` (not where a max pool computes its rows one at a time, FUSE_ROWS), a whole row has
-    fewer than `BY_POINT_TILES` tiles (but `ROWS_MIN_TILES`) and the conv `ROWS_MIN_VECTORS`
-    vectors of output channels, the fewest rows (dividing oh) that have as many and fit the
-    registers beside a weight vector, a broadcast and two more, so each weight vector still feeds
-    as many FMAs; else one.
+    fewer than `BY_POINT_TILES` tiles (but `ROWS_MIN_TILES`) and the conv `ROWS_MIN_OUTPUTS`
+    output channels, the fewest rows (dividing oh) that have as many and fit the registers beside
+    a weight vector, a broadcast and two more, so each weight vector still feeds as many FMAs;
+    else one.
 
-        3x3 stride 1, 64 channels, rows of 16 (4 tiles):  AVX2 2 rows, 8 tiles; AVX-512 1 (4 vectors)
-        rows of 8 (2 tiles), of 32 (8 tiles), of 56:      1
+        3x3 stride 1, 64 channels, rows of 16 (4 tiles):  2 rows, 8 tiles (AVX2 and AVX-512)
+        128 -> 32 channels; rows of 8 (2 tiles), of 32 (8 tiles), of 56:  1
     """
     tiles = winograd_tiles(plan, target)
     if (not several or not plan.by_point or tiles < plan.tiles or tiles >= BY_POINT_TILES
-            or plan.tiles < ROWS_MIN_TILES or plan.extents["co"] < ROWS_MIN_VECTORS * target.lanes):
+            or plan.tiles < ROWS_MIN_TILES or plan.extents["co"] < ROWS_MIN_OUTPUTS):
         return 1
     fit = (target.registers - 4) // tiles
     return next((r for r in range(2, fit + 1) if plan.extents["oh"] % r == 0 and r * tiles >= BY_POINT_TILES), 1)
