@@ -789,11 +789,14 @@ def test_winograd_runs_where_a_broadcast_feeds_two_tiles(mode):
 
 
 @pytest.mark.parametrize("c,o,h,groups", [(64, 64, 32, 1), (64, 64, 16, 1), (64, 64, 8, 1), (64, 64, 7, 1),
-                                          (32, 32, 32, 1), (128, 128, 28, 1), (128, 32, 32, 1), (128, 128, 32, 2),
-                                          (128, 128, 32, 4)])
+                                          (32, 32, 32, 1), (128, 128, 28, 1), (128, 128, 16, 1), (256, 256, 14, 1),
+                                          (128, 32, 32, 1), (128, 128, 32, 2), (128, 128, 32, 4)])
 def test_a_3x3_conv_runs_as_winograd_where_it_pays(c, o, h, groups):
     """By default a 3x3 stride-1 conv runs as Winograd, one product at a time, where its
-    transformed weights (c x o x 3 x 6 floats) fit the target's L2, it has 64 input channels and
+    transformed weights U (c x o x 3 x 6 floats) fit the target's L2 or, where it issues one vector
+    FMA a cycle (Zen 4's 16-lane ones) and a register tile is one row, L3 feeds what of U L2 does
+    not hold (a vector of U for each Winograd tile of a register tile) at `l3_bytes_per_fma` (128
+    channels at 28 x 28: 1.0 bytes an FMA; 256 at 14 x 14, 2 rows: L2 only), it has 64 input channels and
     4 vectors of output channels (DenseNet's 128 -> 32 with AVX2 only), and a register tile holds
     7 Winograd tiles beside 4 more registers: rows of at least 28 points, or, for rows of at least
     4 tiles and 64 output channels, as many rows as make 7 tiles and divide the image (64
@@ -808,11 +811,14 @@ def test_a_3x3_conv_runs_as_winograd_where_it_pays(c, o, h, groups):
     model = build([(1, c, h, h)], lambda a, W: [
         nn.Conv2DOp.new(a[0], W("w", wt), pads=(1,) * 4, groups=groups).named("conv")])
     scheduled = with_winograd(model, "auto")
-    l2 = resolve_target(None).l2_bytes
+    target = resolve_target(None)
     tiles, registers = -(-h // 4), 32 if lanes() == 16 else 16
-    rows = tiles >= 7 or (tiles >= 4 and co >= 64
-                          and any(h % r == 0 and 7 <= r * tiles <= registers - 4 for r in range(2, h + 1)))
-    want = ci >= 64 and co >= 4 * lanes() and 4 * ci * co * 3 * 6 <= l2 and rows
+    several = [r for r in range(2, h + 1) if h % r == 0 and 7 <= r * tiles <= registers - 4]
+    rows = tiles >= 7 or (tiles >= 4 and co >= 64 and bool(several))
+    u = 4 * ci * co * 3 * 6
+    fast = (u <= target.l2_bytes if target.fmas_per_cycle > 1 or tiles < 7
+            else (u - target.l2_bytes) / u * 4 * lanes() / tiles <= target.l3_bytes_per_fma)
+    want = ci >= 64 and co >= 4 * lanes() and fast and rows
     assert WINOGRAD.on(scheduled_nests(scheduled)["conv"]) == want
     np.testing.assert_allclose(run(scheduled, x), F.conv2d(torch.tensor(x), torch.tensor(wt), None, 1, 1, 1, groups).numpy(),
                                rtol=1e-4, atol=1e-4)

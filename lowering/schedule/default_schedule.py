@@ -159,8 +159,9 @@ def pays(plan: WinogradPlan, target: CPUTarget, several: bool = True) -> bool:
     transformed input feeding two FMAs. With one (AVX2's 16 registers) a broadcast feeds one FMA,
     two loads an FMA: on Zen 3 ResNet-34 imagenet's stem with its max pool ran 8.4 ms so against
     3.35 ms direct, where on Zen 4 two tiles took it from 2.17 to 1.37 ms. A conv run one product
-    at a time (a 3x3 stride-1 conv, `WinogradPlan.by_point`): where its transformed weights U
-    stay in L2 (each block of rows reads all of them), its register tile holds `BY_POINT_TILES`
+    at a time (a 3x3 stride-1 conv, `WinogradPlan.by_point`): where it reads its transformed
+    weights U fast enough (`weights_read_fast`: in L2, or from L3 at 16 lanes on Zen 4, each
+    block of rows reading all of them), its register tile holds `BY_POINT_TILES`
     Winograd tiles (of one row or more: `winograd_rows`), and it has `BY_POINT_INPUTS` input channels and
     `BY_POINT_VECTORS` vectors of output channels, a grouped conv's counted in a group (each
     group's tiles read its own slab of U; the stem's tile is kept for dense convs). Measured on
@@ -173,16 +174,38 @@ def pays(plan: WinogradPlan, target: CPUTarget, several: bool = True) -> bool:
         64, 16 x 16         0.73 (2 rows)   0.80 (2 rows) runs as Winograd (2 rows of 4 tiles: `winograd_rows`;
                                                           AVX-512: WRN-40-2's, in the network)
         128 -> 32, 32 x 32  0.79            0.90          AVX2 only (AVX-512: 2 vectors of co)
-        128, 28 x 28        1.04            0.63          direct (U 1.2 MB)
+        128, 28 x 28        1.04            0.63          AVX-512 on Zen 4 only (U 1.2 MB: `weights_read_fast`)
         256, 14 x 14        1.96            1.09          direct
         128 in 2 groups, 32 x 32  0.78      0.92          runs as Winograd (ResNeXt-29's)
     """
     if not plan.by_point:
         return plan.groups == 1 and winograd_tiles(plan, target) >= 2
     e = plan.extents
-    return (4 * plan.weight_floats <= target.l2_bytes and e["ci"] >= BY_POINT_INPUTS
-            and e["co"] >= BY_POINT_VECTORS * target.lanes
-            and winograd_rows(plan, target, several) * winograd_tiles(plan, target) >= BY_POINT_TILES)
+    rows, tiles = winograd_rows(plan, target, several), winograd_tiles(plan, target)
+    return (weights_read_fast(plan, target, tiles, rows) and e["ci"] >= BY_POINT_INPUTS
+            and e["co"] >= BY_POINT_VECTORS * target.lanes and rows * tiles >= BY_POINT_TILES)
+
+
+def weights_read_fast(plan: WinogradPlan, target: CPUTarget, tiles: int, rows: int) -> bool:
+    """Whether a conv run one product at a time (`pays`) with register tiles of `rows` rows of
+    `tiles` Winograd tiles reads its transformed weights U fast enough. Each block of rows reads
+    all of a group's U, a vector per tile of the register tile beside their broadcasts. Where the
+    core issues two vector FMAs a cycle (`fmas_per_cycle`: every AVX2 core, Intel's AVX-512 with
+    two units) those loads keep the load ports busy and a vector of U from L3 stalls them: U
+    stays in L2. Where it issues one (Zen 4's 16-lane FMAs, run as two halves), the part of U
+    that L2 does not hold may come from L3 at up to `l3_bytes_per_fma` bytes an FMA, for register
+    tiles of one row. ResNet-34's layers on Zen 4 (L2 1 MiB), Winograd over direct, 1 / 2 threads:
+
+        layer (3x3, stride 1)   U        znver3 code   znver4 code
+        128 channels, 28 x 28   1.2 MB   1.0           0.65 / 0.81   runs so at 16 lanes (1.0 bytes an FMA)
+        128 channels, 16 x 16   1.2 MB                 0.75 / 1.0    direct: the network 0.93-0.97x the
+                                                                     time at 1 thread, 1.01-1.11x at 2
+        256 channels, 14 x 14   4.7 MB   1.27          0.90 / 1.28   direct (2 rows, or 6.2 bytes an FMA)
+    """
+    u = 4 * plan.weight_floats
+    if target.fmas_per_cycle > 1 or rows > 1:
+        return u <= target.l2_bytes
+    return max(0, u - target.l2_bytes) / u * 4 * target.lanes / tiles <= target.l3_bytes_per_fma
 
 
 def pooled(op: nest.ComputeOp) -> bool:
