@@ -9,6 +9,7 @@ import itertools
 import json
 import math
 
+import numpy as np
 import pytest
 
 from nasir.measure import benchmark, variants
@@ -23,7 +24,7 @@ def result(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
     with pytest.MonkeyPatch.context() as env:
         env.setenv("NASIR_CACHE_DIR", str(tmp_path_factory.mktemp("bench-cache")))
-        benchmark.main(["--models", "resnet18", "--datasets", "cifar10", "--threads", "1", "2", "--repeat", "1",
+        benchmark.main(["--models", "resnet18", "--datasets", "cifar10", "--threads", "1", "2", "--repeat", "3",
                         "--variant-model", "resnet18", "--variant-datasets", "cifar10",
                         "--variants", "base", "group4", "--tune", "--tune-trials", "1", "--cpu", "x86-64-v3",
                         "--out", str(out)])
@@ -32,6 +33,16 @@ def result(tmp_path_factory):
 
 def close(a, b):
     return math.isclose(a, b, rel_tol=1e-9)
+
+
+def rounds_ratio(numerators, denominators, scale=1.0):
+    """The median and the quartiles of the round by round ratios over `scale`, by numpy."""
+    r = np.asarray(numerators) / np.asarray(denominators) / scale
+    return float(np.median(r)), [float(np.percentile(r, 25)), float(np.percentile(r, 75))]
+
+
+def close_ratio(value, iqr, expected):
+    return close(value, expected[0]) and close(iqr[0], expected[1][0]) and close(iqr[1], expected[1][1])
 
 
 def test_writes_json_and_png(result):
@@ -65,14 +76,18 @@ def test_model_rows(result):
         # the classic count for this network); the fc layer is part of it.
         assert row["macs"] == 555_422_720
         for backend in ("nasir", "ort", "torch"):
-            assert row[f"{backend}_ms"] > 0
+            assert len(row[f"{backend}_rounds_ms"]) == 3 and row[f"{backend}_ms"] > 0
+            assert close(row[f"{backend}_ms"], float(np.median(row[f"{backend}_rounds_ms"])))
             assert close(row[f"{backend}_gflops"], 2 * row["macs"] / (row[f"{backend}_ms"] / 1e3) / 1e9)
-        assert close(row["nasir_over_ort"], row["nasir_ms"] / row["ort_ms"])
+        # nasir/ORT: the median of the rounds' ratios, each round's two samples taken back to back
+        assert close_ratio(row["nasir_over_ort"], row["nasir_over_ort_iqr"],
+                           rounds_ratio(row["nasir_rounds_ms"], row["ort_rounds_ms"]))
         assert close(row["nasir_pct_peak"], 100 * row["nasir_gflops"] / (peak * row["threads"]))
         assert row["max_abs_err_vs_ort"] < 1e-3
         # --tune: the tuned code timed beside the cost model's, after tuning that took time
         assert row["nasir_tuned_ms"] > 0 and row["tune_s"] > 0 and row["tuned_gain_alone"] > 0
-        assert close(row["nasir_tuned_over_ort"], row["nasir_tuned_ms"] / row["ort_ms"])
+        assert close_ratio(row["nasir_tuned_over_ort"], row["nasir_tuned_over_ort_iqr"],
+                           rounds_ratio(row["nasir_tuned_rounds_ms"], row["ort_rounds_ms"]))
 
 
 def test_variant_realisation_is_the_formula(result):
@@ -91,9 +106,12 @@ def test_variant_realisation_is_the_formula(result):
         assert base["macs"] - blocks == 8_066_048
         assert g4["macs"] == 8_066_048 + blocks // 4
         assert close(g4["mac_ratio"], base["macs"] / g4["macs"])
-        assert close(g4["nasir_realisation"], (base["nasir_ms"] / g4["nasir_ms"]) / (base["macs"] / g4["macs"]))
-        assert close(g4["ort_realisation"], (base["ort_ms"] / g4["ort_ms"]) / (base["macs"] / g4["macs"]))
-        assert close(base["nasir_realisation"], 1.0)
+        # the median of the rounds' speedups (base over variant, timed in the same round) over the MAC ratio
+        for backend in ("nasir", "ort"):
+            assert close_ratio(g4[f"{backend}_realisation"], g4[f"{backend}_realisation_iqr"],
+                               rounds_ratio(base[f"{backend}_rounds_ms"], g4[f"{backend}_rounds_ms"],
+                                            base["macs"] / g4["macs"]))
+        assert close(base["nasir_realisation"], 1.0) and base["nasir_realisation_iqr"] == [1.0, 1.0]
         for r in (base, g4):
             assert r["max_abs_err_vs_ort"] < 1e-3 and r["nasir_ms"] > 0 and r["ort_ms"] > 0
 

@@ -7,7 +7,9 @@ A script, not a test: it measures, in one process and run,
 2. for every selected zoo model, dataset (cifar10 32x32, imagenet 224x224; batch 1) and thread count:
    the median latency of nasir-llvm, ONNX Runtime (intra_op_num_threads = threads) and PyTorch eager
    (torch.set_num_threads(threads)), nasir/ORT, GFLOP/s = 2 * MACs / time (MACs from
-   `Model.summary().total_macs`) and nasir's percent of peak (peak times threads);
+   `Model.summary().total_macs`) and nasir's percent of peak (peak times threads). The backends
+   take turns in rounds (`interleaved`); nasir/ORT is the median of the rounds' ratios, with their
+   quartiles (`round_ratios`): load that comes and goes slows both sides of a round alike;
 3. for ResNet-34 architecture variants built with nasir's own transforms (grouped G = 2..16 and
    depthwise on the block convs, bottleneck(2) on the first conv of each block), at each thread
    count, the realisation ratio
@@ -15,7 +17,8 @@ A script, not a test: it measures, in one process and run,
        realisation = (t_base / t_variant) / (MACs_base / MACs_variant)
 
    for nasir and, for comparison, for ONNX Runtime running `Model.to_onnx` exports of the base and
-   the variant (1.0: the MAC reduction became the same time reduction). `--variants` also takes
+   the variant (1.0: the MAC reduction became the same time reduction), the median of the rounds'
+   values, with their quartiles. `--variants` also takes
    the other transforms' variants (`MORE_VARIANTS`: fold, shift, index-split, unshare, bottleneck
    of ci or oh). The base is the model as `nasir.compile` gets it (nn level); the variant "nest"
    (base through `convert-nn-to-nest` only) separates what the transform costs from what lowering
@@ -43,9 +46,14 @@ from pathlib import Path
 import numpy as np
 
 from nasir.errors import BackendUnavailableError
-from nasir.measure.timing import SETTLE_S, interleaved
-from nasir.measure.variants import ALL_VARIANTS, MORE_VARIANTS, VARIANTS, realisation
+from nasir.measure.timing import SETTLE_S, Spread, interleaved, ratios
+from nasir.measure.variants import ALL_VARIANTS, MORE_VARIANTS, VARIANTS
 
+
+
+BACKENDS = ("nasir", "ort")
+"""The backends of the variant rows, each with its times (`{backend}_ms`, `{backend}_rounds_ms`)
+and realisation."""
 
 
 def median_ms(fns: dict[str, Callable[[], object]], repeat: int, warmup: int = 1,
@@ -53,6 +61,17 @@ def median_ms(fns: dict[str, Callable[[], object]], repeat: int, warmup: int = 1
     """Median wall time of each `fn()` in milliseconds, over `repeat` rounds that time every fn
     once (`nasir.measure.timing.interleaved`: why interleaved, why after untimed calls and idle)."""
     return {name: float(np.median(ts)) for name, ts in interleaved(fns, repeat, warmup, settle_s).items()}
+
+
+def round_ratios(numerators: list[float], denominators: list[float]) -> tuple[float, list[float]]:
+    """The median and the quartiles [q1, q3] of the round by round ratios of two functions'
+    interleaved samples (`nasir.measure.timing.ratios`):
+
+        >>> round_ratios([1.0, 2.0, 9.0], [2.0, 2.0, 3.0])
+        (1.0, [0.75, 2.0])
+    """
+    spread = Spread.of(ratios(numerators, denominators))
+    return spread.median, [spread.q1, spread.q3]
 
 
 def gflops(macs: int, ms: float) -> float:
@@ -126,16 +145,18 @@ def bench_model(name: str, dataset: str, threads: list[int], repeat: int, peak: 
                 e.threads = t
             torch.set_num_threads(t)
             ort_run = _ort_run(ort_session(path, t), x)
-            ms = median_ms({**{k: lambda e=e: e(x) for k, e in runs.items()}, "ort": ort_run, "torch": torch_run},
-                           repeat)
+            samples = interleaved({**{k: lambda e=e: e(x) for k, e in runs.items()}, "ort": ort_run,
+                                   "torch": torch_run}, repeat)
             row = {"model": name, "dataset": dataset, "threads": t, "macs": macs, "nasir_import_s": import_s,
                    "nasir_compile_s": exe.compile_seconds, "workspace_bytes": getattr(exe, "workspace_bytes", 0),
-                   **{f"{backend.replace(' ', '_')}_ms": v for backend, v in ms.items()},
+                   **{f"{backend.replace(' ', '_')}_ms": float(np.median(v)) for backend, v in samples.items()},
+                   **{f"{backend.replace(' ', '_')}_rounds_ms": v for backend, v in samples.items()},
                    "max_abs_err_vs_ort": max(float(np.abs(e(x) - ort_run()).max()) for e in runs.values())}
-            row["nasir_over_ort"] = row["nasir_ms"] / row["ort_ms"]
+            row["nasir_over_ort"], row["nasir_over_ort_iqr"] = round_ratios(samples["nasir"], samples["ort"])
             if tune:
-                row.update(tune_s=report.seconds, tuned_gain_alone=report.gain,
-                           nasir_tuned_over_ort=row["nasir_tuned_ms"] / row["ort_ms"])
+                row.update(tune_s=report.seconds, tuned_gain_alone=report.gain)
+                row["nasir_tuned_over_ort"], row["nasir_tuned_over_ort_iqr"] = round_ratios(samples["nasir tuned"],
+                                                                                           samples["ort"])
             for backend in ("nasir", "ort", "torch"):
                 row[f"{backend}_gflops"] = gflops(macs, row[f"{backend}_ms"])
             row["nasir_pct_peak"] = 100 * row["nasir_gflops"] / (peak * t)
@@ -174,28 +195,32 @@ def bench_variants(model_name: str, dataset: str, variants: list[str], repeat: i
                 runs[f"nasir {name}"] = lambda exe=exe: exe(x)
                 runs[f"ort {name}"] = ort_run = _ort_run(ort_session(onnx, t), x)
                 errors[name] = float(np.abs(exe(x) - ort_run()).max())
-            ms = median_ms(runs, repeat)
+            samples = interleaved(runs, repeat)
             rows += [{"model": model_name, "dataset": dataset, "variant": name, "pipeline": ALL_VARIANTS[name],
                       "threads": t, "macs": macs, "nasir_compile_s": exe.compile_seconds,
-                      "max_abs_err_vs_ort": errors[name], "nasir_ms": ms[f"nasir {name}"], "ort_ms": ms[f"ort {name}"]}
+                      "max_abs_err_vs_ort": errors[name],
+                      **{f"{backend}_ms": float(np.median(samples[f"{backend} {name}"])) for backend in BACKENDS},
+                      **{f"{backend}_rounds_ms": samples[f"{backend} {name}"] for backend in BACKENDS}}
                      for name, (macs, exe, _) in compiled.items()]
     return rows
 
 
 def add_realisation(rows: list[dict]) -> list[dict]:
     """Add MAC ratio, speedups and realisation to variant rows of one model and dataset, each row
-    against the base row of its thread count."""
+    against the base row of its thread count: the median of the rounds' values (`round_ratios` of
+    their times, over the MAC ratio), with their quartiles."""
     for row in rows:
         base = next(r for r in rows if r["variant"] == "base" and r["threads"] == row["threads"])
         same_path = next((r for r in rows if r["variant"] == "nest" and r["threads"] == row["threads"]), None)
         row["mac_ratio"] = base["macs"] / row["macs"]
-        row["nasir_speedup"] = base["nasir_ms"] / row["nasir_ms"]
-        row["ort_speedup"] = base["ort_ms"] / row["ort_ms"]
-        row["nasir_realisation"] = realisation(base["nasir_ms"], row["nasir_ms"], base["macs"], row["macs"])
-        row["ort_realisation"] = realisation(base["ort_ms"], row["ort_ms"], base["macs"], row["macs"])
+        for backend in BACKENDS:
+            speedup, iqr = round_ratios(base[f"{backend}_rounds_ms"], row[f"{backend}_rounds_ms"])
+            row[f"{backend}_speedup"] = speedup
+            row[f"{backend}_realisation"] = speedup / row["mac_ratio"]
+            row[f"{backend}_realisation_iqr"] = [q / row["mac_ratio"] for q in iqr]
         if same_path:
-            row["nasir_realisation_vs_nest"] = realisation(same_path["nasir_ms"], row["nasir_ms"],
-                                                           same_path["macs"], row["macs"])
+            speedup, _ = round_ratios(same_path["nasir_rounds_ms"], row["nasir_rounds_ms"])
+            row["nasir_realisation_vs_nest"] = speedup / (same_path["macs"] / row["macs"])
     return rows
 
 
@@ -204,10 +229,11 @@ def model_table(rows: list[dict], peak: float, ort_peak: float | None = None):
     from rich.table import Table
 
     peaks = f"peak {peak:.0f}" + (f", ORT's {ort_peak:.0f}" if ort_peak and ort_peak != peak else "")
-    table = Table(title=f"zoo, batch 1 (median ms; nasir/ORT < 1: nasir faster; {peaks} GFLOP/s/thread; "
-                        "GF/s count the model's MACs, a Winograd stem's as a direct conv's)")
+    table = Table(title=f"zoo, batch 1 (median ms; nasir/ORT < 1: nasir faster, the median of the rounds' ratios "
+                        f"and their quartiles; {peaks} GFLOP/s/thread; GF/s count the model's MACs, a Winograd "
+                        "stem's as a direct conv's)")
     tuned = any("tune_s" in r for r in rows)
-    cols = ("model", "dataset", "thr", "compile s", "nasir ms", "ORT ms", "torch ms", "nasir/ORT",
+    cols = ("model", "dataset", "thr", "compile s", "nasir ms", "ORT ms", "torch ms", "nasir/ORT", "q1-q3",
             *(("tune s", "tuned ms", "tuned/ORT") if tuned else ()), "nasir GF/s", "ORT GF/s", "% peak",
             "ORT % peak", "err")
     for col in cols:
@@ -217,25 +243,32 @@ def model_table(rows: list[dict], peak: float, ort_peak: float | None = None):
             if tuned else ()
         table.add_row(r["model"], r["dataset"], str(r["threads"]), f"{r['nasir_compile_s']:.1f}",
                       f"{r['nasir_ms']:.2f}", f"{r['ort_ms']:.2f}", f"{r['torch_ms']:.2f}",
-                      f"{r['nasir_over_ort']:.2f}", *tuned_cells, f"{r['nasir_gflops']:.1f}",
-                      f"{r['ort_gflops']:.1f}", f"{r['nasir_pct_peak']:.0f}%", f"{r['ort_pct_peak']:.0f}%",
-                      f"{r['max_abs_err_vs_ort']:.1e}")
+                      f"{r['nasir_over_ort']:.2f}", quartiles(r["nasir_over_ort_iqr"]), *tuned_cells,
+                      f"{r['nasir_gflops']:.1f}", f"{r['ort_gflops']:.1f}", f"{r['nasir_pct_peak']:.0f}%",
+                      f"{r['ort_pct_peak']:.0f}%", f"{r['max_abs_err_vs_ort']:.1e}")
     return table
+
+
+def quartiles(iqr: list[float]) -> str:
+    """A table cell of a ratio's quartiles: "0.93-0.97"."""
+    return f"{iqr[0]:.2f}-{iqr[1]:.2f}"
 
 
 def variant_table(rows: list[dict]):
     from rich.table import Table
 
-    table = Table(title="architecture variants: realisation = speedup / MAC ratio (1.0: all of it)")
+    table = Table(title="architecture variants: realisation = speedup / MAC ratio (1.0: all of it), the median of "
+                        "the rounds' and their quartiles")
     cols = ("model", "dataset", "variant", "thr", "GMACs", "MAC ratio", "nasir ms", "ORT ms", "nasir speedup",
-            "nasir real.", "vs nest", "ORT real.")
+            "nasir real.", "q1-q3", "vs nest", "ORT real.")
     for col in cols:
         table.add_column(col, justify="left" if col in ("model", "dataset", "variant") else "right")
     for r in rows:
         table.add_row(r["model"], r["dataset"], r["variant"], str(r["threads"]), f"{r['macs'] / 1e9:.3f}",
                       f"{r['mac_ratio']:.2f}",
                       f"{r['nasir_ms']:.2f}", f"{r['ort_ms']:.2f}", f"{r['nasir_speedup']:.2f}",
-                      f"{r['nasir_realisation']:.2f}", f"{r.get('nasir_realisation_vs_nest', float('nan')):.2f}",
+                      f"{r['nasir_realisation']:.2f}", quartiles(r["nasir_realisation_iqr"]),
+                      f"{r.get('nasir_realisation_vs_nest', float('nan')):.2f}",
                       f"{r['ort_realisation']:.2f}")
     return table
 
