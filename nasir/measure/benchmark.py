@@ -28,6 +28,7 @@ Writes `OUT/bench.json` (every number) and `OUT/bench.png`, and prints rich tabl
 
     python -m nasir.measure.benchmark --quick                      # cifar10 zoo + ResNet-34 imagenet
     python -m nasir.measure.benchmark --models resnet34 --datasets imagenet --threads 1 2 --repeat 20
+    python -m nasir.measure.benchmark --cpu znver3 --ort-isa avx2   # nasir's AVX2 code vs ORT's AVX2 kernels
     python -m nasir.measure.benchmark --tune --variants         # untuned vs tuned (`nasir tune`) vs ORT
     python -m nasir.measure.benchmark --tune --tune-trials 4    # the same, 4 schedules timed a conv
     python -m nasir.measure.benchmark --target cuda --tune-trials 2000   # on a GPU: TVM vs PyTorch CUDA
@@ -45,7 +46,8 @@ from pathlib import Path
 
 import numpy as np
 
-from nasir.errors import BackendUnavailableError
+from nasir.errors import BackendUnavailableError, NasirError
+from nasir.measure import ort_kernels
 from nasir.measure.timing import SETTLE_S, Spread, interleaved, ratios
 from nasir.measure.variants import ALL_VARIANTS, MORE_VARIANTS, VARIANTS
 
@@ -54,6 +56,9 @@ from nasir.measure.variants import ALL_VARIANTS, MORE_VARIANTS, VARIANTS
 BACKENDS = ("nasir", "ort")
 """The backends of the variant rows, each with its times (`{backend}_ms`, `{backend}_rounds_ms`)
 and realisation."""
+
+AVX2_CPU = "x86-64-v3"
+"""The CPU whose code measures the 8-lane peak that ORT's AVX2 kernels (`--ort-isa avx2`) count against."""
 
 
 def median_ms(fns: dict[str, Callable[[], object]], repeat: int, warmup: int = 1,
@@ -224,11 +229,13 @@ def add_realisation(rows: list[dict]) -> list[dict]:
     return rows
 
 
-def model_table(rows: list[dict], peak: float, ort_peak: float | None = None):
-    """`peak`: of nasir's code's width; `ort_peak`: of this machine's (where it differs)."""
+def model_table(rows: list[dict], peak: float, ort_peak: float | None = None, ort_isa: str = "host"):
+    """`peak`: of nasir's code's width; `ort_peak`: of ORT's kernels' width (where it differs);
+    `ort_isa`: "avx2" where ORT ran its AVX2 kernels (`--ort-isa avx2`)."""
     from rich.table import Table
 
     peaks = f"peak {peak:.0f}" + (f", ORT's {ort_peak:.0f}" if ort_peak and ort_peak != peak else "")
+    peaks += "; ORT held to its AVX2 kernels" if ort_isa == "avx2" else ""
     table = Table(title=f"zoo, batch 1 (median ms; nasir/ORT < 1: nasir faster, the median of the rounds' ratios "
                         f"and their quartiles; {peaks} GFLOP/s/thread; GF/s count the model's MACs, a Winograd "
                         "stem's as a direct conv's)")
@@ -310,11 +317,13 @@ def plot(result: dict, path: Path) -> Path:
 
 def run(jobs: list[tuple[str, str]], threads: list[int], repeat: int, variant_model: str,
         variant_datasets: list[str], variants: list[str], out: Path, make_plot: bool = True, console=None,
-        target: str = "llvm", tune: bool = False, cpu: str | None = None, tune_trials: int | None = None) -> dict:
+        target: str = "llvm", tune: bool = False, cpu: str | None = None, tune_trials: int | None = None,
+        ort_isa: str = "host") -> dict:
     """Measure the (model, dataset) `jobs` and the variants with nasir's `target` (llvm or tvm;
     `tune`: llvm tuned too, at most `tune_trials` schedules a conv, see `bench_model`; `cpu`: llvm's
-    code for that CPU, which must run here, its % of peak against the peak of its own width), write
-    OUT/bench.json (+ bench.png)."""
+    code for that CPU, which must run here, its % of peak against the peak of its own width; ORT's %
+    of the peak of its kernels' width: the host's, or with `ort_isa` "avx2" (the onnxruntime
+    imported is `ort_kernels.avx2_copy`'s) 8 lanes'), write OUT/bench.json (+ bench.png)."""
     import platform
 
     from rich.console import Console
@@ -327,10 +336,13 @@ def run(jobs: list[tuple[str, str]], threads: list[int], repeat: int, variant_mo
     result = {"config": {"jobs": jobs, "threads": threads, "repeat": repeat,
                          "variant_model": variant_model, "variant_datasets": variant_datasets,
                          "variants": variants, "machine": platform.processor() or platform.machine(),
-                         "target": target, "tune": tune, "tune_trials": tune_trials, "cpu": cpu},
-              "peak": measure_peak_gflops(cpu=cpu), "host_peak": measure_peak_gflops(), "models": [], "variants": []}
-    peak, ort_peak = result["peak"]["peak_gflops"], result["host_peak"]["peak_gflops"]
-    for name, p in (("nasir's code", result["peak"]), ("this machine, ORT's", result["host_peak"])):
+                         "target": target, "tune": tune, "tune_trials": tune_trials, "cpu": cpu,
+                         "ort_isa": ort_isa},
+              "peak": measure_peak_gflops(cpu=cpu), "models": [], "variants": [],
+              "ort_peak": measure_peak_gflops(cpu=AVX2_CPU if ort_isa == "avx2" else None)}
+    peak, ort_peak = result["peak"]["peak_gflops"], result["ort_peak"]["peak_gflops"]
+    ort_name = "ORT's AVX2 kernels" if ort_isa == "avx2" else "this machine, ORT's"
+    for name, p in (("nasir's code", result["peak"]), (ort_name, result["ort_peak"])):
         console.print(f"measured peak, {name}: {p['peak_gflops']:.1f} GFLOP/s (1 thread, {p['cpu']}, "
                       f"<{p['vector_width']} x float> FMA)")
     start = time.perf_counter()
@@ -362,7 +374,7 @@ def run(jobs: list[tuple[str, str]], threads: list[int], repeat: int, variant_mo
     if make_plot:
         plot(result, out / "bench.png")
     if result["models"]:
-        console.print(model_table(result["models"], peak, ort_peak))
+        console.print(model_table(result["models"], peak, ort_peak, ort_isa))
     if result["variants"]:
         console.print(variant_table(result["variants"]))
     console.print(f"wrote {out / 'bench.json'}{' and bench.png' if make_plot else ''} "
@@ -399,6 +411,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--cpu", default=None,
                         help="llvm: compile nasir's code for this CPU (one whose code runs here: znver3 or "
                              "x86-64-v3 gives AVX2 code on an AVX-512 machine); %% of peak against that width's peak")
+    parser.add_argument("--ort-isa", choices=("host", "avx2"), default="host",
+                        help="ONNX Runtime's kernels: the host's (default), or avx2: a copy of the installed "
+                             "onnxruntime held to its AVX2 kernels, the ORT of an AVX2-only machine, on an AVX-512 "
+                             "one (nasir/measure/ort_kernels.py; made once in the user's cache)")
     parser.add_argument("--out", type=Path, default=Path("bench-out"))
     parser.add_argument("--no-plot", action="store_true")
     parser.add_argument("--tune", action="store_true",
@@ -416,6 +432,11 @@ def main(argv: list[str] | None = None) -> dict:
         parser.error("--tune-trials tunes: with --tune (llvm) or --target cuda")
     if args.target == "cuda":
         return _gpu_main(parser, args)
+    if args.ort_isa == "avx2":
+        try:
+            ort_kernels.use(ort_kernels.avx2_copy())
+        except NasirError as e:
+            parser.exit(1, f"error: {e}\n")
     models = args.models if args.models is not None else zoo.names()
     datasets = args.datasets or (["cifar10"] if args.quick else ["cifar10", "imagenet"])
     jobs = [(m, d) for m in models for d in datasets if d in zoo.datasets(m)]
@@ -424,7 +445,8 @@ def main(argv: list[str] | None = None) -> dict:
     return run(jobs, args.threads, args.repeat or (3 if args.quick else 10), args.variant_model,
                args.variant_datasets or (["imagenet"] if args.quick else ["cifar10", "imagenet"]),
                args.variants, args.out, make_plot=not args.no_plot, console=Console(width=max(Console().width, 150)),
-               target=args.target, tune=args.tune, cpu=args.cpu, tune_trials=args.tune_trials or None)
+               target=args.target, tune=args.tune, cpu=args.cpu, tune_trials=args.tune_trials or None,
+               ort_isa=args.ort_isa)
 
 
 def _gpu_main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict:
