@@ -65,7 +65,11 @@ def block_floats() -> int:
     if not any(n.domain == "com.microsoft.nchwc" for n in optimized.graph.node):
         raise NasirError("ONNX Runtime ran no NCHWc convolution here: its kernels' block cannot be read")
     padded = optimized.graph.initializer[0].dims[0]
-    return 8 if padded == c else 16 if padded == 32 else padded
+    block = {c: 8, 32: 16}.get(padded)
+    if block is None:
+        raise NasirError(f"ONNX Runtime padded a {c}-channel conv's weights to {padded} channels: "
+                         "not an 8- or 16-float block")
+    return block
 
 
 def patch_avx512f_test(library: bytes) -> bytes:
